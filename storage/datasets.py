@@ -1,0 +1,218 @@
+"""Versioned Parquet datasets on any fsspec filesystem.
+
+A dataset version lives at ``<root>/<name>/<version>/`` as ``part-NNNNN.parquet``
+files plus ``_manifest.json``. Parts are written under a temporary name and renamed,
+so a part that exists is whole. The manifest is written last: a directory without
+one is incomplete and is never read, only finished (its existing parts are reused).
+The version is a hash of the producing stage's code version, parameters and input
+versions, so an unchanged stage maps to a version that already exists.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MANIFEST = "_manifest.json"
+LATEST = "_latest.json"
+
+
+class DatasetIncomplete(FileNotFoundError):
+    """The dataset version has no manifest: it was never finished."""
+
+
+class SchemaMismatch(ValueError):
+    """A table does not match the schema declared for its dataset."""
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def dataset_version(name: str, code_version: str, params: dict, inputs: dict[str, str]) -> str:
+    """Content address of a stage output: same code, parameters and inputs, same version."""
+    key = _canonical({"name": name, "code": code_version, "params": params, "inputs": inputs})
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A handle on one version of one dataset; cheap and picklable (sent to Dask workers)."""
+
+    root: str
+    name: str
+    version: str
+    schema: pa.Schema
+
+    # --- locations -------------------------------------------------------------------
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return fsspec.core.url_to_fs(self.root)[0]
+
+    @property
+    def path(self) -> str:
+        base = fsspec.core.url_to_fs(self.root)[1].rstrip("/")
+        return f"{base}/{self.name}/{self.version}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root.rstrip('/')}/{self.name}/{self.version}"
+
+    def part_path(self, index: int) -> str:
+        return f"{self.path}/part-{index:05d}.parquet"
+
+    # --- writing ---------------------------------------------------------------------
+    def has_part(self, index: int) -> bool:
+        return self.fs.exists(self.part_path(index))
+
+    def write_part(self, index: int, table: pa.Table) -> int:
+        """Write one part atomically; returns its row count."""
+        table = conform(table, self.schema)
+        fs = self.fs
+        fs.makedirs(self.path, exist_ok=True)
+        final = self.part_path(index)
+        tmp = f"{self.path}/.tmp-{index:05d}-{uuid.uuid4().hex}.parquet"
+        pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+        fs.mv(tmp, final)
+        return table.num_rows
+
+    def parts_on_disk(self) -> list[str]:
+        if not self.fs.exists(self.path):
+            return []
+        return sorted(p for p in self.fs.ls(self.path, detail=False) if p.rsplit("/", 1)[-1].startswith("part-"))
+
+    def commit(
+        self,
+        *,
+        code_version: str,
+        params: dict,
+        inputs: dict[str, str],
+        stats: dict | None = None,
+    ) -> dict:
+        """Write the manifest (last), listing every part with its row count."""
+        fs = self.fs
+        fs.makedirs(self.path, exist_ok=True)
+        parts = []
+        for p in self.parts_on_disk():
+            rows = pq.ParquetFile(p, filesystem=fs).metadata.num_rows
+            parts.append({"file": p.rsplit("/", 1)[-1], "rows": rows})
+        manifest = {
+            "name": self.name,
+            "version": self.version,
+            "rows": sum(p["rows"] for p in parts),
+            "parts": parts,
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
+            "params": params,
+            "inputs": inputs,
+            "code_version": code_version,
+            "git_commit": git_commit(),
+            "stats": stats or {},
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        }
+        _atomic_write_text(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+        _atomic_write_text(
+            fs,
+            f"{self.path.rsplit('/', 1)[0]}/{LATEST}",
+            json.dumps({"version": self.version, "created_at": manifest["created_at"]}),
+        )
+        return manifest
+
+    # --- reading ---------------------------------------------------------------------
+    def is_complete(self) -> bool:
+        return self.fs.exists(f"{self.path}/{MANIFEST}")
+
+    def manifest(self) -> dict:
+        try:
+            with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            raise DatasetIncomplete(
+                f"dataset {self.name} version {self.version} at {self.url} has no manifest: "
+                "it is incomplete and will be recomputed, never read"
+            ) from None
+
+    def part_files(self) -> list[str]:
+        return [f"{self.path}/{p['file']}" for p in self.manifest()["parts"]]
+
+    def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
+        files = self.part_files()
+        if not files:
+            return self.schema.empty_table().select(columns) if columns else self.schema.empty_table()
+        import pyarrow.dataset as pads
+
+        ds = pads.dataset(files, schema=self.schema, format="parquet", filesystem=self.fs)
+        return ds.to_table(columns=columns, filter=filter)
+
+    def read_part(self, index: int, columns: list[str] | None = None, filter=None) -> pa.Table:
+        """Read one part; the caller is inside the stage that is building the dataset."""
+        return pq.read_table(self.part_path(index), columns=columns, filters=filter, filesystem=self.fs)
+
+    def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
+        for f in self.part_files():
+            yield from pq.ParquetFile(f, filesystem=self.fs).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Cast a table to its dataset's schema, or say exactly which columns disagree."""
+    names = table.schema.names
+    if set(names) != set(schema.names):
+        missing = sorted(set(schema.names) - set(names))
+        extra = sorted(set(names) - set(schema.names))
+        raise SchemaMismatch(f"columns differ from schema: missing {missing}, unexpected {extra}")
+    table = table.select(schema.names)
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+        raise SchemaMismatch(f"cannot cast table to schema: {exc}") from exc
+
+
+def latest_version(root: str, name: str) -> str | None:
+    fs, base = fsspec.core.url_to_fs(root)
+    try:
+        with fs.open(f"{base.rstrip('/')}/{name}/{LATEST}", "r") as fh:
+            return json.load(fh)["version"]
+    except FileNotFoundError:
+        return None
+
+
+def _atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with fs.open(tmp, "w") as fh:
+        fh.write(text)
+    fs.mv(tmp, path)
+
+
+def table_from_rows(rows: Iterable[dict], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=schema)
+
+
+def resolve_root(root: str) -> str:
+    """Local roots become absolute, so Dask workers in other directories agree on them."""
+    import os
+
+    if "://" in root:
+        return root.rstrip("/")
+    return os.path.abspath(os.path.expanduser(root))

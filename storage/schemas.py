@@ -1,0 +1,86 @@
+"""One pyarrow schema per Parquet artifact, defined here and nowhere else."""
+import pyarrow as pa
+
+# One record per <page> block of the input (or per JSON line), in input order.
+# Pages that could not be read keep their raw bytes and an error reason so the
+# extraction stage can quarantine them without losing anything.
+RAW_PAGES = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),  # ordinal in the input, 0-based
+        pa.field("page_id", pa.int64()),
+        pa.field("title", pa.string()),
+        pa.field("namespace", pa.int32()),
+        pa.field("redirect_target", pa.string()),
+        pa.field("text_format", pa.string()),  # "wikitext" | "plain"
+        pa.field("text", pa.string()),
+        pa.field("raw", pa.binary()),  # only for unreadable pages
+        pa.field("error", pa.string()),  # quarantine reason, null when readable
+        pa.field("error_detail", pa.string()),
+    ]
+)
+
+# Every readable page: articles are kept, the rest are filtered with a reason.
+PAGES = pa.schema(
+    [
+        pa.field("page_id", pa.int64(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),
+        pa.field("namespace", pa.int32(), nullable=False),
+        pa.field("is_redirect", pa.bool_(), nullable=False),
+        pa.field("redirect_target", pa.string()),
+        pa.field("kind", pa.string(), nullable=False),  # article|redirect|disambiguation|list|other_namespace
+        pa.field("status", pa.string(), nullable=False),  # kept|filtered
+        pa.field("filter_reason", pa.string()),
+        pa.field("text", pa.string()),  # clean text, null when not cleaned
+        pa.field("n_sentences", pa.int32(), nullable=False),
+    ]
+)
+
+SENTENCES = pa.schema(
+    [
+        pa.field("sentence_id", pa.int64(), nullable=False),  # page_id * 1_000_000 + index
+        pa.field("page_id", pa.int64(), nullable=False),
+        pa.field("index", pa.int32(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+    ]
+)
+
+# Map side of the alias map-reduce: per input part, counts bucketed by target title
+# so that one reducer sees every mention of a target together with its redirect.
+ALIAS_MENTIONS = pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),
+        pa.field("alias", pa.string(), nullable=False),
+        pa.field("target", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # redirect|anchor
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+
+ALIASES = pa.schema(
+    [
+        pa.field("alias", pa.string(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),  # article the alias names
+        pa.field("source", pa.string(), nullable=False),  # redirect|anchor
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+
+QUARANTINE = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("page_id", pa.int64()),
+        pa.field("title", pa.string()),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string()),
+        pa.field("raw", pa.binary()),  # the input as it was, so nothing is lost
+    ]
+)
+
+ALL = {
+    "raw_pages": RAW_PAGES,
+    "pages": PAGES,
+    "sentences": SENTENCES,
+    "alias_mentions": ALIAS_MENTIONS,
+    "aliases": ALIASES,
+    "quarantine": QUARANTINE,
+}

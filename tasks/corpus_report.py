@@ -1,0 +1,87 @@
+"""Counts of an extraction run, read back from the datasets it wrote.
+
+Computed from the datasets rather than from task return values so that a rerun which
+reused every part reports the same numbers. Reads only small columns, part by part.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from storage.datasets import Dataset
+
+
+class CountsDoNotReconcile(AssertionError):
+    """pages read != kept + filtered + quarantined: a page was lost or counted twice."""
+
+
+def _count(ds: Dataset, column: str) -> Counter:
+    counts: Counter = Counter()
+    for batch in ds.iter_batches(columns=[column]):
+        counts.update(batch.column(0).to_pylist())
+    return counts
+
+
+def corpus_counts(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: Dataset, aliases: Dataset) -> dict:
+    status = Counter()
+    filtered = Counter()
+    for batch in pages.iter_batches(columns=["status", "filter_reason"]):
+        for s, reason in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            status[s] += 1
+            if s == "filtered":
+                filtered[reason] += 1
+    quarantined = _count(quarantine, "reason")
+    alias_sources = _count(aliases, "source")
+    counts = {
+        "pages_read": raw.manifest()["rows"],
+        "kept": status["kept"],
+        "filtered": dict(sorted(filtered.items())),
+        "quarantined": dict(sorted(quarantined.items())),
+        "sentences": sentences.manifest()["rows"],
+        "aliases": dict(sorted(alias_sources.items())),
+    }
+    total = counts["kept"] + sum(filtered.values()) + sum(quarantined.values())
+    if total != counts["pages_read"]:
+        raise CountsDoNotReconcile(
+            f"pages read {counts['pages_read']} != kept {counts['kept']} + filtered {sum(filtered.values())}"
+            f" + quarantined {sum(quarantined.values())}"
+        )
+    return counts
+
+
+def counts_table(counts: dict) -> list[dict]:
+    """Rows for a Prefect table artifact: one line per count, grouped."""
+    rows = [{"group": "pages", "what": "read", "count": counts["pages_read"]},
+            {"group": "pages", "what": "kept (articles with sentences)", "count": counts["kept"]}]
+    rows += [{"group": "filtered", "what": k, "count": v} for k, v in counts["filtered"].items()]
+    rows += [{"group": "quarantined", "what": k, "count": v} for k, v in counts["quarantined"].items()]
+    rows += [{"group": "sentences", "what": "kept", "count": counts["sentences"]}]
+    rows += [{"group": "aliases", "what": k, "count": v} for k, v in counts["aliases"].items()]
+    return rows
+
+
+def datasets_markdown(datasets: list, counts: dict) -> str:
+    lines = ["# Corpus datasets written by this run", "",
+             "| dataset | version | rows | location |", "|---|---|---|---|"]
+    for d in datasets:
+        lines.append(f"| {d.name} | `{d.version}` | {d.manifest()['rows']} | `{d.url}` |")
+    lines += ["", f"Pages read **{counts['pages_read']}** = kept **{counts['kept']}** + filtered "
+              f"**{sum(counts['filtered'].values())}** + quarantined **{sum(counts['quarantined'].values())}**.",
+              "", "A directory without `_manifest.json` is incomplete and is never read."]
+    return "\n".join(lines)
+
+
+from prefect import task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="corpus-report", cache_policy=NONE)
+def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: Dataset,
+                       alias_mentions: Dataset, aliases: Dataset) -> dict:
+    counts = corpus_counts(raw, pages, sentences, quarantine, aliases)
+    create_table_artifact(counts_table(counts), key="corpus-counts",
+                          description="Pages read = kept + filtered + quarantined, by reason")
+    create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts),
+                             key="corpus-datasets", description="Dataset versions written by this run")
+    return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
+            "storage_root": raw.root}

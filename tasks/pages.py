@@ -1,0 +1,203 @@
+"""Stage 2: one `raw_pages` part -> `pages`, `sentences`, `alias_mentions`, `quarantine`.
+
+Runs once per partition on a Dask worker. Every raw record lands in exactly one of
+`pages` (kept or filtered, with a reason) or `quarantine` (with a reason and its raw
+bytes), so the counts reconcile: pages read = kept + filtered + quarantined.
+"""
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+
+import pyarrow as pa
+import syntok.segmenter as segmenter
+
+from storage.datasets import Dataset
+from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
+from tasks import wikitext
+
+CODE_VERSION = "pages-1"
+SENTENCE_ID_STRIDE = 1_000_000  # sentence_id = page_id * stride + index
+
+
+@dataclass(frozen=True)
+class PageOutputs:
+    """The four datasets this stage writes, one part each per raw part."""
+
+    pages: Dataset
+    sentences: Dataset
+    alias_mentions: Dataset
+    quarantine: Dataset
+
+    def all(self) -> tuple[Dataset, ...]:
+        return (self.pages, self.sentences, self.alias_mentions, self.quarantine)
+
+
+def alias_bucket(alias: str, n_buckets: int) -> int:
+    # crc32, not hash(): stable across processes and Python versions.
+    return zlib.crc32(alias.encode("utf-8")) % n_buckets
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Sentences of one paragraph with syntok, sliced from the original text by offset."""
+    out = []
+    for para in segmenter.analyze(paragraph):
+        for sentence in para:
+            if not sentence:
+                continue
+            start = sentence[0].offset
+            end = sentence[-1].offset + len(sentence[-1].value)
+            text = paragraph[start:end].strip()
+            if text:
+                out.append(text)
+    return out
+
+
+def _keep_sentence(text: str, min_words: int, max_chars: int) -> bool:
+    return len(text) <= max_chars and len(text.split()) >= min_words and any(c.isalpha() for c in text)
+
+
+def extract_page_rows(
+    raw: list[dict],
+    *,
+    min_sentence_words: int = 3,
+    max_sentence_chars: int = 1000,
+) -> tuple[list[dict], list[dict], Counter, list[dict], dict]:
+    """Plain function over raw records: (pages, sentences, mention counts, quarantine, stats)."""
+    pages, sentences, quarantine = [], [], []
+    mentions: Counter = Counter()
+    stats = Counter()
+    for r in raw:
+        if r["error"]:
+            quarantine.append(_quarantined(r, r["error"], r["error_detail"], r["raw"]))
+            continue
+        base = {
+            "page_id": r["page_id"], "title": r["title"], "namespace": r["namespace"],
+            "is_redirect": False, "redirect_target": None, "text": None, "n_sentences": 0,
+        }
+        if r["namespace"] != 0:
+            pages.append({**base, "kind": "other_namespace", "status": "filtered", "filter_reason": "namespace"})
+            continue
+        target = r["redirect_target"] or (wikitext.redirect_target(r["text"]) if r["text_format"] == "wikitext" else None)
+        if target:
+            target = wikitext.normalize_title(target)
+            pages.append({**base, "is_redirect": True, "redirect_target": target, "kind": "redirect",
+                          "status": "filtered", "filter_reason": "redirect"})
+            if target.casefold() != r["title"].casefold():
+                mentions[(r["title"], target, "redirect")] += 1
+            continue
+        try:
+            if r["text_format"] == "wikitext":
+                text, code = wikitext.clean(r["text"])
+                kind = wikitext.page_kind(r["title"], code)
+                links = wikitext.anchors(code) if kind == "article" else []
+            else:
+                text = "\n".join(wikitext.paragraphs(r["text"]))
+                kind, links = wikitext.page_kind(r["title"]), []
+        except Exception as exc:  # mwparserfromhell is lenient; anything it raises is bad markup
+            quarantine.append(_quarantined(r, "malformed_markup", f"{type(exc).__name__}: {exc}",
+                                           r["text"].encode("utf-8", "surrogatepass")))
+            continue
+        if kind != "article":
+            pages.append({**base, "kind": kind, "text": text, "status": "filtered", "filter_reason": kind})
+            continue
+        kept = []
+        for paragraph in text.split("\n"):
+            for s in split_sentences(paragraph):
+                if _keep_sentence(s, min_sentence_words, max_sentence_chars):
+                    kept.append(s)
+                else:
+                    stats["sentences_filtered"] += 1
+        for alias, tgt in links:
+            mentions[(alias, tgt, "anchor")] += 1
+        if not kept:
+            pages.append({**base, "kind": kind, "text": text, "status": "filtered", "filter_reason": "no_sentences"})
+            continue
+        pages.append({**base, "kind": kind, "text": text, "status": "kept", "filter_reason": None,
+                      "n_sentences": len(kept)})
+        for i, s in enumerate(kept):
+            sentences.append({"sentence_id": r["page_id"] * SENTENCE_ID_STRIDE + i,
+                              "page_id": r["page_id"], "index": i, "text": s})
+    stats["sentences_kept"] = len(sentences)
+    stats["anchors"] = sum(v for (_, _, src), v in mentions.items() if src == "anchor")
+    return pages, sentences, mentions, quarantine, dict(stats)
+
+
+def _quarantined(r: dict, reason: str, detail: str | None, raw: bytes | None) -> dict:
+    return {"seq": r["seq"], "page_id": r["page_id"], "title": r["title"], "reason": reason,
+            "detail": detail, "raw": raw}
+
+
+def extract_part(
+    raw: Dataset,
+    index: int,
+    out: PageOutputs,
+    *,
+    n_buckets: int = 8,
+    min_sentence_words: int = 3,
+    max_sentence_chars: int = 1000,
+) -> dict:
+    """Process raw part ``index``; a part whose four outputs exist is reused, not redone."""
+    if all(d.has_part(index) for d in out.all()):
+        return {"part": index, "reused": True}
+    records = raw.read_part(index).to_pylist()
+    pages, sentences, mentions, quarantine, stats = extract_page_rows(
+        records, min_sentence_words=min_sentence_words,
+        max_sentence_chars=max_sentence_chars,
+    )
+    mention_rows = [
+        {"bucket": alias_bucket(alias, n_buckets), "alias": alias, "target": target, "source": src, "count": n}
+        for (alias, target, src), n in mentions.items()
+    ]
+    # Write order matters only for speed of resume: a part counts as done when all four exist.
+    out.sentences.write_part(index, pa.Table.from_pylist(sentences, schema=SENTENCES))
+    out.alias_mentions.write_part(index, pa.Table.from_pylist(mention_rows, schema=ALIAS_MENTIONS))
+    out.quarantine.write_part(index, pa.Table.from_pylist(quarantine, schema=QUARANTINE))
+    out.pages.write_part(index, pa.Table.from_pylist(pages, schema=PAGES))
+    return {"part": index, "reused": False, "records": len(records), **stats}
+
+
+def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
+    from storage.datasets import dataset_version
+    from storage.schemas import ALL
+
+    def ds(name: str) -> Dataset:
+        return Dataset(raw.root, name, dataset_version(name, CODE_VERSION, params, {"raw_pages": raw.version}), ALL[name])
+
+    return PageOutputs(ds("pages"), ds("sentences"), ds("alias_mentions"), ds("quarantine"))
+
+
+def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, part_stats: list[dict]) -> dict:
+    totals: Counter = Counter()
+    for s in part_stats:
+        totals.update({k: v for k, v in s.items() if isinstance(v, int) and not isinstance(v, bool) and k != "part"})
+    manifests = {}
+    for d in out.all():
+        manifests[d.name] = d.commit(code_version=CODE_VERSION, params=params,
+                                     inputs={"raw_pages": raw.version}, stats=dict(totals))
+    return manifests
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
+
+
+@task(name="plan-pages", cache_policy=NONE)
+def plan_page_outputs_task(raw: Dataset, params: dict) -> PageOutputs:
+    return plan_page_outputs(raw, params)
+
+
+@task(name="extract-part", task_run_name="extract-part-{index}", cache_policy=NONE, retries=1)
+def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict) -> dict:
+    result = extract_part(raw, index, out, n_buckets=params["alias_buckets"],
+                          min_sentence_words=params["min_sentence_words"],
+                          max_sentence_chars=params["max_sentence_chars"])
+    get_run_logger().info("part %d: %s", index, result)
+    return result
+
+
+@task(name="commit-pages", cache_policy=NONE)
+def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict, part_stats: list[dict]) -> dict:
+    return commit_page_outputs(out, raw, params, part_stats)

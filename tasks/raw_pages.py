@@ -1,0 +1,396 @@
+"""Stage 1: stream an input dump into `raw_pages` partitions of N pages.
+
+Inputs: a MediaWiki XML export (``.xml``, ``.xml.bz2``, ``.xml.gz``; local path or any
+fsspec URL) or JSON lines of ``{"title", "text"}`` records. Reading is sequential (a bz2
+stream cannot be split), so this stage only cuts the input into partitions; the
+CPU-heavy cleaning runs on those partitions in parallel.
+
+mwxml parses each page, but the stream is cut into ``<page>`` blocks here first:
+mwxml's whole-stream iterparse cannot go on after one bad byte or one broken tag, and
+a user with a 20 GB dump wants that page quarantined and the other millions kept.
+"""
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import json
+import logging
+import lzma
+import re
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Iterator
+
+import fsspec
+import mwxml
+import pyarrow as pa
+from mwxml.element_iterator import ElementIterator
+
+from storage.datasets import Dataset
+from storage.schemas import RAW_PAGES
+
+CODE_VERSION = "raw_pages-1"
+log = logging.getLogger(__name__)
+
+# Dumps put <page> and </page> on lines of their own; lines longer than this are read
+# in pieces so that one giant line cannot take all memory.
+_LINE_LIMIT = 1 << 20
+_TITLE_RE = re.compile(rb"<title>(.*?)</title>", re.S)
+_ID_RE = re.compile(rb"<id>(\d+)</id>")
+
+
+class SourceError(ValueError):
+    """The input cannot be read at all; raised before any work is done."""
+
+
+@dataclass
+class ReadStats:
+    pages_read: int = 0
+    input_complete: bool = True
+    input_error: str | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "pages_read": self.pages_read,
+            "input_complete": self.input_complete,
+            "input_error": self.input_error,
+            "unreadable_by_reason": dict(sorted(self.errors.items())),
+        }
+
+
+# --- opening and checking the input ----------------------------------------------------
+def detect_format(source: str, input_format: str = "auto") -> str:
+    if input_format != "auto":
+        if input_format not in ("mediawiki-xml", "jsonl"):
+            raise SourceError(f"unknown input_format {input_format!r}: use auto, mediawiki-xml or jsonl")
+        return input_format
+    stem = re.sub(r"\.(bz2|gz|xz)$", "", source.lower())
+    if stem.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    return "mediawiki-xml"
+
+
+def _decompressor(source: str, raw: BinaryIO) -> BinaryIO:
+    lower = source.lower()
+    if lower.endswith(".bz2"):
+        return bz2.BZ2File(raw)
+    if lower.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)
+    if lower.endswith(".xz"):
+        return lzma.LZMAFile(raw)
+    return raw
+
+
+def source_fingerprint(source: str) -> dict:
+    """Identity of the input for versioning: size and modification time (or ETag)."""
+    try:
+        fs, path = fsspec.core.url_to_fs(source)
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise SourceError(f"input not found: {source}") from None
+    except Exception as exc:  # network filesystems raise their own types
+        raise SourceError(f"cannot stat input {source}: {exc}") from exc
+    if info.get("type") == "directory":
+        raise SourceError(f"input is a directory, expected a dump file: {source}")
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created")
+    return {"url": source, "size": info.get("size"), "stamp": str(stamp)}
+
+
+def check_source(source: str, input_format: str = "auto") -> dict:
+    """Fail fast with a clear message if the input is missing, unreadable or not a dump."""
+    fingerprint = source_fingerprint(source)
+    kind = detect_format(source, input_format)
+    try:
+        with fsspec.open(source, "rb") as raw:
+            head = _decompressor(source, raw).read(1 << 16)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise SourceError(f"cannot read {source}: {exc} (corrupt or not the compression its name says)") from exc
+    if not head.strip():
+        raise SourceError(f"input is empty: {source}")
+    if kind == "mediawiki-xml" and b"<mediawiki" not in head:
+        raise SourceError(f"{source} is not a MediaWiki XML export (no <mediawiki> element at its start)")
+    if kind == "jsonl" and not head.lstrip().startswith(b"{"):
+        raise SourceError(f"{source} is not JSON lines (first line does not start with '{{')")
+    return {**fingerprint, "format": kind}
+
+
+# --- MediaWiki XML ---------------------------------------------------------------------
+def _namespace_map(header: bytes) -> dict:
+    doc = header + b"</mediawiki>"
+    try:
+        dump = mwxml.Dump.from_file(io.BytesIO(doc))
+    except Exception as exc:
+        raise SourceError(f"cannot parse the dump's <siteinfo> header: {exc}") from exc
+    return {ns.name: ns for ns in (dump.site_info.namespaces or [])}
+
+
+def _unreadable(seq: int, block: bytes, reason: str, detail: str) -> dict:
+    title = _TITLE_RE.search(block)
+    pid = _ID_RE.search(block)
+    return {
+        "seq": seq,
+        "page_id": int(pid.group(1)) if pid else None,
+        "title": title.group(1).decode("utf-8", "replace") if title else None,
+        "namespace": None,
+        "redirect_target": None,
+        "text_format": "wikitext",
+        "text": None,
+        "raw": block,
+        "error": reason,
+        "error_detail": detail[:500],
+    }
+
+
+def _parse_page(seq: int, block: bytes, namespaces: dict, max_page_bytes: int, size: int) -> dict:
+    if size > max_page_bytes:
+        return _unreadable(seq, block, "too_large", f"page is {size} bytes, over max_page_bytes={max_page_bytes}; raw keeps its first {len(block)} bytes")
+    try:
+        text = block.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _unreadable(seq, block, "invalid_utf8", str(exc))
+    try:
+        page = mwxml.Page.from_element(ElementIterator.from_string(text), namespaces)
+        revisions = list(page)
+    except Exception as exc:  # ParseError, MalformedXML, KeyError on missing fields
+        return _unreadable(seq, block, "malformed_xml", f"{type(exc).__name__}: {exc}")
+    if page.id is None or page.title is None:
+        return _unreadable(seq, block, "malformed_xml", "page without <id> or <title>")
+    wikitext = revisions[-1].text if revisions else None
+    if not wikitext or not wikitext.strip():
+        row = _unreadable(seq, block, "empty_page", "page has no revision text")
+        row.update(page_id=page.id, title=page.title, namespace=page.namespace)
+        return row
+    return {
+        "seq": seq,
+        "page_id": page.id,
+        "title": page.title,
+        "namespace": page.namespace,
+        "redirect_target": page.redirect,
+        "text_format": "wikitext",
+        "text": wikitext,
+        "raw": None,
+        "error": None,
+        "error_detail": None,
+    }
+
+
+def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> Iterator[dict]:
+    header = bytearray()
+    namespaces: dict | None = None
+    block: bytearray | None = None
+    size = 0
+    seq = 0
+    try:
+        while True:
+            line = stream.readline(_LINE_LIMIT)
+            if not line:
+                break
+            stripped = line.lstrip()
+            if namespaces is None:
+                if stripped.startswith(b"<page>"):
+                    namespaces = _namespace_map(bytes(header))
+                else:
+                    header += line
+                    if len(header) > 1 << 24:
+                        raise SourceError("no <page> within the first 16 MB: not a MediaWiki pages dump")
+                    continue
+            if block is None:
+                if stripped.startswith(b"<page>"):
+                    block, size = bytearray(line), len(line)
+                continue
+            size += len(line)
+            if len(block) <= max_page_bytes:
+                block += line
+            if stripped.startswith(b"</page>"):
+                yield _parse_page(seq, bytes(block), namespaces, max_page_bytes, size)
+                seq += 1
+                block = None
+    except (EOFError, OSError, lzma.LZMAError) as exc:
+        stats.input_complete = False
+        stats.input_error = f"{type(exc).__name__}: {exc}"
+    if block is not None:
+        stats.input_complete = False
+        stats.input_error = stats.input_error or "input ended inside a <page>"
+        yield _unreadable(seq, bytes(block), "truncated_input", stats.input_error)
+    elif namespaces is None and stats.input_complete:
+        raise SourceError("the dump holds no <page>")
+
+
+# --- JSON lines ------------------------------------------------------------------------
+def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> Iterator[dict]:
+    seq = 0
+    try:
+        while True:
+            line = stream.readline(max_page_bytes + 1)
+            if not line:
+                break
+            if len(line) > max_page_bytes and not line.endswith(b"\n"):
+                total = len(line)
+                while (more := stream.readline(_LINE_LIMIT)):
+                    total += len(more)
+                    if more.endswith(b"\n"):
+                        break
+                detail = f"record is {total} bytes, over max_page_bytes={max_page_bytes}; raw keeps its first {len(line)} bytes"
+                yield _json_unreadable(seq, line, "too_large", detail)
+                seq += 1
+                continue
+            if not line.strip():
+                continue
+            yield _json_record(seq, line)
+            seq += 1
+    except (EOFError, OSError, lzma.LZMAError) as exc:
+        stats.input_complete = False
+        stats.input_error = f"{type(exc).__name__}: {exc}"
+
+
+def _json_unreadable(seq: int, line: bytes, reason: str, detail: str) -> dict:
+    return {
+        "seq": seq, "page_id": None, "title": None, "namespace": None, "redirect_target": None,
+        "text_format": "plain", "text": None, "raw": line, "error": reason, "error_detail": detail[:500],
+    }
+
+
+def _json_record(seq: int, line: bytes) -> dict:
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return _json_unreadable(seq, line, "invalid_utf8", str(exc))
+    except json.JSONDecodeError as exc:
+        return _json_unreadable(seq, line, "malformed_json", str(exc))
+    if not isinstance(record, dict) or not isinstance(record.get("title"), str):
+        return _json_unreadable(seq, line, "malformed_record", "expected an object with a string 'title'")
+    text = record.get("text", record.get("extract"))
+    if not isinstance(text, str) or not text.strip():
+        row = _json_unreadable(seq, line, "empty_page", "record has no text")
+        row["title"] = record["title"]
+        return row
+    page_id = record.get("id")
+    return {
+        "seq": seq,
+        "page_id": int(page_id) if isinstance(page_id, int) or (isinstance(page_id, str) and page_id.isdigit()) else seq + 1,
+        "title": record["title"].strip(),
+        "namespace": 0,
+        "redirect_target": None,
+        "text_format": "plain",
+        "text": text,
+        "raw": None,
+        "error": None,
+        "error_detail": None,
+    }
+
+
+# --- the stage ---------------------------------------------------------------------------
+ProgressFn = Callable[[int, int, int | None], None]  # pages read, input bytes read, input size
+
+
+def write_raw_pages(
+    source: str,
+    out: Dataset,
+    *,
+    input_format: str = "auto",
+    pages_per_part: int = 500,
+    max_page_bytes: int = 4 << 20,
+    max_pages: int | None = None,
+    progress: ProgressFn | None = None,
+) -> dict:
+    """Cut the input into parts of ``pages_per_part`` records; returns read statistics.
+
+    Parts already on disk from an interrupted run of the same version are kept, not
+    rewritten (the input is still read through, since compressed streams can't seek).
+    """
+    if pages_per_part < 1:
+        raise ValueError("pages_per_part must be >= 1")
+    info = check_source(source, input_format)
+    stats = ReadStats()
+    reader = iter_xml_pages if info["format"] == "mediawiki-xml" else iter_jsonl_pages
+    buffer: list[dict] = []
+    part = 0
+
+    def flush() -> None:
+        nonlocal part, buffer
+        if buffer and not out.has_part(part):
+            out.write_part(part, pa.Table.from_pylist(buffer, schema=RAW_PAGES))
+        if buffer:
+            part += 1
+        buffer = []
+
+    with fsspec.open(source, "rb") as raw:
+        stream = _decompressor(source, raw)
+        for row in reader(stream, max_page_bytes, stats):
+            buffer.append(row)
+            stats.pages_read += 1
+            if row["error"]:
+                stats.errors[row["error"]] = stats.errors.get(row["error"], 0) + 1
+            if len(buffer) >= pages_per_part:
+                flush()
+                if progress:
+                    progress(stats.pages_read, raw.tell(), info["size"])
+            if max_pages is not None and stats.pages_read >= max_pages:
+                break
+        flush()
+        if progress:
+            progress(stats.pages_read, raw.tell(), info["size"])
+    if not stats.input_complete:
+        log.warning("input %s ended early: %s; pages before that point are kept", source, stats.input_error)
+    return {**stats.as_dict(), "parts": part, "format": info["format"]}
+
+
+# --- Prefect wrappers --------------------------------------------------------------------
+def sample_dump() -> str:
+    """The real enwiki excerpt shipped in the gensim 4.4.0 wheel (206 pages)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceError("source='sample' needs gensim==4.4.0 installed (it ships the sample dump)")
+    base = spec.submodule_search_locations[0]
+    return f"{base}/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def resolve_source(source: str) -> str:
+    return sample_dump() if source == "sample" else source
+
+
+def plan_raw_pages(source: str, storage_root: str, params: dict) -> Dataset:
+    """Check the input (fail before any work) and name the version it will produce."""
+    from storage.datasets import dataset_version, resolve_root
+
+    info = check_source(resolve_source(source), params.get("input_format", "auto"))
+    version = dataset_version("raw_pages", CODE_VERSION, params, {"source": f"{info['url']}@{info['size']}@{info['stamp']}"})
+    return Dataset(resolve_root(storage_root), "raw_pages", version, RAW_PAGES)
+
+
+from prefect import task  # noqa: E402  (wrappers below; the stage above needs no Prefect)
+from prefect.artifacts import create_progress_artifact, update_progress_artifact  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
+
+
+@task(name="plan-raw-pages", cache_policy=NONE)
+def plan_raw_pages_task(source: str, storage_root: str, params: dict) -> Dataset:
+    return plan_raw_pages(source, storage_root, params)
+
+
+@task(name="raw-pages", cache_policy=NONE, retries=1)
+def raw_pages_task(source: str, out: Dataset, params: dict) -> dict:
+    logger = get_run_logger()
+    if out.is_complete():
+        logger.info("raw_pages %s is complete: reusing it", out.version)
+        return out.manifest()
+    source = resolve_source(source)
+    artifact = create_progress_artifact(0.0, description=f"Reading {source}")
+
+    def progress(pages: int, done: int, total: int | None) -> None:
+        pct = 100.0 * done / total if total else 0.0
+        update_progress_artifact(artifact, min(pct, 100.0))
+        logger.info("read %d pages (%.1f%% of input)", pages, pct)
+
+    stats = write_raw_pages(
+        source, out, input_format=params["input_format"], pages_per_part=params["pages_per_part"],
+        max_page_bytes=params["max_page_bytes"], max_pages=params["max_pages"], progress=progress,
+    )
+    update_progress_artifact(artifact, 100.0)
+    if not stats["input_complete"]:
+        logger.warning("input ended early (%s): the pages before that point are kept", stats["input_error"])
+    return out.commit(code_version=CODE_VERSION, params=params, inputs={"source": source}, stats=stats)
