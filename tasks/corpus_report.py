@@ -48,6 +48,27 @@ def corpus_counts(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: 
     return counts
 
 
+_LENGTH_BINS = [3, 6, 11, 16, 21, 31, 41, 61, 101]
+
+
+def sentence_length_table(sentences: Dataset) -> list[dict]:
+    """Histogram of sentence length in words, for a table artifact."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    counts = np.zeros(len(_LENGTH_BINS), dtype=np.int64)
+    for batch in sentences.iter_batches(columns=["text"]):
+        words = pc.add(pc.count_substring(batch.column(0), " "), 1).to_numpy(zero_copy_only=False)
+        counts += np.bincount(np.searchsorted(_LENGTH_BINS, words, side="right") - 1, minlength=len(_LENGTH_BINS))
+    total = int(counts.sum()) or 1
+    rows = []
+    for i, lo in enumerate(_LENGTH_BINS):
+        label = f"{lo}-{_LENGTH_BINS[i + 1] - 1}" if i + 1 < len(_LENGTH_BINS) else f"{lo}+"
+        rows.append({"words": label, "sentences": int(counts[i]), "share": f"{100 * counts[i] / total:.1f}%",
+                     "bar": "#" * int(round(40 * counts[i] / total))})
+    return rows
+
+
 def counts_table(counts: dict) -> list[dict]:
     """Rows for a Prefect table artifact: one line per count, grouped."""
     rows = [{"group": "pages", "what": "read", "count": counts["pages_read"]},
@@ -81,6 +102,8 @@ def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarant
     counts = corpus_counts(raw, pages, sentences, quarantine, aliases)
     create_table_artifact(counts_table(counts), key="corpus-counts",
                           description="Pages read = kept + filtered + quarantined, by reason")
+    create_table_artifact(sentence_length_table(sentences), key="sentence-lengths",
+                          description="Sentences by length in words")
     create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts),
                              key="corpus-datasets", description="Dataset versions written by this run")
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},

@@ -17,7 +17,7 @@ from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks import wikitext
 
-CODE_VERSION = "pages-1"
+CODE_VERSION = "pages-2"
 SENTENCE_ID_STRIDE = 1_000_000  # sentence_id = page_id * stride + index
 
 
@@ -54,8 +54,18 @@ def split_sentences(paragraph: str) -> list[str]:
     return out
 
 
+_CLOSERS = "\"'\u201d\u2019)]"
+
+
 def _keep_sentence(text: str, min_words: int, max_chars: int) -> bool:
-    return len(text) <= max_chars and len(text.split()) >= min_words and any(c.isalpha() for c in text)
+    # Prose ends in terminal punctuation; list items, captions and bibliography lines
+    # that survive markup removal mostly don't, and they are not sentences to parse.
+    return (
+        len(text) <= max_chars
+        and len(text.split()) >= min_words
+        and text.rstrip(_CLOSERS).endswith((".", "!", "?"))
+        and any(c.isalpha() for c in text)
+    )
 
 
 def extract_page_rows(
