@@ -95,8 +95,17 @@ class Dataset:
         fs.makedirs(self.path, exist_ok=True)
         final = self.part_path(index)
         tmp = f"{self.path}/.tmp-{index:05d}-{uuid.uuid4().hex}.parquet"
-        pq.write_table(table, tmp, filesystem=fs, compression="zstd")
-        fs.mv(tmp, final)
+        try:
+            pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+            fs.mv(tmp, final)
+        except BaseException:
+            # A failed write leaves no half-written temp file behind (a killed process
+            # still can: such files are never listed as parts).
+            try:
+                fs.rm(tmp)
+            except Exception:
+                pass
+            raise
         return table.num_rows
 
     def parts_on_disk(self) -> list[str]:

@@ -14,7 +14,7 @@ import pyarrow.dataset as pads
 from storage.datasets import Dataset
 from storage.schemas import ALIASES
 
-CODE_VERSION = "aliases-1"
+CODE_VERSION = "aliases-2"
 
 
 def reduce_bucket(mentions: Dataset, bucket: int) -> pa.Table:
@@ -30,7 +30,10 @@ def reduce_bucket(mentions: Dataset, bucket: int) -> pa.Table:
         resolve = dict(zip(redirects["alias"].to_pylist(), redirects["target"].to_pylist()))
     else:
         resolve = {}
-    resolved = [resolve.get(t, t) for t in rows["target"].to_pylist()]
+    # Only anchors are resolved: a redirect row keeps its own target, whichever anchors
+    # happen to share its bucket (else the output would depend on the bucket count).
+    resolved = [resolve.get(t, t) if src == "anchor" else t
+                for t, src in zip(rows["target"].to_pylist(), rows["source"].to_pylist())]
     rows = rows.set_column(rows.schema.get_field_index("target"), "target", pa.array(resolved, pa.string()))
     # A link that resolves to a page of the same name is not an alternative name.
     same = pc.equal(pc.utf8_lower(rows["alias"]), pc.utf8_lower(rows["target"]))

@@ -48,7 +48,7 @@ def corpus_counts(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: 
     return counts
 
 
-_LENGTH_BINS = [3, 6, 11, 16, 21, 31, 41, 61, 101]
+_LENGTH_BINS = [1, 6, 11, 16, 21, 31, 41, 61, 101]
 
 
 def sentence_length_table(sentences: Dataset) -> list[dict]:

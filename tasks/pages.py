@@ -17,7 +17,7 @@ from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks import wikitext
 
-CODE_VERSION = "pages-2"
+CODE_VERSION = "pages-3"
 SENTENCE_ID_STRIDE = 1_000_000  # sentence_id = page_id * stride + index
 
 

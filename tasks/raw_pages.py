@@ -29,7 +29,7 @@ from mwxml.element_iterator import ElementIterator
 from storage.datasets import Dataset
 from storage.schemas import RAW_PAGES
 
-CODE_VERSION = "raw_pages-1"
+CODE_VERSION = "raw_pages-2"
 log = logging.getLogger(__name__)
 
 # Dumps put <page> and </page> on lines of their own; lines longer than this are read
@@ -198,6 +198,12 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
             if block is None:
                 if stripped.startswith(b"<page>"):
                     block, size = bytearray(line), len(line)
+                continue
+            if stripped.startswith(b"<page>"):
+                # The open page never closed: quarantine it and read on from this one.
+                yield _unreadable(seq, bytes(block), "malformed_xml", "<page> without </page>")
+                seq += 1
+                block, size = bytearray(line), len(line)
                 continue
             size += len(line)
             if len(block) <= max_page_bytes:

@@ -43,6 +43,8 @@ _LINK_NAMESPACES = {
     "s", "wikisource", "q", "wikiquote", "commons", "n", "b", "v", "voy", "species", "d",
     "wikidata", "meta", "m", "mw", "c", "w", "wikipedia talk", "user talk", "category talk",
 }
+# Links that are not shown in the running text (an image, a category tag).
+_HIDDEN_LINK_NAMESPACES = {"file", "image", "category"}
 _INTERLANGUAGE = re.compile(r"^[a-z]{2,3}(-[a-z]{2,8})*$")
 _DAB_TEMPLATES = {
     "disambiguation", "disambig", "dab", "disamb", "hndis", "geodis", "surname", "given name",
@@ -94,8 +96,22 @@ def _is_article_link(target: str, namespaces: set[str]) -> bool:
     if target.startswith(":"):
         target = target[1:]
     if ":" in target:
-        prefix = target.split(":", 1)[0].strip().lower()
-        if prefix in _LINK_NAMESPACES or prefix in namespaces or _INTERLANGUAGE.match(prefix):
+        written = target.split(":", 1)[0].strip()
+        prefix = written.lower()
+        # Language prefixes are written in lower case ([[fr:Paris]]); "CSI: Miami" is a title.
+        if prefix in _LINK_NAMESPACES or prefix in namespaces or _INTERLANGUAGE.match(written):
+            return False
+    return True
+
+
+def _is_displayed_link(target: str) -> bool:
+    """Whether MediaWiki shows the link as text in the prose: all links but file
+    embeds, category tags and interlanguage links, unless escaped by a leading colon."""
+    if target.startswith(":"):
+        return True
+    if ":" in target:
+        written = target.split(":", 1)[0].strip()
+        if written.lower() in _HIDDEN_LINK_NAMESPACES or _INTERLANGUAGE.match(written):
             return False
     return True
 
@@ -137,9 +153,10 @@ def _render_node(node, namespaces: set[str]) -> str:
     if isinstance(node, Text):
         return str(node.value)
     if isinstance(node, Wikilink):
-        if not _is_article_link(str(node.title).strip(), namespaces):
+        # [[wikt:mane|mane]] and [[#History|history]] are prose too, only not article links.
+        if not _is_displayed_link(str(node.title).strip()):
             return ""
-        return render(node.text, namespaces) if node.text is not None else str(node.title).split("#", 1)[0]
+        return render(node.text, namespaces) if node.text is not None else str(node.title).strip().lstrip(":").split("#", 1)[0]
     if isinstance(node, ExternalLink):
         return render(node.title, namespaces) if node.title is not None else ""
     if isinstance(node, HTMLEntity):

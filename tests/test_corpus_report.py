@@ -1,0 +1,110 @@
+"""tasks.corpus_report: counts read back from the datasets of a small corpus run."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from storage.datasets import Dataset
+from storage.schemas import PAGES, RAW_PAGES, SENTENCES
+from tasks.aliases import plan_aliases, write_alias_bucket
+from tasks.corpus_report import (
+    CountsDoNotReconcile,
+    corpus_counts,
+    counts_table,
+    datasets_markdown,
+    sentence_length_table,
+)
+from tasks.pages import commit_page_outputs, extract_part, plan_page_outputs
+from tasks.raw_pages import write_raw_pages
+from tests.conftest import mediawiki_dump, page_xml
+
+PARAMS = {"alias_buckets": 3, "min_sentence_words": 3, "max_sentence_chars": 1000}
+
+
+def build_corpus(tmp_path, root: str) -> dict:
+    """Run the extraction stages' plain functions on a nine-page dump."""
+    malformed = page_xml(7, "Broken", "text").replace(b"<title>Broken</title>", b"<title>Broken</tite>")
+    dump = mediawiki_dump(
+        page_xml(1, "Alpha", "'''Alpha''' is the first letter. It comes before [[Beta|the second letter]]."),
+        page_xml(2, "Beta", "Beta is the second letter of the alphabet."),
+        page_xml(3, "Alef", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(4, "Talk:Alpha", "This talk page has a sentence.", ns=1),
+        page_xml(5, "Alpha (disambiguation)", "Alpha may refer to a letter."),
+        page_xml(6, "Stub", "{{stub}}"),
+        malformed,
+        page_xml(8, "Empty", None),
+        page_xml(9, "List of letters", "This list has letters in it."),
+    )
+    src = tmp_path / "dump.xml"
+    src.write_bytes(dump)
+    raw = Dataset(root, "raw_pages", "raw1", RAW_PAGES)
+    stats = write_raw_pages(str(src), raw, pages_per_part=4)
+    raw.commit(code_version="t", params={}, inputs={}, stats=stats)
+    assert stats["parts"] == 3
+
+    out = plan_page_outputs(raw, PARAMS)
+    part_stats = [extract_part(raw, i, out, n_buckets=3) for i in range(stats["parts"])]
+    commit_page_outputs(out, raw, PARAMS, part_stats)
+
+    aliases = plan_aliases(out.alias_mentions, PARAMS)
+    for b in range(3):
+        write_alias_bucket(out.alias_mentions, b, aliases)
+    aliases.commit(code_version="t", params=PARAMS, inputs={"alias_mentions": out.alias_mentions.version})
+    return {"raw": raw, "pages": out.pages, "sentences": out.sentences, "quarantine": out.quarantine,
+            "alias_mentions": out.alias_mentions, "aliases": aliases}
+
+
+def test_corpus_counts_reconcile(tmp_path, root):
+    ds = build_corpus(tmp_path, root)
+    counts = corpus_counts(ds["raw"], ds["pages"], ds["sentences"], ds["quarantine"], ds["aliases"])
+    assert counts == {
+        "pages_read": 9,
+        "kept": 2,
+        "filtered": {"disambiguation": 1, "list": 1, "namespace": 1, "no_sentences": 1, "redirect": 1},
+        "quarantined": {"empty_page": 1, "malformed_xml": 1},
+        "sentences": 3,
+        "aliases": {"anchor": 1, "redirect": 1},
+    }
+    assert sorted(ds["aliases"].read().to_pylist(), key=lambda r: r["source"]) == [
+        {"alias": "the second letter", "title": "Beta", "source": "anchor", "count": 1},
+        {"alias": "Alef", "title": "Alpha", "source": "redirect", "count": 1},
+    ]
+
+    rows = counts_table(counts)
+    assert {"group": "pages", "what": "read", "count": 9} in rows
+    assert sum(r["count"] for r in rows if r["group"] in ("filtered", "quarantined")) == 7
+    md = datasets_markdown(list(ds.values()), counts)
+    for d in ds.values():
+        assert f"`{d.version}`" in md
+    assert "Pages read **9** = kept **2** + filtered **5** + quarantined **2**" in md
+
+
+def _pages_copy(pages: Dataset, rows: list[dict], version: str) -> Dataset:
+    d = Dataset(pages.root, "pages", version, PAGES)
+    d.write_part(0, pa.Table.from_pylist(rows, schema=PAGES))
+    d.commit(code_version="t", params={}, inputs={})
+    return d
+
+
+def test_missing_or_double_counted_page_does_not_reconcile(tmp_path, root):
+    ds = build_corpus(tmp_path, root)
+    rows = ds["pages"].read().to_pylist()
+    for version, broken in (("lost-one", rows[1:]), ("twice", rows + rows[:1])):
+        pages = _pages_copy(ds["pages"], broken, version)
+        with pytest.raises(CountsDoNotReconcile, match="pages read 9"):
+            corpus_counts(ds["raw"], pages, ds["sentences"], ds["quarantine"], ds["aliases"])
+    assert issubclass(CountsDoNotReconcile, AssertionError)
+
+
+def test_sentence_length_histogram(root):
+    texts = ["Yes.", "Go home now.", "One two three four five.", "One two three four five six.", " ".join(["w"] * 150)]
+    d = Dataset(root, "sentences", "s1", SENTENCES)
+    d.write_part(0, pa.Table.from_pylist(
+        [{"sentence_id": i, "page_id": 1, "index": i, "text": t} for i, t in enumerate(texts)], schema=SENTENCES))
+    d.commit(code_version="t", params={}, inputs={})
+    table = {r["words"]: r for r in sentence_length_table(d)}
+    assert table["1-5"]["sentences"] == 3  # a one-word sentence is counted, not an error
+    assert table["6-10"]["sentences"] == 1
+    assert table["101+"]["sentences"] == 1
+    assert sum(r["sentences"] for r in table.values()) == len(texts)
+    assert table["1-5"]["share"] == "60.0%"

@@ -1,0 +1,384 @@
+"""tasks.raw_pages: cutting MediaWiki XML / JSON lines into raw_pages parts."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import html
+import json
+import os
+import random
+import re
+
+import fsspec
+import pyarrow.parquet as pq
+import pytest
+
+from storage.datasets import Dataset
+from storage.schemas import RAW_PAGES
+from tasks.raw_pages import (
+    SourceError,
+    check_source,
+    detect_format,
+    plan_raw_pages,
+    sample_dump,
+    write_raw_pages,
+)
+from tests.conftest import HEADER, FOOTER, mediawiki_dump, page_xml
+
+
+def _write(tmp_path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def _run(source: str, root: str, version: str = "v1", **kw) -> tuple[dict, list[dict], Dataset]:
+    out = Dataset(root, "raw_pages", version, RAW_PAGES)
+    stats = write_raw_pages(source, out, **kw)
+    out.commit(code_version="t", params={}, inputs={}, stats=stats)
+    return stats, out.read().to_pylist(), out
+
+
+def _compress(name: str, data: bytes) -> bytes:
+    if name.endswith(".bz2"):
+        return bz2.compress(data)
+    if name.endswith(".gz"):
+        return gzip.compress(data)
+    return data
+
+
+def _words(rnd: random.Random, n: int) -> str:
+    return " ".join(rnd.choice(["alpha", "beta", "gamma", "delta"]) + str(rnd.randint(0, 10**6)) for _ in range(n))
+
+
+# --- normal pages --------------------------------------------------------------------------
+ODD_TEXT = "Tom & Jerry <b>bold</b> \"quoted\" 'apos' caf\u00e9 \u4e2d\u6587\nsecond line with [[link|anchor]] and {{tpl}}"
+
+
+@pytest.mark.parametrize("name", ["dump.xml", "dump.xml.bz2", "dump.xml.gz"])
+def test_pages_and_redirects(tmp_path, root, name):
+    dump = mediawiki_dump(
+        page_xml(10, "Alpha", ODD_TEXT),
+        page_xml(12, "Beta", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(13, "Talk:Gamma", "Talk page text", ns=1),
+        page_xml(15, "AT&T", "Text of AT&T.", redirect=None),
+    )
+    stats, rows, out = _run(_write(tmp_path, name, _compress(name, dump)), root)
+    assert stats["pages_read"] == 4 and stats["input_complete"] and stats["input_error"] is None
+    assert stats["unreadable_by_reason"] == {} and stats["parts"] == 1 and stats["format"] == "mediawiki-xml"
+    assert [r["seq"] for r in rows] == [0, 1, 2, 3]
+    assert [r["page_id"] for r in rows] == [10, 12, 13, 15]
+    assert [r["title"] for r in rows] == ["Alpha", "Beta", "Talk:Gamma", "AT&T"]
+    assert [r["namespace"] for r in rows] == [0, 0, 1, 0]
+    assert [r["redirect_target"] for r in rows] == [None, "Alpha", None, None]
+    assert rows[0]["text"] == ODD_TEXT  # XML escapes undone, newlines kept
+    assert rows[1]["text"] == "#REDIRECT [[Alpha]]"
+    assert all(r["text_format"] == "wikitext" and r["error"] is None and r["raw"] is None for r in rows)
+
+
+def test_partitioning_into_parts_of_n_pages(tmp_path, root):
+    dump = mediawiki_dump(*(page_xml(i, f"Page {i}", f"Text {i}.") for i in range(1, 24)))
+    stats, rows, out = _run(_write(tmp_path, "d.xml", dump), root, pages_per_part=5)
+    assert stats["parts"] == 5 and stats["pages_read"] == 23
+    assert [pq.ParquetFile(out.part_path(i)).metadata.num_rows for i in range(5)] == [5, 5, 5, 5, 3]
+    assert not out.has_part(5)
+    assert [p["rows"] for p in out.manifest()["parts"]] == [5, 5, 5, 5, 3]
+    assert [r["seq"] for r in rows] == list(range(23))
+    assert [r["page_id"] for r in rows] == list(range(1, 24))
+    assert out.read_part(2).column("page_id").to_pylist() == [11, 12, 13, 14, 15]
+
+
+def test_exact_multiple_gives_no_empty_part(tmp_path, root):
+    dump = mediawiki_dump(*(page_xml(i, f"Page {i}", "x") for i in range(1, 7)))
+    stats, rows, out = _run(_write(tmp_path, "d.xml", dump), root, pages_per_part=3)
+    assert stats["parts"] == 2
+    assert [p["rows"] for p in out.manifest()["parts"]] == [3, 3]
+
+
+def test_max_pages(tmp_path, root):
+    dump = mediawiki_dump(*(page_xml(i, f"Page {i}", f"Text {i}.") for i in range(1, 21)))
+    stats, rows, out = _run(_write(tmp_path, "d.xml", dump), root, pages_per_part=5, max_pages=7)
+    assert stats["pages_read"] == 7 and stats["parts"] == 2
+    assert [r["page_id"] for r in rows] == list(range(1, 8))
+    assert [p["rows"] for p in out.manifest()["parts"]] == [5, 2]
+
+
+def test_pages_per_part_must_be_positive(tmp_path, root):
+    src = _write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a")))
+    with pytest.raises(ValueError):
+        write_raw_pages(src, Dataset(root, "raw_pages", "v", RAW_PAGES), pages_per_part=0)
+
+
+def test_progress_reports(tmp_path, root):
+    dump = mediawiki_dump(*(page_xml(i, f"Page {i}", "x") for i in range(1, 11)))
+    src = _write(tmp_path, "d.xml", dump)
+    calls = []
+    write_raw_pages(src, Dataset(root, "raw_pages", "v", RAW_PAGES), pages_per_part=4,
+                    progress=lambda pages, done, total: calls.append((pages, done, total)))
+    assert [c[0] for c in calls] == [4, 8, 10]
+    assert all(c[2] == len(dump) for c in calls)
+    assert calls[-1][1] == len(dump)
+    assert [c[1] for c in calls] == sorted(c[1] for c in calls)
+
+
+# --- damaged input -------------------------------------------------------------------------
+def test_truncated_bz2_keeps_pages_before_the_cut(tmp_path, root):
+    rnd = random.Random(7)
+    pages = [page_xml(i, f"Page {i}", _words(rnd, 300)) for i in range(1, 121)]
+    dump = mediawiki_dump(*pages)
+    compressed = bz2.compress(dump, 1)  # 100 kB blocks: several blocks, so a cut keeps some
+    cut = compressed[: int(len(compressed) * 0.6)]
+    # Independently: what a decompressor can recover from the cut file.
+    recoverable = bz2.BZ2Decompressor().decompress(cut)
+    complete = recoverable.count(b"</page>")
+    assert 0 < complete < len(pages)
+    assert recoverable.count(b"<page>") == complete + 1  # the cut falls inside a page
+
+    stats, rows, out = _run(_write(tmp_path, "cut.xml.bz2", cut), root, pages_per_part=7)
+    assert not stats["input_complete"]
+    assert "EOFError" in stats["input_error"]
+    assert stats["unreadable_by_reason"] == {"truncated_input": 1}
+    assert len(rows) == complete + 1
+    assert [r["page_id"] for r in rows[:complete]] == list(range(1, complete + 1))
+    assert all(r["error"] is None and r["text"] for r in rows[:complete])
+    last = rows[-1]
+    assert last["error"] == "truncated_input" and last["seq"] == complete
+    assert last["page_id"] == complete + 1 and last["title"] == f"Page {complete + 1}"
+    assert last["raw"].lstrip().startswith(b"<page>")
+    assert pages[complete].startswith(last["raw"])  # raw is the start of that page, as read
+
+
+def test_truncated_plain_xml_quarantines_the_partial_page(tmp_path, root):
+    pages = [page_xml(i, f"Page {i}", f"Text of page {i}.") for i in range(1, 5)]
+    dump = mediawiki_dump(*pages)
+    cut_at = dump.index(pages[3]) + len(pages[3]) // 2
+    stats, rows, _ = _run(_write(tmp_path, "cut.xml", dump[:cut_at]), root)
+    assert not stats["input_complete"] and stats["input_error"] == "input ended inside a <page>"
+    assert [r["error"] for r in rows] == [None, None, None, "truncated_input"]
+    assert rows[3]["raw"] == pages[3][: len(pages[3]) // 2]
+    assert rows[3]["page_id"] == 4
+
+
+def test_malformed_page_is_quarantined_and_reading_goes_on(tmp_path, root):
+    bad = page_xml(5, "Bad", "some text").replace(b"<title>Bad</title>", b"<title>Bad</titel>")
+    dump = mediawiki_dump(page_xml(1, "A", "a"), bad, page_xml(6, "After", "after"), page_xml(7, "After2", "more"))
+    stats, rows, _ = _run(_write(tmp_path, "m.xml", dump), root)
+    assert stats["input_complete"] and stats["unreadable_by_reason"] == {"malformed_xml": 1}
+    assert [(r["seq"], r["page_id"], r["error"]) for r in rows] == [
+        (0, 1, None), (1, 5, "malformed_xml"), (2, 6, None), (3, 7, None)]
+    assert rows[1]["raw"] == bad
+    assert rows[1]["text"] is None and rows[1]["error_detail"]
+    assert rows[2]["title"] == "After" and rows[2]["text"] == "after"
+
+
+def test_page_without_closing_tag_does_not_swallow_the_next(tmp_path, root):
+    unclosed = page_xml(5, "Unclosed", "text").replace(b"  </page>\n", b"")
+    dump = mediawiki_dump(page_xml(1, "A", "a"), unclosed, page_xml(6, "After", "after"), page_xml(7, "After2", "x"))
+    stats, rows, _ = _run(_write(tmp_path, "m.xml", dump), root)
+    assert [(r["page_id"], r["error"]) for r in rows] == [(1, None), (5, "malformed_xml"), (6, None), (7, None)]
+    assert rows[1]["raw"] == unclosed
+    assert stats["input_complete"]
+
+
+def test_page_missing_id_is_malformed(tmp_path, root):
+    no_id = re.sub(rb"    <id>9</id>\n", b"", page_xml(9, "NoId", "text"), count=1)
+    assert b"<id>9</id>" not in no_id
+    stats, rows, _ = _run(_write(tmp_path, "m.xml", mediawiki_dump(no_id, page_xml(2, "B", "b"))), root)
+    assert [r["error"] for r in rows] == ["malformed_xml", None]
+
+
+def test_invalid_utf8_keeps_raw_bytes(tmp_path, root):
+    bad = page_xml(5, "Bad", "caf\u00e9 au lait").replace("\u00e9".encode(), b"\xe9")  # latin-1 byte
+    dump = mediawiki_dump(page_xml(1, "A", "a"), bad, page_xml(6, "After", "after"))
+    stats, rows, _ = _run(_write(tmp_path, "u.xml.bz2", bz2.compress(dump)), root)
+    assert stats["unreadable_by_reason"] == {"invalid_utf8": 1}
+    assert [r["error"] for r in rows] == [None, "invalid_utf8", None]
+    assert rows[1]["raw"] == bad and b"\xe9" in rows[1]["raw"]
+    assert rows[1]["page_id"] == 5 and rows[1]["title"] == "Bad"
+    assert rows[2]["text"] == "after"
+
+
+def test_empty_pages(tmp_path, root):
+    dump = mediawiki_dump(page_xml(1, "A", "a"), page_xml(5, "Empty", None), page_xml(7, "Blank", "  \n  "))
+    stats, rows, _ = _run(_write(tmp_path, "e.xml", dump), root)
+    assert stats["unreadable_by_reason"] == {"empty_page": 2}
+    assert [(r["page_id"], r["title"], r["namespace"], r["error"]) for r in rows] == [
+        (1, "A", 0, None), (5, "Empty", 0, "empty_page"), (7, "Blank", 0, "empty_page")]
+
+
+def test_giant_page_is_too_large_and_memory_bounded(tmp_path, root):
+    limit = 4096
+    one_line = page_xml(5, "Huge", "word " * 10_000)  # the text on one 50 kB line
+    many_lines = page_xml(6, "Long", "line of text\n" * 5_000)  # 65 kB over many lines
+    fits = page_xml(7, "Fits", "x" * 1000)
+    dump = mediawiki_dump(page_xml(1, "A", "a"), one_line, many_lines, fits, page_xml(8, "After", "after"))
+    stats, rows, _ = _run(_write(tmp_path, "g.xml", dump), root, max_page_bytes=limit)
+    assert [(r["page_id"], r["error"]) for r in rows] == [
+        (1, None), (5, "too_large"), (6, "too_large"), (7, None), (8, None)]
+    assert stats["unreadable_by_reason"] == {"too_large": 2}
+    huge, long = rows[1], rows[2]
+    assert f"page is {len(one_line)} bytes" in huge["error_detail"]
+    assert f"page is {len(many_lines)} bytes" in long["error_detail"]
+    assert one_line.startswith(huge["raw"]) and many_lines.startswith(long["raw"])
+    # Only the first bytes are kept: at most the limit plus the line that crossed it.
+    longest_line = max(len(line) for line in many_lines.splitlines(keepends=True))
+    assert len(long["raw"]) <= limit + longest_line < len(many_lines)
+    assert huge["title"] == "Huge" and long["title"] == "Long"
+    assert rows[3]["text"] == "x" * 1000
+
+
+# --- inputs that are not dumps ----------------------------------------------------------------
+NOT_DUMPS = {
+    "empty.xml": b"",
+    "blank.xml": b"  \n\n",
+    "page.html": b"<html><body><p>Hello</p></body></html>\n",
+    "corrupt.xml.bz2": b"BZh91AY&SY" + b"\x00garbage" * 50,
+    "not-compressed.xml.bz2": mediawiki_dump(page_xml(1, "A", "a")),
+    "no-pages.xml": HEADER + FOOTER,
+    "not-json.jsonl": b"title,text\nA,b\n",
+    "empty.jsonl.gz": gzip.compress(b""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_DUMPS))
+def test_unreadable_source_fails_before_any_part(tmp_path, root, name):
+    src = _write(tmp_path, name, NOT_DUMPS[name])
+    out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
+    with pytest.raises(SourceError):
+        write_raw_pages(src, out, pages_per_part=1)
+    assert not os.path.exists(out.path)
+
+
+def test_missing_file_and_directory(tmp_path, root):
+    out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
+    with pytest.raises(SourceError, match="not found"):
+        write_raw_pages(str(tmp_path / "nope.xml.bz2"), out)
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(SourceError, match="directory"):
+        write_raw_pages(str(tmp_path / "adir"), out)
+    with pytest.raises(SourceError, match="directory"):
+        plan_raw_pages(str(tmp_path / "adir"), root, {})
+    assert not os.path.exists(out.path)
+
+
+def test_detect_format():
+    assert detect_format("x/enwiki.xml.bz2") == "mediawiki-xml"
+    assert detect_format("s3://b/data.JSONL.gz") == "jsonl"
+    assert detect_format("a.ndjson") == "jsonl"
+    assert detect_format("a.txt", "jsonl") == "jsonl"
+    with pytest.raises(SourceError):
+        detect_format("a.xml", "csv")
+
+
+def test_plan_version_follows_params_and_input(tmp_path, root):
+    src = _write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a")))
+    a = plan_raw_pages(src, root, {"pages_per_part": 5})
+    assert a.version == plan_raw_pages(src, root, {"pages_per_part": 5}).version
+    assert a.version != plan_raw_pages(src, root, {"pages_per_part": 6}).version
+    _write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a"), page_xml(2, "B", "b")))  # the input changed
+    assert plan_raw_pages(src, root, {"pages_per_part": 5}).version != a.version
+
+
+# --- rerun reuses parts ---------------------------------------------------------------------------
+def test_rerun_keeps_existing_parts(tmp_path, root):
+    dump = mediawiki_dump(*(page_xml(i, f"Page {i}", f"Text {i}.") for i in range(1, 13)))
+    src = _write(tmp_path, "d.xml", dump)
+    out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
+    write_raw_pages(src, out, pages_per_part=4)
+    first = [out.read_part(i).to_pylist() for i in range(3)]
+    before = {i: os.stat(out.part_path(i)) for i in (0, 2)}
+    os.remove(out.part_path(1))  # as if the run had died after parts 0 and 2
+
+    stats = write_raw_pages(src, out, pages_per_part=4)
+    assert stats["parts"] == 3
+    for i in (0, 2):
+        after = os.stat(out.part_path(i))
+        assert (after.st_ino, after.st_mtime_ns) == (before[i].st_ino, before[i].st_mtime_ns)
+    assert [out.read_part(i).to_pylist() for i in range(3)] == first
+    out.commit(code_version="t", params={}, inputs={})
+    assert out.read().num_rows == 12
+
+
+# --- any fsspec URL --------------------------------------------------------------------------------
+def test_memory_source_and_storage(memory_root):
+    fs = fsspec.filesystem("memory")
+    src = f"{memory_root}/in/dump.xml.bz2"
+    with fs.open(src.replace("memory://", "/"), "wb") as fh:
+        fh.write(bz2.compress(mediawiki_dump(page_xml(1, "A", "a text"), page_xml(2, "B", "#REDIRECT [[A]]", redirect="A"))))
+    info = check_source(src)
+    assert info["format"] == "mediawiki-xml" and info["size"] > 0
+    stats, rows, out = _run(src, f"{memory_root}/store")
+    assert [(r["title"], r["redirect_target"]) for r in rows] == [("A", None), ("B", "A")]
+    assert out.url.startswith("memory://")
+
+
+# --- JSON lines -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["records.jsonl", "records.jsonl.bz2"])
+def test_jsonl_records(tmp_path, root, name):
+    limit = 1000
+    good = json.dumps({"title": " Alpha ", "text": "Alpha is a letter."}).encode()
+    broken = b'{"title": "B", "text": "unterminated'
+    latin1 = json.dumps({"title": "Caf\u00e9", "text": "caf\u00e9"}, ensure_ascii=False).encode().replace("\u00e9".encode(), b"\xe9")
+    no_text = json.dumps({"title": "D"}).encode()
+    blank_text = json.dumps({"title": "D2", "text": "   "}).encode()
+    giant = json.dumps({"title": "E", "text": "x" * 5000}).encode()
+    with_id = json.dumps({"title": "F", "text": "F text.", "id": 42}).encode()
+    str_id = json.dumps({"title": "G", "extract": "G text.", "id": "77"}).encode()
+    not_object = json.dumps(["a", "list"]).encode()
+    no_title = json.dumps({"text": "orphan"}).encode()
+    lines = [good, broken, latin1, no_text, blank_text, giant, b"", with_id, str_id, not_object, no_title]
+    data = b"\n".join(lines) + b"\n"
+    stats, rows, _ = _run(_write(tmp_path, name, _compress(name, data)), root, max_page_bytes=limit)
+
+    assert stats["format"] == "jsonl" and stats["input_complete"]
+    assert len(rows) == 10  # the blank line is skipped, every other line is one record
+    assert [r["seq"] for r in rows] == list(range(10))
+    assert [r["error"] for r in rows] == [
+        None, "malformed_json", "invalid_utf8", "empty_page", "empty_page", "too_large",
+        None, None, "malformed_record", "malformed_record"]
+    assert stats["unreadable_by_reason"] == {
+        "empty_page": 2, "invalid_utf8": 1, "malformed_json": 1, "malformed_record": 2, "too_large": 1}
+    assert all(r["text_format"] == "plain" for r in rows)
+    a, f, g = rows[0], rows[6], rows[7]
+    assert (a["title"], a["text"], a["namespace"], a["raw"]) == ("Alpha", "Alpha is a letter.", 0, None)
+    assert (f["page_id"], f["text"]) == (42, "F text.")
+    assert (g["page_id"], g["text"]) == (77, "G text.")
+    # unreadable lines keep their bytes as they were
+    assert rows[1]["raw"] == broken + b"\n"
+    assert rows[2]["raw"] == latin1 + b"\n" and b"\xe9" in rows[2]["raw"]
+    assert rows[3]["raw"] == no_text + b"\n" and rows[3]["title"] == "D"
+    assert (giant + b"\n").startswith(rows[5]["raw"]) and len(rows[5]["raw"]) == limit + 1
+    assert f"record is {len(giant) + 1} bytes" in rows[5]["error_detail"]
+    assert all(r["text"] is None for r in rows if r["error"])
+
+
+def test_jsonl_page_ids_are_present(tmp_path, root):
+    data = b"".join(json.dumps({"title": f"T{i}", "text": "x."}).encode() + b"\n" for i in range(5))
+    _, rows, _ = _run(_write(tmp_path, "r.jsonl", data), root)
+    ids = [r["page_id"] for r in rows]
+    assert None not in ids and len(set(ids)) == 5
+
+
+# --- the real sample dump ----------------------------------------------------------------------------
+def test_real_sample_dump(root):
+    path = sample_dump()
+    xml = bz2.open(path).read().decode("utf-8")
+    # Independent counts from the raw XML.
+    blocks = re.findall(r"<page>.*?</page>", xml, re.S)
+    n_redirects = len(re.findall(r"<redirect title=", xml))
+    assert len(blocks) == xml.count("<page>") == 206
+    assert n_redirects == xml.count("<redirect") == 100
+    titles = [html.unescape(re.search(r"<title>(.*?)</title>", b).group(1)) for b in blocks]
+    ids = [int(re.search(r"</ns>\s*<id>(\d+)</id>", b).group(1)) for b in blocks]
+    targets = [html.unescape(m.group(1)) if (m := re.search(r'<redirect title="(.*?)"', b)) else None for b in blocks]
+    namespaces = [int(re.search(r"<ns>(-?\d+)</ns>", b).group(1)) for b in blocks]
+
+    stats, rows, out = _run(path, root, pages_per_part=50)
+    assert stats["pages_read"] == 206 and stats["input_complete"] and stats["unreadable_by_reason"] == {}
+    assert stats["parts"] == 5 and out.manifest()["rows"] == 206
+    assert [r["title"] for r in rows] == titles
+    assert [r["page_id"] for r in rows] == ids
+    assert [r["namespace"] for r in rows] == namespaces
+    assert [r["redirect_target"] for r in rows] == targets
+    assert sum(r["redirect_target"] is not None for r in rows) == 100
+    assert all(r["error"] is None and r["text"].strip() for r in rows)

@@ -1,0 +1,352 @@
+"""storage.datasets: atomic parts, schema enforcement, manifests, versions, fsspec URLs."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import datasets as ds_mod
+from storage.datasets import (
+    Dataset,
+    DatasetIncomplete,
+    SchemaMismatch,
+    conform,
+    dataset_version,
+    latest_version,
+    resolve_root,
+)
+from storage.schemas import ALL, SENTENCES
+from tests.conftest import dataset
+
+
+def sentences_table(page_id: int, n: int, start: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "sentence_id": [page_id * 1_000_000 + i for i in range(start, start + n)],
+            "page_id": [page_id] * n,
+            "index": pa.array(range(start, start + n), pa.int32()),
+            "text": [f"Sentence {i} of page {page_id}." for i in range(start, start + n)],
+        }
+    )
+
+
+def files_in(d: Dataset) -> list[str]:
+    return sorted(p.rsplit("/", 1)[-1] for p in d.fs.ls(d.path, detail=False))
+
+
+# --- writing and reading -------------------------------------------------------------------
+def test_parts_round_trip_and_manifest_counts(root):
+    d = dataset(root, "sentences", SENTENCES)
+    assert d.write_part(0, sentences_table(1, 3)) == 3
+    assert d.write_part(1, sentences_table(2, 2)) == 2
+    manifest = d.commit(code_version="code-7", params={"min_words": 3}, inputs={"pages": "abc"}, stats={"x": 1})
+
+    assert files_in(d) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet"]
+    assert manifest["rows"] == 5
+    assert manifest["parts"] == [{"file": "part-00000.parquet", "rows": 3}, {"file": "part-00001.parquet", "rows": 2}]
+    assert manifest["schema"] == [
+        {"name": "sentence_id", "type": "int64", "nullable": False},
+        {"name": "page_id", "type": "int64", "nullable": False},
+        {"name": "index", "type": "int32", "nullable": False},
+        {"name": "text", "type": "string", "nullable": False},
+    ]
+    assert (manifest["params"], manifest["inputs"], manifest["code_version"]) == ({"min_words": 3}, {"pages": "abc"}, "code-7")
+    assert manifest["stats"] == {"x": 1}
+    # The file on disk says the same as the returned manifest.
+    with open(os.path.join(d.path, "_manifest.json")) as fh:
+        on_disk = json.load(fh)
+    assert on_disk["rows"] == 5 and on_disk["parts"] == manifest["parts"] and on_disk["version"] == "v1"
+
+    table = d.read()
+    assert table.schema == SENTENCES
+    expected = sentences_table(1, 3).to_pylist() + sentences_table(2, 2).to_pylist()
+    assert table.to_pylist() == expected
+    assert d.read(columns=["page_id"]).column(0).to_pylist() == [1, 1, 1, 2, 2]
+    assert d.read(filter=pads.field("page_id") == 2).num_rows == 2
+    assert sum(b.num_rows for b in d.iter_batches(batch_size=2)) == 5
+    assert d.read_part(1).to_pylist() == sentences_table(2, 2).to_pylist()
+
+
+def test_each_part_file_is_a_whole_parquet_file(root):
+    d = dataset(root, "sentences", SENTENCES)
+    for i in range(3):
+        d.write_part(i, sentences_table(i + 1, 10 + i))
+    for i in range(3):
+        assert pq.ParquetFile(d.part_path(i)).metadata.num_rows == 10 + i
+
+
+def test_write_part_puts_columns_in_schema_order(root):
+    d = dataset(root, "sentences", SENTENCES)
+    t = sentences_table(1, 2)
+    d.write_part(0, t.select(["text", "index", "page_id", "sentence_id"]))
+    assert pq.read_schema(d.part_path(0)).names == SENTENCES.names
+    d.commit(code_version="c", params={}, inputs={})
+    assert d.read().to_pylist() == t.to_pylist()
+
+
+def test_empty_dataset_commits_and_reads_empty(root):
+    d = dataset(root, "sentences", SENTENCES)
+    m = d.commit(code_version="c", params={}, inputs={})
+    assert m["rows"] == 0 and m["parts"] == []
+    assert d.read().num_rows == 0 and d.read().schema == SENTENCES
+    assert d.read(columns=["text"]).schema.names == ["text"]
+
+
+def test_dataset_handle_is_picklable(root):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 2))
+    d.commit(code_version="c", params={}, inputs={})
+    back = pickle.loads(pickle.dumps(d))
+    assert back == d
+    assert back.read().num_rows == 2
+
+
+# --- atomic writes -------------------------------------------------------------------------
+def test_no_temp_file_left_after_write(root):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 4))
+    d.write_part(0, sentences_table(1, 5))  # overwriting a part goes through a temp file too
+    assert files_in(d) == ["part-00000.parquet"]
+    assert pq.ParquetFile(d.part_path(0)).metadata.num_rows == 5
+
+
+def test_write_failing_midway_leaves_no_part(root, monkeypatch):
+    d = dataset(root, "sentences", SENTENCES)
+    real_write = pq.write_table
+    seen = []
+
+    def half_write_then_crash(table, where, filesystem=None, **kw):
+        # Write a real file, then leave only its first half and fail, as a crash would.
+        real_write(table, where, filesystem=filesystem, **kw)
+        with filesystem.open(where, "rb") as fh:
+            data = fh.read()
+        with filesystem.open(where, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+        seen.append(where)
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(ds_mod.pq, "write_table", half_write_then_crash)
+    with pytest.raises(OSError, match="disk went away"):
+        d.write_part(0, sentences_table(1, 100))
+    assert seen and "part-" not in seen[0].rsplit("/", 1)[-1]  # it wrote under a temporary name
+    assert not d.has_part(0)
+    assert d.parts_on_disk() == []
+    assert files_in(d) == []  # and the half-written temp file was removed
+    monkeypatch.undo()
+
+    d.write_part(0, sentences_table(1, 3))
+    assert d.commit(code_version="c", params={}, inputs={})["rows"] == 3
+
+
+def test_rename_failing_leaves_no_part(root, monkeypatch):
+    d = dataset(root, "sentences", SENTENCES)
+    fs_cls = type(d.fs)
+
+    def broken_mv(self, *a, **kw):
+        raise OSError("rename failed")
+
+    monkeypatch.setattr(fs_cls, "mv", broken_mv)
+    with pytest.raises(OSError, match="rename failed"):
+        d.write_part(0, sentences_table(1, 3))
+    monkeypatch.undo()
+    assert not d.has_part(0)
+    assert not any(f.startswith("part-") for f in files_in(d))
+
+
+def test_killed_writer_leftovers_are_not_parts(root):
+    """A process killed mid-write leaves a temp file: it is never listed or read as a part."""
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(1, sentences_table(2, 2))
+    with open(os.path.join(d.path, ".tmp-00000-deadbeef.parquet"), "wb") as fh:
+        fh.write(b"PAR1 half a file")
+    assert not d.has_part(0)
+    assert [p.rsplit("/", 1)[-1] for p in d.parts_on_disk()] == ["part-00001.parquet"]
+    m = d.commit(code_version="c", params={}, inputs={})
+    assert m["parts"] == [{"file": "part-00001.parquet", "rows": 2}]
+    assert d.read().num_rows == 2
+
+
+# --- schema enforcement ----------------------------------------------------------------------
+def _good() -> dict:
+    return {"sentence_id": [1], "page_id": [1], "index": [0], "text": ["A sentence."]}
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c.pop("text"), "missing \\['text'\\]"),
+        (lambda c: c.update(extra=[1]), "unexpected \\['extra'\\]"),
+        (lambda c: c.update(sentence_id=["abc"]), "cannot cast"),
+        (lambda c: c.update(sentence_id=[1.5]), "cannot cast"),
+        (lambda c: c.update(index=[2**40]), "cannot cast"),  # int32 column
+        (lambda c: c.update(page_id=[None]), "cannot cast"),  # non-nullable column
+    ],
+    ids=["missing-column", "extra-column", "string-for-int", "float-for-int", "int32-overflow", "null-in-required"],
+)
+def test_schema_mismatch(root, mutate, message):
+    cols = _good()
+    mutate(cols)
+    table = pa.table(cols)
+    with pytest.raises(SchemaMismatch, match=message):
+        conform(table, SENTENCES)
+    d = dataset(root, "sentences", SENTENCES)
+    with pytest.raises(SchemaMismatch):
+        d.write_part(0, table)
+    assert not d.has_part(0)
+
+
+def test_schema_mismatch_is_a_value_error():
+    assert issubclass(SchemaMismatch, ValueError)
+
+
+def test_conform_casts_compatible_types():
+    t = pa.table({"sentence_id": pa.array([1], pa.int32()), "page_id": [1], "index": [0], "text": ["x"]})
+    assert conform(t, SENTENCES).schema == SENTENCES
+
+
+def test_every_declared_schema_round_trips_an_empty_part(root):
+    for name, schema in ALL.items():
+        d = dataset(root, name, schema)
+        d.write_part(0, schema.empty_table())
+        d.commit(code_version="c", params={}, inputs={})
+        assert d.read().schema == schema
+
+
+# --- incomplete datasets ---------------------------------------------------------------------
+def test_dataset_without_manifest_is_incomplete(root):
+    d = dataset(root, "sentences", SENTENCES)
+    assert not d.is_complete()
+    with pytest.raises(DatasetIncomplete):
+        d.read()
+    d.write_part(0, sentences_table(1, 2))
+    assert not d.is_complete()  # parts alone do not make a dataset
+    for call in (d.read, d.manifest, d.part_files, lambda: list(d.iter_batches())):
+        with pytest.raises(DatasetIncomplete, match="no manifest"):
+            call()
+    assert issubclass(DatasetIncomplete, FileNotFoundError)
+    d.commit(code_version="c", params={}, inputs={})
+    assert d.is_complete()
+    assert d.read().num_rows == 2
+
+
+def test_part_written_after_commit_is_not_read(root):
+    """Readers trust the manifest, not the directory listing."""
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 2))
+    d.commit(code_version="c", params={}, inputs={})
+    d.write_part(1, sentences_table(2, 5))
+    assert d.read().num_rows == 2
+
+
+# --- versions ----------------------------------------------------------------------------------
+BASE = dict(name="pages", code_version="pages-2", params={"a": 1, "b": [1, 2]}, inputs={"raw_pages": "x1"})
+
+
+def _v(**over) -> str:
+    args = {**BASE, **over}
+    return dataset_version(args["name"], args["code_version"], args["params"], args["inputs"])
+
+
+def test_version_is_stable_and_short_hex():
+    v = _v()
+    assert v == _v()
+    assert len(v) == 16 and int(v, 16) >= 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"name": "sentences"},
+        {"code_version": "pages-3"},
+        {"params": {"a": 2, "b": [1, 2]}},
+        {"params": {"a": 1, "b": [2, 1]}},
+        {"params": {"a": 1, "b": [1, 2], "c": None}},
+        {"inputs": {"raw_pages": "x2"}},
+        {"inputs": {"raw_pages": "x1", "other": "y"}},
+    ],
+)
+def test_version_changes_with_name_code_params_inputs(change):
+    assert _v(**change) != _v()
+
+
+def test_version_ignores_key_order():
+    p1 = {"a": 1, "nested": {"x": 1, "y": 2}, "b": "s"}
+    p2 = {"b": "s", "nested": {"y": 2, "x": 1}, "a": 1}
+    i1 = {"raw": "1", "pages": "2"}
+    i2 = {"pages": "2", "raw": "1"}
+    assert dataset_version("n", "c", p1, i1) == dataset_version("n", "c", p2, i2)
+
+
+@settings(max_examples=50, deadline=None, database=None)
+@given(st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5), st.none()), max_size=6),
+       st.randoms())
+def test_version_ignores_key_order_property(params, rnd):
+    keys = list(params)
+    rnd.shuffle(keys)
+    shuffled = {k: params[k] for k in keys}
+    assert dataset_version("n", "c", params, {}) == dataset_version("n", "c", shuffled, {})
+
+
+# --- _latest.json -----------------------------------------------------------------------------
+def test_latest_points_at_last_committed_version(root):
+    assert latest_version(root, "sentences") is None
+    v1 = dataset(root, "sentences", SENTENCES, "aaaa")
+    v2 = dataset(root, "sentences", SENTENCES, "bbbb")
+    v1.write_part(0, sentences_table(1, 1))
+    v1.commit(code_version="c", params={}, inputs={})
+    assert latest_version(root, "sentences") == "aaaa"
+    v2.write_part(0, sentences_table(1, 1))
+    assert latest_version(root, "sentences") == "aaaa"  # not until it is committed
+    v2.commit(code_version="c", params={}, inputs={})
+    assert latest_version(root, "sentences") == "bbbb"
+    with open(os.path.join(root, "sentences", "_latest.json")) as fh:
+        assert json.load(fh)["version"] == "bbbb"
+    assert sorted(os.listdir(os.path.join(root, "sentences"))) == ["_latest.json", "aaaa", "bbbb"]
+    assert latest_version(root, "pages") is None
+
+
+# --- locations -------------------------------------------------------------------------------
+def test_resolve_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_root("data") == str(tmp_path / "data")
+    assert resolve_root("s3://bucket/prefix/") == "s3://bucket/prefix"
+    assert resolve_root("memory://x") == "memory://x"
+
+
+def test_local_paths_and_urls(root):
+    d = dataset(root, "pages", ALL["pages"], "0123")
+    assert d.path == f"{root}/pages/0123"
+    assert d.url == f"{root}/pages/0123"
+    assert d.part_path(12) == f"{root}/pages/0123/part-00012.parquet"
+
+
+def test_memory_url_end_to_end(memory_root, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may land on local disk
+    d = Dataset(memory_root, "sentences", "v9", SENTENCES)
+    assert d.url == f"{memory_root}/sentences/v9"
+    assert isinstance(d.fs, fsspec.implementations.memory.MemoryFileSystem)
+    assert not d.is_complete()
+    d.write_part(0, sentences_table(1, 3))
+    d.write_part(1, sentences_table(2, 4))
+    with pytest.raises(DatasetIncomplete):
+        d.read()
+    m = d.commit(code_version="c", params={"p": 1}, inputs={})
+    assert m["rows"] == 7
+    assert [p["rows"] for p in m["parts"]] == [3, 4]
+    assert files_in(d) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet"]
+    assert d.is_complete()
+    assert d.read().to_pylist() == sentences_table(1, 3).to_pylist() + sentences_table(2, 4).to_pylist()
+    assert sum(b.num_rows for b in d.iter_batches()) == 7
+    assert d.read_part(1).num_rows == 4
+    assert latest_version(memory_root, "sentences") == "v9"
+    # A fresh handle (as on another worker) sees the same dataset.
+    assert pickle.loads(pickle.dumps(d)).read().num_rows == 7
+    assert list(tmp_path.iterdir()) == []
