@@ -179,9 +179,13 @@ def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
 
 
 def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, part_stats: list[dict]) -> dict:
+    if all(d.is_complete() for d in out.all()):  # a rerun that changed nothing keeps the manifests
+        return {d.name: d.manifest() for d in out.all()}
     totals: Counter = Counter()
     for s in part_stats:
         totals.update({k: v for k, v in s.items() if isinstance(v, int) and not isinstance(v, bool) and k != "part"})
+    # Parts reused from an interrupted run report no stats: say so rather than undercount.
+    totals["parts_reused"] = sum(1 for s in part_stats if s.get("reused"))
     manifests = {}
     for d in out.all():
         manifests[d.name] = d.commit(code_version=CODE_VERSION, params=params,

@@ -1,0 +1,33 @@
+# Sourced by the other scripts (and by you: `source scripts/env.sh`) to point `prefect`
+# at this checkout's local server and use this checkout's virtual environment.
+#
+# Everything Prefect keeps (SQLite database, profiles, local results) lives under
+# $PEARL_PROJECT_DIR/.prefect, so nothing in ~/.prefect is read or changed.
+# Override the port with PEARL_PREFECT_PORT (default 4200).
+
+_pearl_env_src="${BASH_SOURCE[0]:-$0}"
+PEARL_PROJECT_DIR="$(cd "$(dirname "$_pearl_env_src")/.." && pwd -P)"
+unset _pearl_env_src
+export PEARL_PROJECT_DIR
+# prefect.yaml's pull step reads this: `directory: "{{ $PEARL_PROJECT_DIR }}"`.
+
+export PEARL_PREFECT_PORT="${PEARL_PREFECT_PORT:-4200}"
+export PEARL_RUN_DIR="$PEARL_PROJECT_DIR/run"          # pid files and logs of the services
+export PEARL_WORK_POOL="${PEARL_WORK_POOL:-local-process}"
+
+export PREFECT_HOME="$PEARL_PROJECT_DIR/.prefect"
+export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"
+export PREFECT_API_URL="http://127.0.0.1:${PEARL_PREFECT_PORT}/api"
+export PREFECT_SERVER_API_HOST=127.0.0.1
+export PREFECT_SERVER_API_PORT="$PEARL_PREFECT_PORT"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_CLI_PROMPT=false
+# A local server needs no key; a key left in the caller's environment would be sent to it.
+unset PREFECT_API_KEY
+export PYTHONUNBUFFERED=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ -f "$PEARL_PROJECT_DIR/.venv/bin/activate" ]; then
+    # shellcheck disable=SC1091
+    . "$PEARL_PROJECT_DIR/.venv/bin/activate"
+fi

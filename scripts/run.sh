@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The one command: set up, start the local Prefect server + worker (if not running),
+# deploy prefect.yaml, run build-corpus/wiki and watch it to the end.
+#
+#   bash scripts/run.sh                          # the whole sample dump into data/
+#   bash scripts/run.sh --param max_pages=50     # extra arguments go to `prefect deployment run`
+#
+# Exits non-zero if the flow run does not complete. The server and worker keep running
+# afterwards (UI at http://127.0.0.1:4200); `bash scripts/services.sh stop` stops them.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+
+bash scripts/setup.sh
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
+bash scripts/services.sh start
+
+echo "[run] deploying prefect.yaml" >&2
+prefect --no-prompt deploy --all
+
+echo "[run] running build-corpus/wiki" >&2
+exec prefect deployment run build-corpus/wiki --watch "$@"

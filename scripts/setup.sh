@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Set up this checkout on a fresh machine: .venv with Python 3.11, the project installed
+# editable with its test extras, every version pinned by requirements.lock.
+#
+# Idempotent and quick when nothing changed: the install is skipped when
+# .venv/.pearl-setup.sha256 holds the hash of pyproject.toml + requirements.lock.
+# Non-interactive (CI runs it with no stdin). PYTHON=/path/to/python3.11 picks the
+# interpreter; PEARL_FORCE_SETUP=1 reinstalls.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+STAMP="$VENV/.pearl-setup.sha256"
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+
+log() { echo "[setup] $*" >&2; }
+
+is_py311() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; }
+
+find_python() {
+    local c
+    for c in "${PYTHON:-}" python3.11 python3 python; do
+        [ -n "$c" ] || continue
+        if command -v "$c" >/dev/null 2>&1 && is_py311 "$c"; then
+            command -v "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+hash_inputs() {
+    "$VENV/bin/python" - "$ROOT/pyproject.toml" "$ROOT/requirements.lock" <<'PY'
+import hashlib, sys
+h = hashlib.sha256()
+for path in sys.argv[1:]:
+    with open(path, "rb") as fh:
+        h.update(fh.read())
+print(h.hexdigest())
+PY
+}
+
+# One set-up at a time per checkout (two CI steps, or run.sh and test.sh at once).
+mkdir -p "$ROOT/run"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$ROOT/run/.setup.lock"
+    flock -w 1800 9 || { log "timed out waiting for another set-up to finish"; exit 1; }
+fi
+
+if [ ! -x "$VENV/bin/python" ] || ! is_py311 "$VENV/bin/python"; then
+    PY="$(find_python)" || { log "Python 3.11 not found: install it, or set PYTHON=/path/to/python3.11"; exit 1; }
+    [ -e "$VENV" ] && { log "$VENV is not a working Python 3.11 environment: recreating it"; rm -rf "$VENV"; }
+    log "creating $VENV with $PY"
+    "$PY" -m venv "$VENV"
+fi
+
+want="$(hash_inputs)"
+have="$(cat "$STAMP" 2>/dev/null || true)"
+if [ "$want" = "$have" ] && [ -z "${PEARL_FORCE_SETUP:-}" ]; then
+    log ".venv is up to date with pyproject.toml + requirements.lock"
+    exit 0
+fi
+
+log "installing the project into $VENV (pinned by requirements.lock)"
+rm -f "$STAMP"
+"$VENV/bin/python" -m pip install --quiet -c requirements.lock -e '.[test]' </dev/null
+"$VENV/bin/python" -m pip check >&2 || log "warning: pip check reports conflicts (see above)"
+echo "$want" >"$STAMP"
+log "done"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The test command (what CI runs): set up, then pytest from the repo root.
+# Arguments go to pytest, e.g. `bash scripts/test.sh tests/test_e2e.py -x -q`
+# or `bash scripts/test.sh -m "not e2e"` for the unit tests alone.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$ROOT"
+
+bash scripts/setup.sh </dev/null
+# shellcheck source=scripts/env.sh
+. scripts/env.sh
+# Tests start their own servers on free ports with temporary homes; never the dev
+# server on $PEARL_PREFECT_PORT, whose address env.sh just exported.
+unset PREFECT_API_URL
+export PREFECT_HOME="$ROOT/.prefect/test"
+export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"
+exec python -m pytest "$@"

@@ -1,0 +1,383 @@
+"""End to end through a real Prefect server, a process worker and a local Dask cluster.
+
+Starts `prefect server start` on a free port with a temporary PREFECT_HOME, a process
+work pool and worker, deploys prefect.yaml with `prefect deploy --all`, runs
+`build-corpus/wiki` on a slice of the real sample dump twice with
+`prefect deployment run --watch`, and checks the Parquet datasets, their manifests, the
+Prefect artifacts of the run, and that the second run reuses everything.
+
+Every process started here carries PEARL_E2E_TAG in its environment (flow-run processes
+and Dask workers inherit it); teardown stops the server and worker with their process
+groups and descendants, then checks that no process with the tag is left.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[1]
+POOL = "local-process"
+DEPLOYMENT = "build-corpus/wiki"
+DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
+MAX_PAGES = 60
+PAGES_PER_PARTITION = 20
+RUN_TIMEOUT = 180  # seconds for one flow run (about 20 s on 2 cores)
+
+
+# --- processes -------------------------------------------------------------------------
+def free_port() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port != 4200:
+            return port
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    """Processes whose environment carries our tag: everything this test started."""
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            if p.environ().get("PEARL_E2E_TAG") == tag:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            pass
+    return found
+
+
+def stop_tree(procs: list[subprocess.Popen], extra: list[psutil.Process] = (), timeout: float = 20) -> None:
+    """SIGTERM each process group and every descendant, by pid; SIGKILL what is left."""
+    targets: dict[int, psutil.Process] = {p.pid: p for p in extra}
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            targets[root.pid] = root
+            for child in root.children(recursive=True):
+                targets[child.pid] = child
+        except psutil.NoSuchProcess:
+            pass
+
+    def send(sig: int) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)  # started with start_new_session: pgid == pid
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for p in list(targets.values()):
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    send(signal.SIGTERM)
+    _, alive = psutil.wait_procs(list(targets.values()), timeout=timeout)
+    if alive:
+        send(signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=10)
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)  # reap our direct children
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class Stack:
+    """The server, worker and CLI of one test session, all on a temporary PREFECT_HOME."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.port = free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.tag = uuid.uuid4().hex
+        self.logs = tmp / "logs"
+        self.logs.mkdir()
+        self.results = tmp / "results"
+        home = tmp / "prefect-home"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        self.env.update(
+            PEARL_E2E_TAG=self.tag,
+            PEARL_PROJECT_DIR=str(ROOT),  # read by prefect.yaml's pull step
+            PREFECT_HOME=str(home),
+            PREFECT_PROFILES_PATH=str(home / "profiles.toml"),
+            PREFECT_API_URL=self.api_url,
+            PREFECT_SERVER_API_HOST="127.0.0.1",
+            PREFECT_SERVER_API_PORT=str(self.port),
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_UI_ENABLED="false",
+            PREFECT_CLI_PROMPT="false",
+            PREFECT_WORKER_QUERY_SECONDS="2",
+            PREFECT_WORKER_HEARTBEAT_SECONDS="5",
+            # So that the test can read what the flow returned (the versions it wrote).
+            PREFECT_RESULTS_PERSIST_BY_DEFAULT="true",
+            PREFECT_LOCAL_STORAGE_PATH=str(self.results),
+            PYTHONUNBUFFERED="1",
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        )
+        self.services: list[subprocess.Popen] = []
+
+    # -- running things --
+    def prefect_cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "prefect", *args]
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")
+        try:
+            proc = subprocess.Popen(self.prefect_cmd(*args), cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        self.services.append(proc)
+        return proc
+
+    def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        # In a session of its own so that a timeout can stop it with its children.
+        proc = subprocess.Popen(self.prefect_cmd(*args), cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_tree([proc])
+            out, _ = proc.communicate()
+            pytest.fail(f"`prefect {' '.join(args)}` ran over {timeout}s:\n{out[-4000:]}\n{self.log_tails()}")
+        result = subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
+        if check and result.returncode != 0:
+            pytest.fail(f"`prefect {' '.join(args)}` exited {result.returncode}:\n{out[-4000:]}\n{self.log_tails()}")
+        return result
+
+    def log_tails(self, chars: int = 6000) -> str:
+        parts = []
+        for f in sorted(self.logs.glob("*.log")):
+            parts.append(f"--- {f.name} (end) ---\n{f.read_text(errors='replace')[-chars:]}")
+        return "\n".join(parts)
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def wait_for(self, what: str, ready, proc: subprocess.Popen, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                pytest.fail(f"{what} exited with {proc.returncode} while starting\n{self.log_tails()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} not ready after {timeout}s\n{self.log_tails()}")
+            time.sleep(0.5)
+
+    # -- the API --
+    def api(self, fn):
+        """Run ``await fn(client)`` against this stack's server."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+
+        async def main():
+            async with get_client() as client:
+                return await fn(client)
+
+        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_LOCAL_STORAGE_PATH: self.results}):
+            return asyncio.run(main())
+
+    # -- lifecycle --
+    def start(self) -> None:
+        server = self.spawn("server", "server", "start", "--host", "127.0.0.1", "--port", str(self.port))
+        self.wait_for("prefect server", self.healthy, server, timeout=120)
+        self.cli("work-pool", "create", POOL, "--type", "process")
+        started = time.time()
+        worker = self.spawn("worker", "worker", "start", "--pool", POOL, "--type", "process", "--name", "e2e-worker")
+
+        def worker_online() -> bool:
+            async def q(client):
+                return await client.read_workers_for_work_pool(POOL)
+            try:
+                workers = self.api(q)
+            except Exception:
+                return False
+            return any(w.name == "e2e-worker" and w.last_heartbeat_time
+                       and w.last_heartbeat_time.timestamp() >= started - 5 for w in workers)
+
+        self.wait_for("prefect worker", worker_online, worker, timeout=90)
+
+    def stop(self) -> list[str]:
+        """Stop everything started; return descriptions of processes that survived."""
+        stop_tree(self.services, extra=tagged_processes(self.tag))
+        deadline = time.monotonic() + 15
+        left = tagged_processes(self.tag)
+        while left and time.monotonic() < deadline:
+            stop_tree([], extra=left, timeout=5)
+            left = tagged_processes(self.tag)
+        described = []
+        for p in left:
+            try:
+                described.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
+            except psutil.Error:
+                pass
+        return described
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("e2e"))
+    try:
+        s.start()
+        # `prefect deploy` from the repo root reads prefect.yaml (as scripts/run.sh does).
+        s.cli("--no-prompt", "deploy", "--all", timeout=120)
+        yield s
+    finally:
+        survivors = s.stop()
+        assert not survivors, f"processes left running after teardown: {survivors}"
+
+
+# --- one run of the deployment -----------------------------------------------------------
+def run_deployment(stack: Stack, storage_root: Path, name: str) -> dict:
+    out = stack.cli(
+        "deployment", "run", DEPLOYMENT,
+        "--param", f"storage_root={storage_root}",
+        "--param", f"max_pages={MAX_PAGES}",
+        "--param", f"pages_per_partition={PAGES_PER_PARTITION}",
+        "--flow-run-name", name,
+        "--watch", "--watch-timeout", str(RUN_TIMEOUT),
+        timeout=RUN_TIMEOUT + 30, check=False,
+    )
+
+    async def read(client):
+        from prefect.client.schemas.filters import (
+            ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId,
+        )
+        from prefect.client.schemas.sorting import ArtifactSort
+
+        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+        assert len(runs) == 1, f"expected one flow run named {name}, found {len(runs)}"
+        run = runs[0]
+        result = await run.state.aresult(raise_on_failure=False) if run.state.is_completed() else None
+        # The artifacts are made by a task of the `extract-corpus` subflow.
+        children = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+        run_ids = [run.id] + [c.id for c in children]
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)),
+            sort=ArtifactSort.CREATED_DESC)
+        return run, result, artifacts
+
+    run, result, artifacts = stack.api(read)
+    assert out.returncode == 0 and run.state.is_completed(), (
+        f"flow run {name} ended {run.state.type.value} ({run.state.message}); CLI exited {out.returncode}:\n"
+        f"{out.stdout[-4000:]}\n{stack.log_tails()}")
+    return {"run": run, "result": result, "artifacts": artifacts, "cli": out.stdout}
+
+
+@pytest.fixture(scope="module")
+def first(stack, tmp_path_factory):
+    storage_root = tmp_path_factory.mktemp("storage")
+    return {"storage_root": storage_root, **run_deployment(stack, storage_root, "e2e-first")}
+
+
+def manifests(storage_root: Path, versions: dict) -> dict[str, dict]:
+    out = {}
+    for name in DATASETS:
+        path = storage_root / name / versions[name] / "_manifest.json"
+        assert path.is_file(), f"{name} has no manifest at {path}"
+        out[name] = json.loads(path.read_text())
+    return out
+
+
+# --- the tests ----------------------------------------------------------------------------
+def test_first_run_writes_reconciled_datasets(first):
+    root: Path = first["storage_root"]
+    result = first["result"]
+    assert isinstance(result, dict), f"flow returned {result!r}"
+    assert result["pages_read"] == MAX_PAGES
+    versions = result["versions"]
+    assert set(versions) == set(DATASETS)
+    mans = manifests(root, versions)
+
+    tables = {}
+    for name, man in mans.items():
+        d = root / name / versions[name]
+        on_disk = sorted(p.name for p in d.glob("part-*.parquet"))
+        assert on_disk == sorted(p["file"] for p in man["parts"]), f"{name}: parts on disk differ from the manifest"
+        assert not list(d.glob(".tmp-*")), f"{name}: temporary files left behind"
+        for part in man["parts"]:
+            assert pq.ParquetFile(d / part["file"]).metadata.num_rows == part["rows"], f"{name}/{part['file']}"
+        table = pq.read_table([str(d / f) for f in on_disk]) if on_disk else None
+        rows = table.num_rows if table is not None else 0
+        assert man["rows"] == rows, f"{name}: manifest says {man['rows']} rows, Parquet holds {rows}"
+        tables[name] = table
+
+    assert mans["raw_pages"]["rows"] == MAX_PAGES
+    assert len(mans["raw_pages"]["parts"]) == MAX_PAGES // PAGES_PER_PARTITION
+    status = Counter(tables["pages"].column("status").to_pylist())
+    assert set(status) <= {"kept", "filtered"}
+    quarantined = mans["quarantine"]["rows"]
+    assert mans["raw_pages"]["rows"] == status["kept"] + status["filtered"] + quarantined
+    assert result["kept"] == status["kept"]
+    assert sum(result["filtered"].values()) == status["filtered"]
+    assert sum(result["quarantined"].values()) == quarantined
+    assert status["kept"] > 0
+    assert mans["sentences"]["rows"] > 0 and result["sentences"] == mans["sentences"]["rows"]
+    assert mans["aliases"]["rows"] > 0 and sum(result["aliases"].values()) == mans["aliases"]["rows"]
+    # Sentences belong to kept pages.
+    kept_ids = {pid for pid, s in zip(tables["pages"].column("page_id").to_pylist(),
+                                      tables["pages"].column("status").to_pylist()) if s == "kept"}
+    assert set(tables["sentences"].column("page_id").to_pylist()) <= kept_ids
+
+
+def test_first_run_artifacts(first):
+    artifacts = first["artifacts"]
+    by_key = {}
+    for a in artifacts:  # newest first
+        by_key.setdefault(a.key, a)
+    assert "corpus-counts" in by_key, f"artifacts of the run: {[a.key for a in artifacts]}"
+    assert "corpus-datasets" in by_key, f"artifacts of the run: {[a.key for a in artifacts]}"
+    counts, datasets = by_key["corpus-counts"], by_key["corpus-datasets"]
+    assert counts.type == "table"
+    assert datasets.type == "markdown"
+
+    rows = json.loads(counts.data) if isinstance(counts.data, str) else counts.data
+    read = [r["count"] for r in rows if r["group"] == "pages" and r["what"] == "read"]
+    assert read == [first["result"]["pages_read"]] == [MAX_PAGES]
+    for name, version in first["result"]["versions"].items():
+        assert version in datasets.data, f"the corpus-datasets artifact does not name {name} {version}"
+
+
+def test_second_run_reuses_everything(stack, first):
+    root: Path = first["storage_root"]
+    versions = first["result"]["versions"]
+    before = manifests(root, versions)
+    mtimes = {p: p.stat().st_mtime_ns for p in root.rglob("part-*.parquet")}
+
+    second = run_deployment(stack, root, "e2e-second")
+
+    assert second["result"]["versions"] == versions
+    assert {k: v for k, v in second["result"].items() if k != "versions"} == \
+           {k: v for k, v in first["result"].items() if k != "versions"}
+    after = manifests(root, versions)
+    for name in DATASETS:
+        assert after[name]["created_at"] == before[name]["created_at"], \
+            f"{name} {versions[name]}: manifest rewritten by a run that changed nothing"
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("part-*.parquet")} == mtimes, "parts were rewritten"
+    # No second version of any dataset appeared.
+    for name in DATASETS:
+        assert [d.name for d in (root / name).iterdir() if d.is_dir()] == [versions[name]]
