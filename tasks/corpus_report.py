@@ -80,7 +80,31 @@ def counts_table(counts: dict) -> list[dict]:
     return rows
 
 
-def datasets_markdown(datasets: list, counts: dict) -> str:
+def distribution_png(counts: dict, length_rows: list[dict]) -> bytes:
+    """Where the pages went and how long the sentences are, as one PNG."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+    outcome = {"kept": counts["kept"], **{f"filtered: {k}": v for k, v in counts["filtered"].items()},
+               **{f"quarantined: {k}": v for k, v in counts["quarantined"].items()}}
+    left.barh(list(outcome)[::-1], list(outcome.values())[::-1], color="#4c72b0")
+    left.set_title(f"{counts['pages_read']} pages read")
+    right.bar([r["words"] for r in length_rows], [r["sentences"] for r in length_rows], color="#55a868")
+    right.set_title(f"{counts['sentences']} sentences, by length in words")
+    right.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) -> str:
     lines = ["# Corpus datasets written by this run", "",
              "| dataset | version | rows | location |", "|---|---|---|---|"]
     for d in datasets:
@@ -88,6 +112,11 @@ def datasets_markdown(datasets: list, counts: dict) -> str:
     lines += ["", f"Pages read **{counts['pages_read']}** = kept **{counts['kept']}** + filtered "
               f"**{sum(counts['filtered'].values())}** + quarantined **{sum(counts['quarantined'].values())}**.",
               "", "A directory without `_manifest.json` is incomplete and is never read."]
+    if png:
+        import base64
+
+        # Inline so the figure shows in the Prefect UI with no file server.
+        lines += ["", f"![pages and sentence lengths](data:image/png;base64,{base64.b64encode(png).decode()})"]
     return "\n".join(lines)
 
 
@@ -102,9 +131,10 @@ def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarant
     counts = corpus_counts(raw, pages, sentences, quarantine, aliases)
     create_table_artifact(counts_table(counts), key="corpus-counts",
                           description="Pages read = kept + filtered + quarantined, by reason")
-    create_table_artifact(sentence_length_table(sentences), key="sentence-lengths",
-                          description="Sentences by length in words")
-    create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts),
+    lengths = sentence_length_table(sentences)
+    create_table_artifact(lengths, key="sentence-lengths", description="Sentences by length in words")
+    png = distribution_png(counts, lengths)
+    create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts, png),
                              key="corpus-datasets", description="Dataset versions written by this run")
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
             "storage_root": raw.root}
