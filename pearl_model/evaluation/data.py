@@ -1,0 +1,199 @@
+"""Loaders for the PEARL phrase benchmark files, exactly in the format the authors publish.
+
+Every loader takes the benchmark directory (the authors' `eval_data/` folder: see
+`../shared/benchmarks/pearl/README.md`) and raises `DatasetMissing`, naming the path it
+looked for, when a file is not there, so that a runner can skip that dataset and go on.
+
+    ppdb/ppdb.json            [[p1, p2, "pos"|"neg", score|null], ...]       23,364 pairs
+    ppdb/ppdb_filtered.json   [[p1, p2, "pos"|"neg"], ...]                   15,532 pairs
+    turney/turney.txt         bigram | correct | w1 | w2 | d1 | d2 | d3 | d4
+    bird/bird.txt             TSV with header: term1, term2, relatedness score, ...
+    yago|umls/*_test_samples.txt   mention \\t canonical name                10,000 lines
+    conll2003|bc5cdr/test.json     JSON lines {"sentences": [[tok]], "ner": [[[start, end, TYPE]]]}
+    autofj/autofj.md          Markdown table of the 50 AutoFJ datasets; the tables themselves
+                              are the `autofj` package's autofj/benchmark/<Dataset>/{left,right,gt}.csv
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+AUTOFJ_PIP = "pip install --no-deps autofj==0.0.6"
+RETRIEVAL_FILES = {"yago": "yago/yago_test_samples.txt", "umls": "umls/umls_test_samples.txt"}
+# The types the paper clusters: CoNLL-2003 without MISC, BC5CDR's two.
+ENTITY_TYPES = {"conll2003": ("PER", "LOC", "ORG"), "bc5cdr": ("Chemical", "Disease")}
+
+
+class DatasetMissing(FileNotFoundError):
+    """A benchmark file (or the autofj package) is not where it should be; the message says where."""
+
+
+def default_benchmark_dir() -> Path | None:
+    """$PEARL_BENCHMARKS, else `../shared/benchmarks/pearl` beside the repository (or the
+    current directory) when it exists, else None."""
+    if os.environ.get("PEARL_BENCHMARKS"):
+        return Path(os.environ["PEARL_BENCHMARKS"])
+    repo_root = Path(__file__).resolve().parents[2]
+    for base in (repo_root, Path.cwd()):
+        candidate = base.parent / "shared" / "benchmarks" / "pearl"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _file(benchmark_dir, relative: str) -> Path:
+    if benchmark_dir is None:
+        raise DatasetMissing(f"no benchmark directory given (and $PEARL_BENCHMARKS is not set): "
+                             f"cannot read {relative}")
+    path = Path(benchmark_dir) / relative
+    if not path.is_file():
+        raise DatasetMissing(f"benchmark file not found: {path}")
+    return path
+
+
+# --- paraphrase classification ------------------------------------------------------------
+
+def load_ppdb(benchmark_dir, filtered: bool = False) -> tuple[list[str], list[str], list[int]]:
+    """(phrases1, phrases2, labels 1=pos/0=neg) of ppdb.json or ppdb_filtered.json."""
+    path = _file(benchmark_dir, "ppdb/ppdb_filtered.json" if filtered else "ppdb/ppdb.json")
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    p1, p2, labels = [], [], []
+    for i, row in enumerate(rows):
+        if len(row) < 3 or row[2] not in ("pos", "neg"):
+            raise ValueError(f"{path}: pair {i} is not [phrase1, phrase2, 'pos'|'neg', ...]: {row!r}")
+        p1.append(row[0])
+        p2.append(row[1])
+        labels.append(1 if row[2] == "pos" else 0)
+    return p1, p2, labels
+
+
+# --- phrase similarity --------------------------------------------------------------------
+
+def load_turney(benchmark_dir) -> list[tuple[str, list[str]]]:
+    """(bigram, [correct unigram, 4 distractors]): the correct answer is candidate 0. The
+    bigram's own two words (columns 3-4) are not candidates, as in the paper."""
+    path = _file(benchmark_dir, "turney/turney.txt")
+    items = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = [c.strip() for c in line.split(" | ")]
+        if len(cols) != 8:
+            raise ValueError(f"{path}:{n}: expected 8 ' | '-separated columns, got {len(cols)}")
+        items.append((cols[0], [cols[1]] + cols[4:]))
+    return items
+
+
+def load_bird(benchmark_dir) -> tuple[list[str], list[str], list[float]]:
+    """(term1s, term2s, human relatedness scores in [0, 1])."""
+    path = _file(benchmark_dir, "bird/bird.txt")
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        missing = {"term1", "term2", "relatedness score"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: header lacks {sorted(missing)}")
+        rows = [r for r in reader if r["term1"] is not None]
+    return ([r["term1"] for r in rows], [r["term2"] for r in rows],
+            [float(r["relatedness score"]) for r in rows])
+
+
+# --- entity retrieval ---------------------------------------------------------------------
+
+def load_retrieval(benchmark_dir, name: str) -> tuple[list[str], list[str]]:
+    """(mentions, gold canonical names) of yago or umls test samples."""
+    if name not in RETRIEVAL_FILES:
+        raise ValueError(f"unknown retrieval dataset {name!r}; known: {sorted(RETRIEVAL_FILES)}")
+    path = _file(benchmark_dir, RETRIEVAL_FILES[name])
+    mentions, gold = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) < 2:
+            raise ValueError(f"{path}:{n}: expected 'mention<TAB>canonical name'")
+        mentions.append(cols[0].strip())
+        gold.append(cols[1].strip())
+    return mentions, gold
+
+
+# --- entity clustering --------------------------------------------------------------------
+
+def load_entities(benchmark_dir, name: str, split: str = "test") -> tuple[list[str], list[str]]:
+    """(entity span texts, types): every span occurrence of the kept types (duplicates
+    included, as the authors cluster occurrences); tokens joined by one space, `end` inclusive."""
+    if name not in ENTITY_TYPES:
+        raise ValueError(f"unknown clustering dataset {name!r}; known: {sorted(ENTITY_TYPES)}")
+    path = _file(benchmark_dir, f"{name}/{split}.json")
+    keep = set(ENTITY_TYPES[name])
+    names, types = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        for tokens, spans in zip(obj["sentences"], obj["ner"]):
+            for start, end, etype in spans:
+                if etype not in keep:
+                    continue
+                if not 0 <= start <= end < len(tokens):
+                    raise ValueError(f"{path}:{n}: span [{start}, {end}] outside a {len(tokens)}-token sentence")
+                names.append(" ".join(tokens[start:end + 1]))
+                types.append(etype)
+    return names, types
+
+
+# --- fuzzy join ---------------------------------------------------------------------------
+
+@dataclass
+class JoinTable:
+    name: str
+    left: list[str]          # left.csv titles, file order (candidates)
+    right: list[str]         # right.csv titles, file order (queries)
+    gold: dict[str, str]     # right title -> its left title, from gt.csv
+
+
+def autofj_package_dir() -> Path:
+    """autofj/benchmark inside the installed package, found without importing it."""
+    spec = importlib.util.find_spec("autofj")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatasetMissing(f"the AutoFJ tables come from the autofj package, which is not installed: {AUTOFJ_PIP}")
+    path = Path(list(spec.submodule_search_locations)[0]) / "benchmark"
+    if not path.is_dir():
+        raise DatasetMissing(f"{path} not found: reinstall the autofj package ({AUTOFJ_PIP})")
+    return path
+
+
+def autofj_dataset_names(benchmark_dir=None) -> list[str]:
+    """The datasets listed in autofj/autofj.md (the first column), else every table folder
+    of the package."""
+    md = Path(benchmark_dir) / "autofj" / "autofj.md" if benchmark_dir is not None else None
+    if md is not None and md.is_file():
+        names = []
+        for line in md.read_text(encoding="utf-8").splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells and cells[0] and cells[0] != "Dataset" and not set(cells[0]) <= set("-: "):
+                names.append(cells[0].replace(" ", ""))
+        return names
+    root = autofj_package_dir()
+    return sorted(p.name for p in root.iterdir() if (p / "gt.csv").is_file())
+
+
+def _csv_column(path: Path, *columns: str) -> list[tuple[str, ...]]:
+    if not path.is_file():
+        raise DatasetMissing(f"AutoFJ table not found: {path}")
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not set(columns) <= set(reader.fieldnames or ()):
+            raise ValueError(f"{path}: expected columns {columns}, got {reader.fieldnames}")
+        return [tuple(row[c] for c in columns) for row in reader]
+
+
+def load_autofj(name: str) -> JoinTable:
+    root = autofj_package_dir() / name
+    left = [t for (t,) in _csv_column(root / "left.csv", "title")]
+    right = [t for (t,) in _csv_column(root / "right.csv", "title")]
+    gold = dict((r, l) for l, r in _csv_column(root / "gt.csv", "title_l", "title_r"))
+    return JoinTable(name, left, right, gold)

@@ -1,0 +1,104 @@
+"""Paraphrase classification (PPDB, PPDB-filtered): a small MLP probe on frozen embeddings.
+
+Protocol (the paper and the authors' released evaluation): the pair's two embeddings are
+concatenated and fed to Linear(2d, 256) -> ReLU -> Linear(256, 1) -> sigmoid, trained with
+binary cross-entropy and Adam (lr 1e-4, batch 200). The pairs are split 70/15/15 into
+train/validation/test by a permutation fixed by `split_seed`; training stops when the
+validation accuracy has not improved for `patience` epochs (at least `min_epochs`, at most
+`max_epochs`), and the test accuracy is taken with the weights of the best validation
+epoch. Each MLP seed (initialisation and batch order) gives one score; the runner reports
+every seed, so that mean and std over seeds can be shown, plus the epochs each one used.
+
+Embeddings: the encoder's L2-normalised vectors by default (`normalize=True`).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .common import encode_unique, row
+from .data import load_ppdb
+
+TASK = "paraphrase_classification"
+HIDDEN, LR, BATCH = 256, 1e-4, 200
+MAX_EPOCHS, MIN_EPOCHS, PATIENCE = 100, 3, 5
+
+
+@dataclass
+class ProbeResult:
+    test_accuracy: float     # 0..1, weights of the best validation epoch
+    val_accuracy: float      # best validation accuracy
+    best_epoch: int          # 1-based
+    epochs: int              # epochs trained before stopping
+
+
+def split_indices(n: int, split_seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """70/15/15 train/validation/test indices of a permutation fixed by split_seed."""
+    perm = np.random.default_rng(split_seed).permutation(n)
+    a, b = math.ceil(0.70 * n), math.ceil(0.85 * n)
+    return perm[:a], perm[a:b], perm[b:]
+
+
+def train_probe(x: np.ndarray, y: np.ndarray, split, seed: int, max_epochs: int = MAX_EPOCHS,
+                patience: int = PATIENCE, min_epochs: int = MIN_EPOCHS, lr: float = LR,
+                batch_size: int = BATCH, hidden: int = HIDDEN) -> ProbeResult:
+    """Train the MLP probe on x[train] and score it on x[test] (x: pair features, y: 0/1)."""
+    import torch
+    from torch import nn
+
+    train, val, test = split
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, 1))
+    # BCE-with-logits is sigmoid + BCE computed stably; sigmoid(z) >= 0.5 <=> z >= 0.
+    loss_fn = nn.BCEWithLogitsLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    X, Y = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.float32))
+    Xtr, Ytr = X[train], Y[train]
+
+    def accuracy(idx) -> float:
+        with torch.no_grad():
+            return ((model(X[idx]).squeeze(1) >= 0).float() == Y[idx]).float().mean().item()
+
+    best_acc, best_epoch, best_state, epoch = -1.0, 0, None, 0
+    for epoch in range(1, max_epochs + 1):
+        model.train()
+        for batch in torch.randperm(len(train), generator=gen).split(batch_size):
+            opt.zero_grad()
+            loss_fn(model(Xtr[batch]).squeeze(1), Ytr[batch]).backward()
+            opt.step()
+        model.eval()
+        acc = accuracy(val)
+        if acc > best_acc:
+            best_acc, best_epoch, best_state = acc, epoch, copy.deepcopy(model.state_dict())
+        if epoch >= min_epochs and epoch - best_epoch >= patience:
+            break
+    model.load_state_dict(best_state)
+    model.eval()
+    return ProbeResult(accuracy(test), best_acc, best_epoch, epoch)
+
+
+def pair_features(encoder, p1: list[str], p2: list[str], normalize: bool = True,
+                  batch_size: int | None = None) -> np.ndarray:
+    vectors = encode_unique(encoder, p1 + p2, normalize=normalize, batch_size=batch_size)
+    return np.concatenate([vectors[:len(p1)], vectors[len(p1):]], axis=1)
+
+
+def evaluate_ppdb(encoder, benchmark_dir, filtered: bool = False, seeds=(0, 1, 2), split_seed: int = 0,
+                  normalize: bool = True, batch_size: int | None = None, **probe_kw) -> list[dict]:
+    """Rows per seed: accuracy (x100, the primary metric, first), epochs, best_epoch."""
+    dataset = "ppdb_filtered" if filtered else "ppdb"
+    p1, p2, labels = load_ppdb(benchmark_dir, filtered)
+    x = pair_features(encoder, p1, p2, normalize, batch_size)
+    y = np.asarray(labels)
+    split = split_indices(len(y), split_seed)
+    rows = []
+    for seed in seeds:
+        r = train_probe(x, y, split, seed, **probe_kw)
+        rows += [row(encoder, TASK, dataset, "accuracy", 100 * r.test_accuracy, seed),
+                 row(encoder, TASK, dataset, "epochs", r.epochs, seed),
+                 row(encoder, TASK, dataset, "best_epoch", r.best_epoch, seed)]
+    return rows
