@@ -1,7 +1,10 @@
-"""`build-corpus`: input dump -> raw_pages -> pages, sentences, aliases (+ quarantine).
+"""`build-corpus`: input dump -> raw_pages -> pages, sentences, aliases (+ quarantine)
+-> phrase_occurrences (+ phrase_mining_stats) -> phrases.
 
-Later stages (parsing, NER, augmentation, negatives) chain onto `extract-corpus`'s
-outputs. The outer flow exists so that the Dask cluster is a parameter of the run.
+The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
+so that the cluster is a parameter of the run. Every stage is versioned by its inputs
+and parameters, so a run that changes only the phrase parameters re-mines phrases and
+reuses the extraction.
 """
 from __future__ import annotations
 
@@ -13,11 +16,14 @@ from flows.dask_runner import dask_task_runner
 from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
 from tasks.corpus_report import corpus_report_task
 from tasks.pages import commit_page_outputs_task, extract_part_task, plan_page_outputs_task
+from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
+from tasks.phrase_report import phrase_report_task
+from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
 from tasks.raw_pages import plan_raw_pages_task, raw_pages_task
 
 
-@flow(name="extract-corpus")
-def extract_corpus(
+@flow(name="corpus-stages")
+def corpus_stages(
     source: str,
     storage_root: str,
     input_format: str,
@@ -27,6 +33,7 @@ def extract_corpus(
     alias_buckets: int,
     min_sentence_words: int,
     max_sentence_chars: int,
+    phrase_params: dict,
 ) -> dict:
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
@@ -45,7 +52,24 @@ def extract_corpus(
     alias_bucket_task.map(unmapped(pages.alias_mentions), range(alias_buckets), unmapped(aliases)).result()
     commit_aliases_task(aliases, pages.alias_mentions, alias_params)
 
-    return corpus_report_task(raw, pages.pages, pages.sentences, pages.quarantine, pages.alias_mentions, aliases)
+    corpus = corpus_report_task(raw, pages.pages, pages.sentences, pages.quarantine, pages.alias_mentions, aliases)
+
+    mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
+    mined, chunks = plan_occurrences_task(pages.sentences, mining_params)
+    mine_chunk_task.map(unmapped(pages.sentences), chunks, unmapped(mined), unmapped(mining_params)).result()
+    commit_occurrences_task(mined, pages.sentences, mining_params)
+
+    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase")}
+    phrases = plan_phrases_task(mined.occurrences, reduce_params)
+    bucket_stats = phrase_bucket_task.map(unmapped(mined.occurrences), range(phrase_params["phrase_buckets"]),
+                                          unmapped(phrases), unmapped(reduce_params)).result()
+    commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats)
+    report = phrase_report_task(mined.occurrences, mined.stats, phrases)
+    return {**corpus, "phrases": report, "versions": {**corpus["versions"], **report["versions"]}}
+
+
+MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
+                 "min_words", "max_words", "phrase_buckets", "examples_per_phrase", "sentences_per_chunk")
 
 
 @flow(name="build-corpus")
@@ -59,6 +83,17 @@ def build_corpus(
     alias_buckets: int = 8,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
+    parser: Literal["spacy", "benepar"] = "spacy",
+    parser_options: Optional[dict] = None,
+    ner: Literal["spacy", "transformers", "none"] = "spacy",
+    ner_options: Optional[dict] = None,
+    parse_max_chars: int = 600,
+    min_phrase_words: int = 1,
+    max_phrase_words: int = 8,
+    min_freq: int = 2,
+    phrase_buckets: int = 8,
+    sentences_per_chunk: int = 2000,
+    examples_per_phrase: int = 3,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
@@ -75,12 +110,31 @@ def build_corpus(
         alias_buckets: reducers for the alias map-reduce.
         min_sentence_words: shorter sentences are dropped.
         max_sentence_chars: longer sentences are dropped.
+        parser: constituents from spaCy's dependency parse ("spacy", offline default) or the
+            Berkeley Neural Parser ("benepar", needs benepar_en3 or a local model path).
+        parser_options: passed to the parser, e.g. {"model": "/models/benepar_en3"} or
+            {"batch_size": 256}.
+        ner: OntoNotes entity types from spaCy's NER in the parser's pass ("spacy"), a
+            transformers token-classification model ("transformers", ner_options={"model": ...}),
+            or "none" (every phrase OTHER).
+        ner_options: passed to the NER backend.
+        parse_max_chars: longer sentences are not parsed (filtered as too_long).
+        min_phrase_words / max_phrase_words: phrase occurrences outside this length are dropped.
+        min_freq: phrases seen fewer times are dropped (paper: 2).
+        phrase_buckets: reducers of the phrase count.
+        sentences_per_chunk: sentences per mining task.
+        examples_per_phrase: example sentence ids kept per phrase.
         dask_address: an existing Dask scheduler (tcp://host:8786); none starts a local cluster.
         dask_workers: worker processes of the local cluster.
     """
-    run = extract_corpus.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
+    phrase_params = {"parser": parser, "parser_options": parser_options or {}, "ner": ner,
+                     "ner_options": ner_options or {}, "language": "en", "max_sentence_chars": parse_max_chars,
+                     "min_words": min_phrase_words, "max_words": max_phrase_words, "min_freq": min_freq,
+                     "phrase_buckets": phrase_buckets, "sentences_per_chunk": sentences_per_chunk,
+                     "examples_per_phrase": examples_per_phrase}
+    run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,
-               alias_buckets, min_sentence_words, max_sentence_chars)
+               alias_buckets, min_sentence_words, max_sentence_chars, phrase_params)
 
 
 if __name__ == "__main__":

@@ -120,8 +120,12 @@ class Dataset:
         params: dict,
         inputs: dict[str, str],
         stats: dict | None = None,
+        extra: dict | None = None,
     ) -> dict:
-        """Write the manifest (last), listing every part with its row count."""
+        """Write the manifest (last), listing every part with its row count.
+
+        ``extra`` holds small metadata that belongs with the data (e.g. a label vocabulary).
+        """
         fs = self.fs
         fs.makedirs(self.path, exist_ok=True)
         parts = []
@@ -139,6 +143,7 @@ class Dataset:
             "code_version": code_version,
             "git_commit": git_commit(),
             "stats": stats or {},
+            **({"extra": extra} if extra else {}),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
         }
         _atomic_write_text(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))

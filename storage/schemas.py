@@ -88,6 +88,45 @@ EVAL_RESULTS = pa.schema(
     ]
 )
 
+# Map side of the phrase count: per sentence chunk, occurrences combined by
+# (phrase key, surface form, lexical type, entity type), bucketed by phrase key so one
+# reducer sees every occurrence of a phrase.
+PHRASE_OCCURRENCES = pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),
+        pa.field("phrase_key", pa.string(), nullable=False),  # normalised: NFKC, spaces, casefold
+        pa.field("phrase", pa.string(), nullable=False),  # surface form
+        pa.field("lexical_type", pa.string(), nullable=False),  # NP|VP|PP|ADVP|ADJP
+        pa.field("entity_type", pa.string(), nullable=False),  # OntoNotes type or OTHER
+        pa.field("count", pa.int64(), nullable=False),
+        pa.field("sentence_ids", pa.list_(pa.int64()), nullable=False),  # first few, as examples
+    ]
+)
+
+# What happened to every sentence and occurrence of one chunk (so counts reconcile even
+# when a rerun reuses finished chunks).
+PHRASE_MINING_STATS = pa.schema(
+    [
+        pa.field("chunk", pa.int32(), nullable=False),
+        pa.field("counter", pa.string(), nullable=False),  # e.g. sentences_filtered_too_long
+        pa.field("value", pa.int64(), nullable=False),
+    ]
+)
+
+# Phrases seen at least min_freq times, each with one of the 95 labels.
+PHRASES = pa.schema(
+    [
+        pa.field("phrase", pa.string(), nullable=False),  # most frequent surface form
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("lexical_type", pa.string(), nullable=False),  # majority over occurrences
+        pa.field("entity_type", pa.string(), nullable=False),  # majority over occurrences
+        pa.field("label", pa.string(), nullable=False),  # lexical-entity, e.g. NP-ORG
+        pa.field("label_id", pa.int32(), nullable=False),  # index in the fixed 95-label vocabulary
+        pa.field("frequency", pa.int64(), nullable=False),
+        pa.field("example_sentence_ids", pa.list_(pa.int64()), nullable=False),
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -96,4 +135,7 @@ ALL = {
     "aliases": ALIASES,
     "quarantine": QUARANTINE,
     "eval_results": EVAL_RESULTS,
+    "phrase_occurrences": PHRASE_OCCURRENCES,
+    "phrase_mining_stats": PHRASE_MINING_STATS,
+    "phrases": PHRASES,
 }

@@ -34,10 +34,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "local-process"
 DEPLOYMENT = "build-corpus/wiki"
-DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
+CORPUS_DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
+PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
+DATASETS = CORPUS_DATASETS + PHRASE_DATASETS
 MAX_PAGES = 60
 PAGES_PER_PARTITION = 20
-RUN_TIMEOUT = 180  # seconds for one flow run (about 20 s on 2 cores)
+RUN_TIMEOUT = 300  # seconds for one flow run (about 45 s on 2 cores)
 
 
 # --- processes -------------------------------------------------------------------------
@@ -343,6 +345,19 @@ def test_first_run_writes_reconciled_datasets(first):
                                       tables["pages"].column("status").to_pylist()) if s == "kept"}
     assert set(tables["sentences"].column("page_id").to_pylist()) <= kept_ids
 
+    # Phrases: every sentence accounted for, and the phrases are the frequent ones.
+    mining, reduce = result["phrases"]["mining"], result["phrases"]["phrases"]
+    assert mining["sentences_in"] == mans["sentences"]["rows"]
+    assert mining["sentences_parsed"] > 0.9 * mining["sentences_in"]
+    assert mans["phrases"]["rows"] == reduce["phrases_kept"] > 100
+    phrases = tables["phrases"]
+    assert min(phrases.column("frequency").to_pylist()) >= 2
+    assert set(phrases.column("lexical_type").to_pylist()) >= {"NP", "PP", "VP", "ADVP"}
+    assert sum(1 for e in phrases.column("entity_type").to_pylist() if e != "OTHER") > 0
+    example_ids = {i for ids in phrases.column("example_sentence_ids").to_pylist() for i in ids}
+    assert example_ids <= set(tables["sentences"].column("sentence_id").to_pylist())
+    assert len(mans["phrases"]["extra"]["labels"]) == 95
+
 
 def test_first_run_artifacts(first):
     artifacts = first["artifacts"]
@@ -358,8 +373,20 @@ def test_first_run_artifacts(first):
     rows = json.loads(counts.data) if isinstance(counts.data, str) else counts.data
     read = [r["count"] for r in rows if r["group"] == "pages" and r["what"] == "read"]
     assert read == [first["result"]["pages_read"]] == [MAX_PAGES]
-    for name, version in first["result"]["versions"].items():
+    for name in CORPUS_DATASETS:
+        version = first["result"]["versions"][name]
         assert version in datasets.data, f"the corpus-datasets artifact does not name {name} {version}"
+
+    for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets"):
+        assert key in by_key, f"artifacts of the run: {[a.key for a in artifacts]}"
+    lexical = by_key["phrase-lexical-types"].data
+    lexical = json.loads(lexical) if isinstance(lexical, str) else lexical
+    assert [r["type"] for r in lexical] == ["NP", "VP", "PP", "ADVP", "ADJP"]
+    assert sum(r["phrases"] for r in lexical) == first["result"]["phrases"]["phrases"]["phrases_kept"]
+    phrase_md = by_key["phrase-datasets"].data
+    assert "data:image/png;base64," in phrase_md
+    for name in PHRASE_DATASETS:
+        assert first["result"]["versions"][name] in phrase_md
 
 
 def test_second_run_reuses_everything(stack, first):

@@ -1,0 +1,138 @@
+"""Sentences -> typed phrase occurrences, with every sentence and occurrence accounted for.
+
+Normalisation (the counting key of a phrase): Unicode NFKC, whitespace runs collapsed
+to one space, trimmed, then casefolded. "The  New York Times" and "the new york times"
+are one phrase; the form shown for it is its most frequent surface spelling.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .entity_types import occurrence_type
+from .screening import screen
+from .spans import ConstituencyParser, EntityRecognizer, ModelMissing
+
+PARSERS = ("spacy", "benepar")
+NER_BACKENDS = ("spacy", "transformers", "none")
+
+_WS = re.compile(r"\s+")
+
+
+def surface_form(text: str) -> str:
+    return _WS.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def phrase_key(text: str) -> str:
+    return surface_form(text).casefold()
+
+
+def make_parser(name: str, **options) -> ConstituencyParser:
+    """A parser backend by name; options go to its constructor (model=..., batch_size=...)."""
+    if name == "spacy":
+        from .spacy_rules import SpacyDependencyParser
+
+        return SpacyDependencyParser(**options)
+    if name == "benepar":
+        try:
+            from .benepar_parser import BeneparParser
+        except ImportError as exc:
+            raise ModelMissing(f"the benepar parser needs `pip install benepar==0.2.0` ({exc})") from None
+        return BeneparParser(**options)
+    raise ValueError(f"unknown parser {name!r}: choose one of {PARSERS}")
+
+
+def make_ner(name: str, **options) -> EntityRecognizer | None:
+    """An NER backend; "spacy" returns None: the parser's own spaCy pass supplies the entities."""
+    if name == "spacy":
+        return None
+    if name == "none":
+        return _NoEntities()
+    if name == "transformers":
+        from .hf_ner import TransformersNer
+
+        return TransformersNer(**options)
+    raise ValueError(f"unknown NER backend {name!r}: choose one of {NER_BACKENDS}")
+
+
+class _NoEntities:
+    """Every phrase OTHER: for corpora where entity types are not wanted."""
+
+    name = "none"
+
+    def entities(self, parsed):
+        return [[] for _ in parsed]
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    index: int  # position of the sentence in the input
+    phrase: str  # surface form
+    key: str
+    lexical_type: str
+    entity_type: str
+
+
+def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRecognizer | None, *,
+         max_sentence_chars: int = 600, min_words: int = 1, max_words: int = 8,
+         language: str = "en") -> tuple[list[Occurrence], Counter]:
+    """Typed occurrences of one batch of sentences, and the counts that account for them.
+
+    stats: sentences_in = sentences_parsed + sentences_failed + sum(sentences_filtered_*);
+           occurrences_found = occurrences_kept + sum(occurrences_filtered_*).
+    """
+    stats: Counter = Counter(sentences_in=len(texts))
+    todo: list[int] = []
+    for i, text in enumerate(texts):
+        reason = screen(text, max_chars=max_sentence_chars, language_code=language)
+        if reason:
+            stats[f"sentences_filtered_{reason}"] += 1
+        else:
+            todo.append(i)
+    parsed = list(parser.parse([texts[i] for i in todo]))
+    if len(parsed) != len(todo):
+        raise RuntimeError(f"parser {parser.name} returned {len(parsed)} results for {len(todo)} sentences")
+    if ner is None:
+        if any(p.entities is None for p in parsed if p.error is None):
+            raise ValueError(f"NER backend 'spacy' needs a spaCy-based parser; {parser.name} gave no entities")
+        entities = [p.entities or [] for p in parsed]
+    else:
+        ok = [p for p in parsed if p.error is None]
+        found = iter(ner.entities(ok))
+        entities = [next(found) if p.error is None else [] for p in parsed]
+    out: list[Occurrence] = []
+    for i, p, ents in zip(todo, parsed, entities):
+        if p.error is not None:
+            stats["sentences_failed"] += 1
+            continue
+        stats["sentences_parsed"] += 1
+        for c in p.constituents:
+            stats["occurrences_found"] += 1
+            form = surface_form(p.phrase(c))
+            n_words = len(form.split(" ")) if form else 0
+            if n_words < min_words:
+                stats["occurrences_filtered_too_few_words"] += 1
+            elif n_words > max_words:
+                stats["occurrences_filtered_too_many_words"] += 1
+            else:
+                stats["occurrences_kept"] += 1
+                out.append(Occurrence(i, form, form.casefold(), c.lexical_type, occurrence_type(c, ents)))
+    return out, stats
+
+
+def check_stats(stats: dict) -> None:
+    """Raise if the counts of `mine` (or a sum of them) do not add up."""
+    s = Counter(stats)
+    sentences = s["sentences_parsed"] + s["sentences_failed"] + sum(
+        v for k, v in s.items() if k.startswith("sentences_filtered_"))
+    occurrences = s["occurrences_kept"] + sum(v for k, v in s.items() if k.startswith("occurrences_filtered_"))
+    if sentences != s["sentences_in"] or occurrences != s["occurrences_found"]:
+        raise AssertionError(f"mining counts do not reconcile: {dict(s)}")
+
+
+def iter_batches(items: Sequence, size: int) -> Iterable[Sequence]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]

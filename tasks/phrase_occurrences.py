@@ -1,0 +1,148 @@
+"""Stage 4 (map): one chunk of `sentences` -> typed phrase occurrences, combined and bucketed.
+
+Runs once per chunk (a slice of one sentences part) on a Dask worker: screens, parses and
+entity-types the sentences, then combines occurrences of the same (phrase, lexical type,
+entity type) within the chunk, so the reduce side reads counts, not raw occurrences.
+Each chunk also writes what happened to every one of its sentences and occurrences.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pearl_model.phrases.mining import check_stats, make_ner, make_parser, mine
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES
+
+CODE_VERSION = "phrase-occurrences-1"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int  # output part number
+    file: str  # sentences part file
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class OccurrenceOutputs:
+    occurrences: Dataset
+    stats: Dataset
+
+
+def phrase_bucket(key: str, n_buckets: int) -> int:
+    return zlib.crc32(key.encode("utf-8")) % n_buckets
+
+
+def plan_chunks(sentences: Dataset, sentences_per_chunk: int) -> list[Chunk]:
+    """Slices of the sentences parts, so a big part still spreads over many workers."""
+    chunks = []
+    for part in sentences.manifest()["parts"]:
+        for offset in range(0, part["rows"], sentences_per_chunk):
+            length = min(sentences_per_chunk, part["rows"] - offset)
+            chunks.append(Chunk(len(chunks), f"{sentences.path}/{part['file']}", offset, length))
+    return chunks
+
+
+@lru_cache(maxsize=2)
+def _backends(parser: str, parser_options: str, ner: str, ner_options: str):
+    # Cached per worker process: loading spaCy (or benepar) costs seconds, a chunk may not.
+    return make_parser(parser, **json.loads(parser_options)), make_ner(ner, **json.loads(ner_options))
+
+
+def backends(params: dict):
+    return _backends(params["parser"], json.dumps(params.get("parser_options") or {}, sort_keys=True),
+                     params["ner"], json.dumps(params.get("ner_options") or {}, sort_keys=True))
+
+
+def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict) -> tuple[pa.Table, dict]:
+    table = pq.read_table(chunk.file, columns=["sentence_id", "text"], filesystem=sentences.fs)
+    table = table.slice(chunk.offset, chunk.length)
+    ids, texts = table["sentence_id"].to_pylist(), table["text"].to_pylist()
+    parser, ner = backends(params)
+    occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
+                              min_words=params["min_words"], max_words=params["max_words"],
+                              language=params["language"])
+    check_stats(stats)
+    combined: dict[tuple, list] = defaultdict(lambda: [0, set()])
+    for o in occurrences:
+        slot = combined[(o.key, o.phrase, o.lexical_type, o.entity_type)]
+        slot[0] += 1
+        slot[1].add(ids[o.index])
+    # The k smallest ids, not the first k seen: then the reducer's k smallest of the union
+    # are the same however the sentences were cut into chunks.
+    k = params["examples_per_phrase"]
+    rows = [{"bucket": phrase_bucket(key, params["phrase_buckets"]), "phrase_key": key, "phrase": phrase,
+             "lexical_type": lex, "entity_type": ent, "count": n, "sentence_ids": sorted(sids)[:k]}
+            for (key, phrase, lex, ent), (n, sids) in combined.items()]
+    return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats)
+
+
+def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict) -> dict:
+    """Mine one chunk; a chunk whose two outputs exist is reused, not redone."""
+    if out.occurrences.has_part(chunk.index) and out.stats.has_part(chunk.index):
+        return {"chunk": chunk.index, "reused": True}
+    table, stats = mine_chunk(sentences, chunk, params)
+    out.occurrences.write_part(chunk.index, table)
+    # Stats last: their part marks the chunk done.
+    out.stats.write_part(chunk.index, pa.Table.from_pylist(
+        [{"chunk": chunk.index, "counter": k, "value": v} for k, v in sorted(stats.items())],
+        schema=PHRASE_MINING_STATS))
+    return {"chunk": chunk.index, "reused": False, **stats}
+
+
+def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
+    inputs = {"sentences": sentences.version}
+
+    def ds(name: str, schema: pa.Schema) -> Dataset:
+        return Dataset(sentences.root, name, dataset_version(name, CODE_VERSION, params, inputs), schema)
+
+    return OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS))
+
+
+def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
+    if out.occurrences.is_complete() and out.stats.is_complete():
+        return out.stats.manifest()
+    totals = mining_totals_from_parts(out.stats)
+    check_stats(totals)
+    inputs = {"sentences": sentences.version}
+    out.occurrences.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
+    return out.stats.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
+
+
+def mining_totals_from_parts(stats: Dataset) -> dict:
+    totals: dict[str, int] = defaultdict(int)
+    for path in stats.parts_on_disk():
+        t = pq.read_table(path, filesystem=stats.fs)
+        for k, v in zip(t["counter"].to_pylist(), t["value"].to_pylist()):
+            totals[k] += v
+    return dict(sorted(totals.items()))
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
+
+
+@task(name="plan-phrase-occurrences", cache_policy=NONE)
+def plan_occurrences_task(sentences: Dataset, params: dict) -> tuple[OccurrenceOutputs, list[Chunk]]:
+    return plan_outputs(sentences, params), plan_chunks(sentences, params["sentences_per_chunk"])
+
+
+@task(name="mine-phrases", task_run_name="mine-phrases-{chunk.index}", cache_policy=NONE, retries=1)
+def mine_chunk_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict) -> dict:
+    result = write_chunk(sentences, chunk, out, params)
+    get_run_logger().info("chunk %d: %s", chunk.index, result)
+    return result
+
+
+@task(name="commit-phrase-occurrences", cache_policy=NONE)
+def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
+    return commit_outputs(out, sentences, params)
