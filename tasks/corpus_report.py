@@ -82,14 +82,9 @@ def counts_table(counts: dict) -> list[dict]:
 
 def distribution_png(counts: dict, length_rows: list[dict]) -> bytes:
     """Where the pages went and how long the sentences are, as one PNG."""
-    import io
+    from tasks.figures import png_bytes, pyplot
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.6), dpi=100)
     outcome = {"kept": counts["kept"], **{f"filtered: {k}": v for k, v in counts["filtered"].items()},
                **{f"quarantined: {k}": v for k, v in counts["quarantined"].items()}}
     left.barh(list(outcome)[::-1], list(outcome.values())[::-1], color="#4c72b0")
@@ -97,11 +92,7 @@ def distribution_png(counts: dict, length_rows: list[dict]) -> bytes:
     right.bar([r["words"] for r in length_rows], [r["sentences"] for r in length_rows], color="#55a868")
     right.set_title(f"{counts['sentences']} sentences, by length in words")
     right.tick_params(axis="x", rotation=45)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) -> str:
@@ -113,10 +104,9 @@ def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) ->
               f"**{sum(counts['filtered'].values())}** + quarantined **{sum(counts['quarantined'].values())}**.",
               "", "A directory without `_manifest.json` is incomplete and is never read."]
     if png:
-        import base64
+        from tasks.figures import markdown_image
 
-        # Inline so the figure shows in the Prefect UI with no file server.
-        lines += ["", f"![pages and sentence lengths](data:image/png;base64,{base64.b64encode(png).decode()})"]
+        lines += ["", markdown_image(png, "pages and sentence lengths")]
     return "\n".join(lines)
 
 

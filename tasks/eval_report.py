@@ -7,8 +7,6 @@ coloured by type, like the paper's Figure 4.
 """
 from __future__ import annotations
 
-import base64
-import io
 import statistics
 from collections import defaultdict
 
@@ -82,25 +80,23 @@ def report_markdown(table: list[dict], manifest: dict, map_png: bytes | None) ->
               "`char3gram` is scored on AutoFJ only, as in the paper. Rows marked (paper) are the "
               "figures printed in the PEARL paper's Table 1, not reproduced here."]
     if map_png:
-        b64 = base64.b64encode(map_png).decode()
-        lines += ["", "## Entity map (t-SNE of CoNLL-2003 entity names)", "",
-                  f"![entity map](data:image/png;base64,{b64})"]
+        from tasks.figures import markdown_image
+
+        lines += ["", "## Entity map (t-SNE of CoNLL-2003 entity names)", "", markdown_image(map_png, "entity map")]
     return "\n".join(lines)
 
 
 def entity_map_png(encoder, names: list[str], labels: list[str], title: str, seed: int = 0) -> bytes:
     """t-SNE of the names' embeddings, a colour per entity type, as PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
     from sklearn.manifold import TSNE
+
+    from tasks.figures import png_bytes, pyplot
 
     vectors = encoder.encode(names, normalize=True)
     xy = TSNE(n_components=2, metric="cosine", init="pca", random_state=seed,
               perplexity=min(30, max(5, len(names) // 4))).fit_transform(vectors)
-    fig, ax = plt.subplots(figsize=(7, 6), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(7, 6), dpi=110)
     for label in sorted(set(labels)):
         idx = np.array([lab == label for lab in labels])
         ax.scatter(xy[idx, 0], xy[idx, 1], s=9, alpha=0.7, label=f"{label} ({idx.sum()})")
@@ -108,11 +104,7 @@ def entity_map_png(encoder, names: list[str], labels: list[str], title: str, see
     ax.set_xticks([])
     ax.set_yticks([])
     ax.legend(markerscale=2, frameon=False)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 from prefect import task  # noqa: E402

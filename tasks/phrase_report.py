@@ -7,13 +7,12 @@ versions and a bar chart inline).
 """
 from __future__ import annotations
 
-import base64
-import io
 from collections import Counter
 
 from pearl_model.phrases.labels import ENTITY_TYPES, LEXICAL_TYPES, PAPER_LEXICAL_SHARE
 from pearl_model.phrases.mining import check_stats
 from storage.datasets import Dataset
+from tasks.figures import markdown_image, png_bytes, pyplot
 
 
 class PhraseCountsDoNotReconcile(AssertionError):
@@ -70,13 +69,9 @@ def share_rows(counts: Counter, order: tuple[str, ...], paper: dict[str, float] 
 
 
 def distribution_png(lexical_rows: list[dict], entity_rows: list[dict]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), dpi=100, gridspec_kw={"width_ratios": [1, 2]})
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(11, 3.8), dpi=100, gridspec_kw={"width_ratios": [1, 2]})
     x = np.arange(len(lexical_rows))
     left.bar(x - 0.2, [r["share %"] for r in lexical_rows], 0.4, label="this corpus", color="#4c72b0")
     left.bar(x + 0.2, [r["paper share %"] for r in lexical_rows], 0.4, label="paper (3.8M phrases)", color="#dd8452")
@@ -89,11 +84,7 @@ def distribution_png(lexical_rows: list[dict], entity_rows: list[dict]) -> bytes
     right.set_yscale("log")
     right.set_title("entity types (phrases, log scale)")
     right.tick_params(axis="x", rotation=60)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def datasets_markdown(datasets: list[Dataset], counts: dict, png: bytes | None, examples: list[dict]) -> str:
@@ -109,7 +100,7 @@ def datasets_markdown(datasets: list[Dataset], counts: dict, png: bytes | None, 
         lines += ["", "Most frequent phrases:", "", "| phrase | label | frequency |", "|---|---|---|"]
         lines += [f"| {r['phrase']} | {r['label']} | {r['frequency']} |" for r in examples]
     if png:
-        lines += ["", f"![phrase types](data:image/png;base64,{base64.b64encode(png).decode()})"]
+        lines += ["", markdown_image(png, "phrase types")]
     return "\n".join(lines)
 
 
