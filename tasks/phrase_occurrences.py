@@ -133,7 +133,12 @@ from prefect.logging import get_run_logger  # noqa: E402
 
 @task(name="plan-phrase-occurrences", cache_policy=NONE)
 def plan_occurrences_task(sentences: Dataset, params: dict) -> tuple[OccurrenceOutputs, list[Chunk]]:
-    return plan_outputs(sentences, params), plan_chunks(sentences, params["sentences_per_chunk"])
+    out = plan_outputs(sentences, params)
+    if not (out.occurrences.is_complete() and out.stats.is_complete()):
+        # Load the parser and NER here once, so a missing model fails the run before any
+        # work is mapped, with ModelMissing's message saying what to install.
+        backends(params)
+    return out, plan_chunks(sentences, params["sentences_per_chunk"])
 
 
 @task(name="mine-phrases", task_run_name="mine-phrases-{chunk.index}", cache_policy=NONE, retries=1)
