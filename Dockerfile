@@ -18,6 +18,10 @@ ENV PYTHONUNBUFFERED=1 \
 
 WORKDIR /app
 
+# WordNet 3.0 database files: the synonym source of token-level positives.
+RUN apt-get update && apt-get install -y --no-install-recommends wordnet-base \
+    && rm -rf /var/lib/apt/lists/*
+
 # Dependencies first (the layer is reused until the lock changes), exactly as locked.
 COPY requirements.lock requirements-data.txt ./
 RUN pip install -r requirements.lock \

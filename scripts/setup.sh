@@ -55,6 +55,18 @@ if [ ! -x "$VENV/bin/python" ] || ! is_py311 "$VENV/bin/python"; then
     "$PY" -m venv "$VENV"
 fi
 
+# WordNet 3.0's database files (Debian wordnet-base): the synonym source of token-level
+# positives. A system package, not a pip one: installed here when missing and we are root.
+if [ ! -f "${PEARL_WORDNET_DIR:-/usr/share/wordnet}/data.noun" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        log "installing WordNet 3.0 (Debian wordnet-base)"
+        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >&2 \
+            || log "warning: could not install wordnet-base; WordNet synonyms will be unavailable"
+    else
+        log "warning: WordNet not found: install the Debian package wordnet-base (or set PEARL_WORDNET_DIR)"
+    fi
+fi
+
 want="$(hash_inputs)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" = "$have" ] && [ -z "${PEARL_FORCE_SETUP:-}" ]; then
