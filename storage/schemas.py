@@ -127,6 +127,17 @@ PHRASES = pa.schema(
     ]
 )
 
+# fastText vectors trained on the corpus sentences: synonym neighbours for positives,
+# and a target for the character encoder. The gensim model itself (n-gram buckets, for
+# out-of-vocabulary words) is saved beside the parts as fasttext.model.
+WORD_VECTORS = pa.schema(
+    [
+        pa.field("word", pa.string(), nullable=False),  # lowercased corpus token
+        pa.field("count", pa.int64(), nullable=False),  # occurrences in the corpus
+        pa.field("vector", pa.list_(pa.float32()), nullable=False),
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -138,4 +149,5 @@ ALL = {
     "phrase_occurrences": PHRASE_OCCURRENCES,
     "phrase_mining_stats": PHRASE_MINING_STATS,
     "phrases": PHRASES,
+    "word_vectors": WORD_VECTORS,
 }

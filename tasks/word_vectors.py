@@ -1,0 +1,110 @@
+"""Stage 6: `sentences` -> `word_vectors`, a fastText model trained on the corpus.
+
+One task (gensim trains with its own threads, not per partition). The corpus is streamed
+from the sentences parts on every pass gensim makes, so it is never held in memory.
+Tokens are lowercased words (letters, digits, inner hyphens and apostrophes): the same
+tokenisation `word_tokens` gives everything that later looks words up.
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import WORD_VECTORS
+
+CODE_VERSION = "word-vectors-1"
+MODEL_FILE = "fasttext.model"
+_WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
+_ROWS_PER_PART = 50_000
+
+
+def word_tokens(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+class SentenceCorpus:
+    """Restartable iterable of tokenised sentences, read part by part (gensim passes several times)."""
+
+    def __init__(self, sentences: Dataset):
+        self.sentences = sentences
+
+    def __iter__(self):
+        for batch in self.sentences.iter_batches(columns=["text"], batch_size=8192):
+            for text in batch.column(0).to_pylist():
+                tokens = word_tokens(text)
+                if tokens:
+                    yield tokens
+
+
+def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
+    from pearl_model.synonyms import train_fasttext
+
+    t0 = time.perf_counter()
+    model = train_fasttext(SentenceCorpus(sentences), vector_size=params["dim"], window=params["window"],
+                           min_count=params["min_count"], epochs=params["epochs"], seed=params["seed"],
+                           workers=params["workers"])
+    seconds = time.perf_counter() - t0
+    wv = model.wv
+    words = list(wv.index_to_key)
+    counts = [int(wv.get_vecattr(w, "count")) for w in words]
+    vectors = np.asarray(wv.vectors, dtype=np.float32)
+    for part, start in enumerate(range(0, len(words), _ROWS_PER_PART)):
+        end = start + _ROWS_PER_PART
+        out.write_part(part, pa.table({
+            "word": words[start:end], "count": counts[start:end],
+            "vector": pa.array(list(vectors[start:end]), type=pa.list_(pa.float32()))}, schema=WORD_VECTORS))
+    # gensim saves to local paths only: save in a temp dir, then copy onto the storage.
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save(str(Path(tmp) / MODEL_FILE))
+        for f in sorted(Path(tmp).iterdir()):
+            out.fs.put_file(str(f), f"{out.path}/{f.name}")
+    return {"vocabulary": len(words), "corpus_words": int(model.corpus_total_words),
+            "corpus_sentences": int(model.corpus_count), "train_seconds": round(seconds, 1)}
+
+
+def model_path(vectors: Dataset, local_dir: str) -> str:
+    """The gensim model of a word_vectors version, copied to a local directory (gensim reads local files)."""
+    for f in vectors.fs.ls(vectors.path, detail=False):
+        name = f.rsplit("/", 1)[-1]
+        if name.startswith(MODEL_FILE):
+            vectors.fs.get_file(f, str(Path(local_dir) / name))
+    return str(Path(local_dir) / MODEL_FILE)
+
+
+def plan_word_vectors(sentences: Dataset, params: dict) -> Dataset:
+    version = dataset_version("word_vectors", CODE_VERSION, params, {"sentences": sentences.version})
+    return Dataset(sentences.root, "word_vectors", version, WORD_VECTORS)
+
+
+def build_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
+    if out.is_complete():
+        return out.manifest()
+    stats = train_word_vectors(sentences, out, params)
+    return out.commit(code_version=CODE_VERSION, params=params, inputs={"sentences": sentences.version}, stats=stats)
+
+
+def read_vectors(vectors: Dataset) -> tuple[list[str], np.ndarray]:
+    words, rows = [], []
+    for f in vectors.part_files():
+        t = pq.read_table(f, filesystem=vectors.fs)
+        words += t["word"].to_pylist()
+        rows.append(np.stack(t["vector"].to_numpy(zero_copy_only=False)) if t.num_rows else np.zeros((0, 0)))
+    return words, (np.concatenate([r for r in rows if r.size]) if words else np.zeros((0, 0), np.float32))
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="word-vectors", cache_policy=NONE)
+def word_vectors_task(sentences: Dataset, params: dict) -> Dataset:
+    out = plan_word_vectors(sentences, params)
+    build_word_vectors(sentences, out, params)
+    return out
