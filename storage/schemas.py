@@ -138,6 +138,19 @@ WORD_VECTORS = pa.schema(
     ]
 )
 
+# Cached positives of a phrase: the augmentation kinds the training loop cannot draw on
+# the fly (character edits and token swaps it makes itself).
+AUGMENTATIONS = pa.schema(
+    [
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("phrase", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # wordnet|fasttext|alias|paraphrase
+        pa.field("positive", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # e.g. wordnet-3.0, alias source, model
+        pa.field("rank", pa.int32(), nullable=False),  # order within (phrase, kind), best first
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -150,4 +163,5 @@ ALL = {
     "phrase_mining_stats": PHRASE_MINING_STATS,
     "phrases": PHRASES,
     "word_vectors": WORD_VECTORS,
+    "augmentations": AUGMENTATIONS,
 }

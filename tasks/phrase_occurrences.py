@@ -20,7 +20,7 @@ from pearl_model.phrases.mining import check_stats, make_ner, make_parser, mine
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES
 
-CODE_VERSION = "phrase-occurrences-1"
+CODE_VERSION = "phrase-occurrences-2"
 
 
 @dataclass(frozen=True)

@@ -241,3 +241,10 @@ def test_spacy_ner_needs_a_parser_that_gives_entities():
 
     with pytest.raises(ValueError, match="spaCy-based parser"):
         mine(["Alice met Bob."], NoEnts(), make_ner("spacy"))
+
+
+def test_spans_cut_inside_brackets_are_dropped(spacy_parser):
+    (p,) = list(spacy_parser.parse(["He joined the General Union of Anarchists (Draft) in 1926."]))
+    for c in p.constituents:
+        text = p.phrase(c)
+        assert text.count("(") == text.count(")"), text

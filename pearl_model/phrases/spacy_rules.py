@@ -23,7 +23,8 @@ Rules (head token -> span -> lexical type):
   ADJP  a predicative adjective (dep acomp/oprd) with its subtree ("quite happy with the
         result"), and an attributive adjective (amod) only when it has dependents
         ("very large"): a lone amod is just part of its noun chunk.
-Spans are trimmed of punctuation at either edge.
+Spans are trimmed of punctuation at either edge; a span whose brackets or double quotes
+do not balance (a subtree cut inside a parenthesis) is dropped.
 
 Known limits (vs. a constituency parser): a VP is only the lowest VP (no "has been"
 auxiliary layers, no pre-verbal adverbs); coordinated NPs are typed per conjunct ("cats
@@ -45,6 +46,7 @@ _VP_CUT = {"nsubj", "nsubjpass", "csubj", "csubjpass", "expl", "aux", "auxpass",
            "punct", "mark", "preconj", "discourse", "intj", "parataxis", "dep", "appos", "meta"}
 _PREP_DEPS = {"prep", "agent", "dative"}
 _ADV_DEPS = {"advmod", "npadvmod"}
+_BRACKETS = ("()", "[]", "{}")
 # A verb used as a modifier inside a noun phrase ("self-governed") heads no VP.
 _NOT_VP = {"aux", "auxpass", "amod", "compound"}
 # A bare adverb before an adjective or adverb is part of that ADJP/ADVP ("very quickly").
@@ -73,9 +75,15 @@ def _trim(doc, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _balanced(text: str) -> bool:
+    return all(text.count(a) == text.count(b) for a, b in _BRACKETS) and text.count('"') % 2 == 0
+
+
 def _span(doc, start: int, end: int, lexical_type: str, head) -> Constituent | None:
     start, end = _trim(doc, start, end)
     if start >= end:
+        return None
+    if not _balanced(doc[start:end].text):  # "the Union of Anarchists (Draft": cut mid-bracket
         return None
     return Constituent(doc[start].idx, doc[end - 1].idx + len(doc[end - 1]), lexical_type,
                        (head.idx, head.idx + len(head)))

@@ -1,0 +1,201 @@
+"""Stage 7: `phrases` (+ `aliases`, `word_vectors`) -> `augmentations`: cached positives.
+
+One task per phrases part. For every phrase, positives of the kinds that cannot be made
+on the fly during training:
+  wordnet     one token replaced by a WordNet synonym of its part of speech;
+  fasttext    one token replaced by a fastText neighbour (cosine >= a threshold) from the
+              model trained on this corpus;
+  alias       other names of the article the phrase names (the phrase equals its title
+              or one of its aliases, ignoring case): its title, redirects and link anchors,
+              most frequent first;
+  paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given.
+Character edits and token swaps are drawn on the fly by the training loop instead.
+Parts of speech come from spaCy's tagger on the phrase itself (no sentence context).
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter, defaultdict
+from functools import lru_cache
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from pearl_model.phrases.mining import phrase_key
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import AUGMENTATIONS
+
+CODE_VERSION = "augmentations-1"
+KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
+
+
+def alias_positives(keys: set[str], aliases: Dataset, limit: int) -> dict[str, list[tuple[str, str]]]:
+    """Other names of the articles these phrase keys name: key -> [(name, source)], by count."""
+    if not keys:
+        return {}
+    lowered = sorted({k.lower() for k in keys})
+    hits = aliases.read(columns=["alias", "title"], filter=pc.utf8_lower(pads.field("alias")).isin(lowered)
+                        | pc.utf8_lower(pads.field("title")).isin(lowered))
+    named: dict[str, set[str]] = defaultdict(set)  # phrase key -> titles it names
+    for alias, title in zip(hits["alias"].to_pylist(), hits["title"].to_pylist()):
+        for name in (alias, title):
+            if phrase_key(name) in keys:  # casefold check; utf8_lower only narrowed the scan
+                named[phrase_key(name)].add(title)
+    titles = sorted({t for ts in named.values() for t in ts})
+    if not titles:
+        return {}
+    names = aliases.read(columns=["alias", "title", "source", "count"], filter=pads.field("title").isin(titles))
+    by_title: dict[str, Counter] = defaultdict(Counter)
+    source: dict[tuple[str, str], str] = {}
+    for alias, title, src, n in zip(*(names[c].to_pylist() for c in ("alias", "title", "source", "count"))):
+        by_title[title][alias] += n
+        source.setdefault((title, alias), src)
+    out = {}
+    for key, ts in named.items():
+        seen, pos = {key}, []
+        for title in sorted(ts):
+            ranked = [(title, "title")] + [(a, source[(title, a)]) for a, _ in
+                                           sorted(by_title[title].items(), key=lambda x: (-x[1], x[0]))]
+            for name, src in ranked:
+                if phrase_key(name) not in seen:
+                    seen.add(phrase_key(name))
+                    pos.append((name, src))
+        out[key] = pos[:limit]
+    return out
+
+
+@lru_cache(maxsize=1)
+def _tagger(model: str):
+    from pearl_model.phrases.spacy_rules import load_spacy
+
+    return load_spacy(model, disable=("parser", "ner", "lemmatizer"))
+
+
+@lru_cache(maxsize=1)
+def _wordnet():
+    from pearl_model.synonyms import WordNetSynonyms
+
+    return WordNetSynonyms()
+
+
+@lru_cache(maxsize=1)
+def _fasttext(vectors: Dataset, threshold: float):
+    from pearl_model.synonyms import FastTextNeighbours
+    from tasks.word_vectors import model_path
+
+    local = tempfile.mkdtemp(prefix="pearl-fasttext-")  # per worker process, kept while it lives
+    return FastTextNeighbours(model_path(vectors, local), threshold=threshold)
+
+
+@lru_cache(maxsize=1)
+def _paraphraser(options: str):
+    from pearl_model.paraphrase import T5Paraphraser
+
+    return T5Paraphraser(**json.loads(options))
+
+
+def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> dict[str, dict[str, list[str]]]:
+    from pearl_model.synonyms import phrase_synonym_variants
+
+    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for phrase, doc in zip(phrases, tagger.pipe(phrases, batch_size=512)):
+        tokens = [(t.text, t.pos_, t.is_stop) for t in doc if not t.is_space]
+        for kind, source in sources.items():
+            variants = phrase_synonym_variants(tokens, source, limit, phrase=phrase)
+            if variants:
+                out[phrase][kind] = variants
+    return out
+
+
+def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, params: dict) -> tuple[pa.Table, dict]:
+    table = phrases.read_part(index, columns=["phrase", "phrase_key"]) if phrases.has_part(index) else \
+        pa.table({"phrase": pa.array([], pa.string()), "phrase_key": pa.array([], pa.string())})
+    texts, keys = table["phrase"].to_pylist(), table["phrase_key"].to_pylist()
+    limit = params["max_per_kind"]
+    sources = {"wordnet": _wordnet(), "fasttext": _fasttext(vectors, params["fasttext_threshold"])}
+    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit)
+    alias = alias_positives(set(keys), aliases, limit)
+    para = {}
+    if params.get("paraphrase_options"):
+        para = dict(zip(texts, _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
+                        .paraphrases(texts)))
+    rows, stats = [], Counter(phrases_in=len(texts))
+    for text, key in zip(texts, keys):
+        found = {"wordnet": [(p, "wordnet-3.0") for p in syn.get(text, {}).get("wordnet", [])],
+                 "fasttext": [(p, f"fasttext:{vectors.version}") for p in syn.get(text, {}).get("fasttext", [])],
+                 "alias": alias.get(key, []),
+                 "paraphrase": [(p, f"paraphrase:{params['paraphrase_options'].get('model')}")
+                                for p in para.get(text, [])[:limit]]}
+        if not any(found.values()):
+            stats["phrases_without_positive"] += 1
+        for kind, items in found.items():
+            if items:
+                stats[f"phrases_with_{kind}"] += 1
+            for rank, (positive, source) in enumerate(items):
+                rows.append({"phrase_key": key, "phrase": text, "kind": kind, "positive": positive,
+                             "source": source, "rank": rank})
+                stats[f"positives_{kind}"] += 1
+    return pa.Table.from_pylist(rows, schema=AUGMENTATIONS), dict(stats)
+
+
+def write_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset, params: dict) -> dict:
+    if out.has_part(index):
+        return {"part": index, "reused": True}
+    table, stats = augment_part(phrases, index, aliases, vectors, params)
+    out.write_part(index, table)
+    return {"part": index, "reused": False, **stats}
+
+
+def plan_augmentations(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> Dataset:
+    inputs = {"phrases": phrases.version, "aliases": aliases.version, "word_vectors": vectors.version}
+    return Dataset(phrases.root, "augmentations", dataset_version("augmentations", CODE_VERSION, params, inputs),
+                   AUGMENTATIONS)
+
+
+def augmentation_counts(out: Dataset, files: list[str] | None = None) -> dict:
+    """Positives by kind and phrases with at least one, read back part by part.
+
+    A phrase lives in exactly one part (parts follow the phrases buckets), so per-part
+    distinct counts add up and no process holds every phrase key.
+    """
+    kinds, with_kind, with_any = Counter(), Counter(), 0
+    for f in files if files is not None else out.part_files():
+        t = pq.read_table(f, columns=["phrase_key", "kind"], filesystem=out.fs)
+        pairs = set(zip(t["phrase_key"].to_pylist(), t["kind"].to_pylist()))
+        kinds.update(t["kind"].to_pylist())
+        with_kind.update(kind for _, kind in pairs)
+        with_any += len({key for key, _ in pairs})
+    return {"positives": dict(sorted(kinds.items())), "phrases_with": dict(sorted(with_kind.items())),
+            "phrases_with_any": with_any}
+
+
+def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> dict:
+    if out.is_complete():
+        return out.manifest()
+    inputs = {"phrases": phrases.version, "aliases": aliases.version, "word_vectors": vectors.version}
+    stats = {**augmentation_counts(out, out.parts_on_disk()), "phrases_in": phrases.manifest()["rows"]}
+    stats["phrases_without_positive"] = stats["phrases_in"] - stats["phrases_with_any"]
+    return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="plan-augmentations", cache_policy=NONE)
+def plan_augmentations_task(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> Dataset:
+    return plan_augmentations(phrases, aliases, vectors, params)
+
+
+@task(name="augment-part", task_run_name="augment-part-{index}", cache_policy=NONE, retries=1)
+def augment_part_task(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset,
+                      params: dict) -> dict:
+    return write_part(phrases, index, aliases, vectors, out, params)
+
+
+@task(name="commit-augmentations", cache_policy=NONE)
+def commit_augmentations_task(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> dict:
+    return commit_augmentations(out, phrases, aliases, vectors, params)
