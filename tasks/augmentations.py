@@ -199,3 +199,27 @@ def augment_part_task(phrases: Dataset, index: int, aliases: Dataset, vectors: D
 @task(name="commit-augmentations", cache_policy=NONE)
 def commit_augmentations_task(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> dict:
     return commit_augmentations(out, phrases, aliases, vectors, params)
+
+
+def examples_table(out: Dataset, n: int = 12) -> list[dict]:
+    """A few phrases with their positives by kind, those with the most kinds first."""
+    t = out.read(columns=["phrase", "kind", "positive"])
+    by: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for phrase, kind, positive in zip(*(t[c].to_pylist() for c in ("phrase", "kind", "positive"))):
+        by[phrase][kind].append(positive)
+    best = sorted(by, key=lambda p: (-len(by[p]), p))[:n]
+    return [{"phrase": p, **{k: "; ".join(by[p].get(k, [])) for k in KINDS}} for p in best]
+
+
+@task(name="augmentation-report", cache_policy=NONE)
+def augmentation_report_task(out: Dataset) -> dict:
+    from prefect.artifacts import create_table_artifact
+
+    stats = out.manifest()["stats"]
+    rows = [{"kind": k, "positives": stats["positives"].get(k, 0), "phrases with one": stats["phrases_with"].get(k, 0)}
+            for k in KINDS]
+    rows.append({"kind": "none", "positives": 0, "phrases with one": stats["phrases_without_positive"]})
+    create_table_artifact(rows, key="augmentation-counts",
+                          description=f"Cached positives by kind over {stats['phrases_in']} phrases")
+    create_table_artifact(examples_table(out), key="augmentation-examples", description="Phrases and their positives")
+    return {"augmentations": stats, "version": out.version}

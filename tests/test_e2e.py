@@ -36,7 +36,8 @@ POOL = "local-process"
 DEPLOYMENT = "build-corpus/wiki"
 CORPUS_DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
 PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
-DATASETS = CORPUS_DATASETS + PHRASE_DATASETS
+POSITIVE_DATASETS = ["word_vectors", "augmentations"]
+DATASETS = CORPUS_DATASETS + PHRASE_DATASETS + POSITIVE_DATASETS
 MAX_PAGES = 60
 PAGES_PER_PARTITION = 20
 RUN_TIMEOUT = 300  # seconds for one flow run (about 45 s on 2 cores)
@@ -358,6 +359,15 @@ def test_first_run_writes_reconciled_datasets(first):
     assert example_ids <= set(tables["sentences"].column("sentence_id").to_pylist())
     assert len(mans["phrases"]["extra"]["labels"]) == 95
 
+    # Positives: every phrase either has one or is counted as having none.
+    aug = result["augmentations"]
+    assert aug["phrases_in"] == mans["phrases"]["rows"]
+    assert aug["phrases_with_any"] + aug["phrases_without_positive"] == aug["phrases_in"]
+    assert sum(aug["positives"].values()) == mans["augmentations"]["rows"] > 0
+    assert {"wordnet", "fasttext"} <= set(aug["positives"])
+    assert mans["word_vectors"]["stats"]["vocabulary"] == mans["word_vectors"]["rows"] > 100
+    assert (root / "word_vectors" / versions["word_vectors"] / "fasttext.model").is_file()
+
 
 def test_first_run_artifacts(first):
     artifacts = first["artifacts"]
@@ -377,7 +387,8 @@ def test_first_run_artifacts(first):
         version = first["result"]["versions"][name]
         assert version in datasets.data, f"the corpus-datasets artifact does not name {name} {version}"
 
-    for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets"):
+    for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets",
+                "augmentation-counts", "augmentation-examples"):
         assert key in by_key, f"artifacts of the run: {[a.key for a in artifacts]}"
     lexical = by_key["phrase-lexical-types"].data
     lexical = json.loads(lexical) if isinstance(lexical, str) else lexical
