@@ -151,6 +151,49 @@ AUGMENTATIONS = pa.schema(
     ]
 )
 
+# E5 vectors of the phrases (L2-normalised), one part per phrases part.
+PHRASE_EMBEDDINGS = pa.schema(
+    [
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("vector", pa.list_(pa.float32()), nullable=False),
+    ]
+)
+
+# Map side of candidate generation: a phrase under each of its blocking keys.
+NEGATIVE_BLOCKS = pa.schema(
+    [
+        pa.field("block_bucket", pa.int32(), nullable=False),
+        pa.field("block_key", pa.string(), nullable=False),  # a q-gram of the phrase's prefix
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("phrase", pa.string(), nullable=False),
+    ]
+)
+
+# Verified candidate pairs, both directions, bucketed by the query's phrase bucket.
+NEGATIVE_CANDIDATES = pa.schema(
+    [
+        pa.field("query_bucket", pa.int32(), nullable=False),
+        pa.field("query_key", pa.string(), nullable=False),
+        pa.field("candidate_key", pa.string(), nullable=False),
+        pa.field("candidate", pa.string(), nullable=False),
+        pa.field("edit_sim", pa.float64(), nullable=False),  # rapidfuzz Indel normalised similarity
+    ]
+)
+
+# Hard negatives: lexically close (edit_sim), semantically far (cosine), best first.
+NEGATIVES = pa.schema(
+    [
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("phrase", pa.string(), nullable=False),
+        pa.field("negative", pa.string(), nullable=False),
+        pa.field("negative_key", pa.string(), nullable=False),
+        pa.field("edit_sim", pa.float64(), nullable=False),
+        pa.field("cosine", pa.float64(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),  # edit_sim - min-max-normalised cosine
+        pa.field("rank", pa.int32(), nullable=False),
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -164,4 +207,8 @@ ALL = {
     "phrases": PHRASES,
     "word_vectors": WORD_VECTORS,
     "augmentations": AUGMENTATIONS,
+    "phrase_embeddings": PHRASE_EMBEDDINGS,
+    "negative_blocks": NEGATIVE_BLOCKS,
+    "negative_candidates": NEGATIVE_CANDIDATES,
+    "negatives": NEGATIVES,
 }

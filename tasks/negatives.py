@@ -1,0 +1,243 @@
+"""Stage 8: `phrases` -> `negatives`: lexically close, semantically far, as a map-reduce on Dask.
+
+  1. embed      per phrases part: E5 vectors of its phrases -> `phrase_embeddings`.
+  2. grams      per phrases part: q-gram counts, merged into one global rarity order
+                (small: one count per distinct q-gram).
+  3. block      per phrases part: each phrase under its prefix-filter blocking keys
+                (`pearl_model.negatives.blocking_keys`), bucketed by key -> `negative_blocks`.
+  4. candidates per block bucket: verified pairs (edit similarity >= threshold, rapidfuzz) in
+                both directions, bucketed by the query's phrase bucket -> `negative_candidates`.
+  5. select     per phrases bucket: each query's best `max_candidates` candidates, scored by
+                E5 cosine; kept when edit_sim - minmax(cos) > margin; top k -> `negatives`.
+No step holds all pairs or all vectors: each reads one bucket, and vectors are fetched by
+key with a filtered scan. The theory behind steps 2-4 is in `pearl_model/negatives.py`.
+"""
+from __future__ import annotations
+
+import zlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
+
+from pearl_model import negatives as neg
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
+from tasks.phrase_occurrences import phrase_bucket
+
+CODE_VERSION = "negatives-1"
+
+
+@dataclass(frozen=True)
+class NegativeOutputs:
+    embeddings: Dataset
+    blocks: Dataset
+    candidates: Dataset
+    negatives: Dataset
+
+    def all(self) -> tuple[Dataset, ...]:
+        return (self.embeddings, self.blocks, self.candidates, self.negatives)
+
+
+def plan_negatives(phrases: Dataset, params: dict) -> NegativeOutputs:
+    inputs = {"phrases": phrases.version}
+
+    def ds(name: str, schema: pa.Schema, keys: tuple[str, ...]) -> Dataset:
+        sub = {k: params[k] for k in keys}  # each dataset versioned by the parameters it depends on
+        return Dataset(phrases.root, name, dataset_version(name, CODE_VERSION, sub, inputs), schema)
+
+    emb = ("backbone",)
+    blk = ("threshold", "block_buckets")
+    cand = blk + ("max_block", "phrase_buckets")
+    return NegativeOutputs(ds("phrase_embeddings", PHRASE_EMBEDDINGS, emb), ds("negative_blocks", NEGATIVE_BLOCKS, blk),
+                           ds("negative_candidates", NEGATIVE_CANDIDATES, cand),
+                           ds("negatives", NEGATIVES, tuple(sorted(k for k in params if k != "cache_dir"))))
+
+
+def _phrase_part(phrases: Dataset, part: int) -> pa.Table:
+    return phrases.read_part(part, columns=["phrase", "phrase_key"])
+
+
+@lru_cache(maxsize=1)
+def _encoder(backbone: str, cache_dir: str | None):
+    from pearl_model.encoder import PhraseEncoder
+
+    return PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir)
+
+
+def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict) -> int:
+    if out.has_part(part):
+        return -1
+    t = _phrase_part(phrases, part)
+    vectors = _encoder(params["backbone"], params.get("cache_dir")).encode(t["phrase"].to_pylist(), normalize=True)
+    out.write_part(part, pa.table({"phrase_key": t["phrase_key"],
+                                   "vector": pa.array(list(vectors.astype(np.float32)), pa.list_(pa.float32()))},
+                                  schema=PHRASE_EMBEDDINGS))
+    return t.num_rows
+
+
+def part_gram_counts(phrases: Dataset, part: int, params: dict) -> Counter:
+    q = neg.default_q(params["threshold"])
+    return neg.gram_counts(_phrase_part(phrases, part)["phrase"].to_pylist(), q)
+
+
+def block_part(phrases: Dataset, part: int, counts: Counter, out: Dataset, params: dict) -> int:
+    if out.has_part(part):
+        return -1
+    t = _phrase_part(phrases, part)
+    q, threshold, n = neg.default_q(params["threshold"]), params["threshold"], params["block_buckets"]
+    rows = []
+    for phrase, key in zip(t["phrase"].to_pylist(), t["phrase_key"].to_pylist()):
+        for block_key in neg.blocking_keys(phrase, counts, threshold, q):
+            rows.append({"block_bucket": zlib.crc32(block_key.encode()) % n, "block_key": block_key,
+                         "phrase_key": key, "phrase": phrase})
+    return out.write_part(part, pa.Table.from_pylist(rows, schema=NEGATIVE_BLOCKS))
+
+
+def candidates_bucket(blocks: Dataset, bucket: int, out: Dataset, params: dict) -> dict:
+    """Verified pairs of every block in one bucket of block keys; counts of the work done."""
+    stats = neg.CandidateStats()
+    if out.has_part(bucket):
+        return {"bucket": bucket, "reused": True}
+    t = blocks.read(columns=["block_key", "phrase_key", "phrase"], filter=pads.field("block_bucket") == bucket)
+    members: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    surface: dict[str, str] = {}
+    for bk, key, phrase in zip(*(t[c].to_pylist() for c in ("block_key", "phrase_key", "phrase"))):
+        members[bk].append((key, phrase))
+        surface[key] = phrase
+    found: dict[tuple[str, str], float] = {}
+    for block in members.values():
+        for a, b, s in neg.candidate_pairs(block, params["threshold"], max_block=params["max_block"], stats=stats):
+            found[a, b] = s
+    n = params["phrase_buckets"]
+    rows = [{"query_bucket": phrase_bucket(q, n), "query_key": q, "candidate_key": c, "candidate": surface[c],
+             "edit_sim": s} for q, c, s in neg.both_directions((a, b, s) for (a, b), s in found.items())]
+    out.write_part(bucket, pa.Table.from_pylist(rows, schema=NEGATIVE_CANDIDATES))
+    return {"bucket": bucket, "reused": False, "pairs_compared": stats.pairs_compared,
+            "pairs_skipped": stats.pairs_skipped, "largest_block": stats.largest_block, "pairs": len(found)}
+
+
+def _vectors(embeddings: Dataset, keys: list[str]) -> dict[str, np.ndarray]:
+    if not keys:
+        return {}
+    t = embeddings.read(filter=pads.field("phrase_key").isin(keys))
+    return {k: np.asarray(v, dtype=np.float32) for k, v in zip(t["phrase_key"].to_pylist(), t["vector"].to_pylist())}
+
+
+def select_bucket(phrases: Dataset, part: int, candidates: Dataset, embeddings: Dataset, out: Dataset,
+                  params: dict) -> dict:
+    if out.has_part(part):
+        return {"part": part, "reused": True}
+    queries = _phrase_part(phrases, part)
+    c = candidates.read(columns=["query_key", "candidate_key", "candidate", "edit_sim"],
+                        filter=pads.field("query_bucket") == part)
+    pairs: dict[str, list] = defaultdict(list)
+    surface = {}
+    for q, ck, cand, s in zip(*(c[col].to_pylist() for col in ("query_key", "candidate_key", "candidate", "edit_sim"))):
+        pairs[q].append((q, ck, s))
+        surface[ck] = cand
+    top = {q: neg.top_candidates(q, ps, params["max_candidates"]) for q, ps in pairs.items()}
+    vecs = _vectors(embeddings, sorted(set(top) | {ck for cs in top.values() for ck, _ in cs}))
+    rows, stats = [], Counter(phrases_in=queries.num_rows)
+    for phrase, key in zip(queries["phrase"].to_pylist(), queries["phrase_key"].to_pylist()):
+        cands = top.get(key, [])
+        if not cands:
+            stats["phrases_without_candidate"] += 1
+            continue
+        cand_vecs = np.stack([vecs[ck] for ck, _ in cands])
+        sims = np.array([s for _, s in cands])
+        idx, scores = neg.select_negatives(vecs[key], cand_vecs, sims, params["margin"], params["k"])
+        if len(idx) == 0:
+            stats["phrases_without_negative"] += 1
+            continue
+        stats["phrases_with_negative"] += 1
+        cos = neg.cosine_scores(vecs[key], cand_vecs)
+        for rank, (i, score) in enumerate(zip(idx, scores)):
+            ck = cands[int(i)][0]
+            rows.append({"phrase_key": key, "phrase": phrase, "negative": surface[ck], "negative_key": ck,
+                         "edit_sim": float(sims[i]), "cosine": float(cos[i]), "score": float(score), "rank": rank})
+    out.write_part(part, pa.Table.from_pylist(rows, schema=NEGATIVES))
+    return {"part": part, "reused": False, **stats}
+
+
+def negative_counts(out: Dataset, phrases: Dataset, files: list[str]) -> dict:
+    """Phrases with a negative, read back part by part (a phrase lives in one part)."""
+    import pyarrow.parquet as pq
+
+    with_neg = rows = 0
+    for f in files:
+        t = pq.read_table(f, columns=["phrase_key"], filesystem=out.fs)
+        rows += t.num_rows
+        with_neg += len(set(t["phrase_key"].to_pylist()))
+    n = phrases.manifest()["rows"]
+    return {"phrases_in": n, "phrases_with_negative": with_neg, "phrases_without_negative": n - with_neg,
+            "negatives": rows}
+
+
+def commit_step(d: Dataset, phrases: Dataset, params: dict, stats: dict | None = None) -> dict:
+    """Commit one intermediate dataset, so the next step can read it."""
+    if d.is_complete():
+        return d.manifest()
+    return d.commit(code_version=CODE_VERSION, params=params, inputs={"phrases": phrases.version}, stats=stats)
+
+
+def commit_negatives(outs: NegativeOutputs, phrases: Dataset, params: dict) -> dict:
+    if outs.negatives.is_complete():
+        return outs.negatives.manifest()
+    stats = {**negative_counts(outs.negatives, phrases, outs.negatives.parts_on_disk()),
+             **{k: v for k, v in outs.candidates.manifest()["stats"].items()}}
+    return outs.negatives.commit(code_version=CODE_VERSION, params=params, inputs={"phrases": phrases.version},
+                                 stats=stats)
+
+
+def candidate_work(candidate_stats: list[dict]) -> dict:
+    keys = ("pairs_compared", "pairs_skipped", "pairs")
+    return {**{k: sum(s.get(k, 0) for s in candidate_stats) for k in keys},
+            "buckets_reused": sum(1 for s in candidate_stats if s.get("reused"))}
+
+
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="plan-negatives", cache_policy=NONE)
+def plan_negatives_task(phrases: Dataset, params: dict) -> NegativeOutputs:
+    return plan_negatives(phrases, params)
+
+
+@task(name="embed-phrases", task_run_name="embed-phrases-{part}", cache_policy=NONE, retries=1)
+def embed_part_task(phrases: Dataset, part: int, outs: NegativeOutputs, params: dict) -> int:
+    return embed_part(phrases, part, outs.embeddings, params)
+
+
+@task(name="gram-counts", task_run_name="gram-counts-{part}", cache_policy=NONE)
+def gram_counts_task(phrases: Dataset, part: int, params: dict) -> Counter:
+    return part_gram_counts(phrases, part, params)
+
+
+@task(name="block-phrases", task_run_name="block-phrases-{part}", cache_policy=NONE, retries=1)
+def block_part_task(phrases: Dataset, part: int, counts: list[Counter], outs: NegativeOutputs, params: dict) -> int:
+    return block_part(phrases, part, neg.merge_gram_counts(counts), outs.blocks, params)
+
+
+@task(name="candidate-pairs", task_run_name="candidate-pairs-{bucket}", cache_policy=NONE, retries=1)
+def candidates_task(outs: NegativeOutputs, bucket: int, params: dict) -> dict:
+    return candidates_bucket(outs.blocks, bucket, outs.candidates, params)
+
+
+@task(name="select-negatives", task_run_name="select-negatives-{part}", cache_policy=NONE, retries=1)
+def select_task(phrases: Dataset, part: int, outs: NegativeOutputs, params: dict) -> dict:
+    return select_bucket(phrases, part, outs.candidates, outs.embeddings, outs.negatives, params)
+
+
+@task(name="commit-negatives-step", task_run_name="commit-{d.name}", cache_policy=NONE)
+def commit_step_task(d: Dataset, phrases: Dataset, params: dict, stats: dict | None = None) -> dict:
+    return commit_step(d, phrases, params, stats)
+
+
+@task(name="commit-negatives", cache_policy=NONE)
+def commit_negatives_task(outs: NegativeOutputs, phrases: Dataset, params: dict) -> dict:
+    return commit_negatives(outs, phrases, params)
