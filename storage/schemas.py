@@ -194,6 +194,22 @@ NEGATIVES = pa.schema(
     ]
 )
 
+# What the training flow reads: one row per phrase, its label, cached positives and hard
+# negatives, and a deterministic train/validation split.
+_POSITIVE = pa.struct([pa.field("kind", pa.string()), pa.field("text", pa.string())])
+TRAINING_SET = pa.schema(
+    [
+        pa.field("phrase", pa.string(), nullable=False),
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("label", pa.string(), nullable=False),
+        pa.field("label_id", pa.int32(), nullable=False),  # index in the 95-label vocabulary
+        pa.field("frequency", pa.int64(), nullable=False),
+        pa.field("positives", pa.list_(_POSITIVE), nullable=False),  # cached kinds; on-the-fly ones are drawn in training
+        pa.field("negatives", pa.list_(pa.string()), nullable=False),  # hard negatives, best first
+        pa.field("split", pa.string(), nullable=False),  # train|validation
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -211,4 +227,5 @@ ALL = {
     "negative_blocks": NEGATIVE_BLOCKS,
     "negative_candidates": NEGATIVE_CANDIDATES,
     "negatives": NEGATIVES,
+    "training_set": TRAINING_SET,
 }

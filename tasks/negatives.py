@@ -241,3 +241,40 @@ def commit_step_task(d: Dataset, phrases: Dataset, params: dict, stats: dict | N
 @task(name="commit-negatives", cache_policy=NONE)
 def commit_negatives_task(outs: NegativeOutputs, phrases: Dataset, params: dict) -> dict:
     return commit_negatives(outs, phrases, params)
+
+
+def examples_table(negatives: Dataset, augmentations: Dataset, n: int = 12) -> list[dict]:
+    """Phrases with their cached positives by kind and their negatives (edit sim, cosine)."""
+    t = negatives.read().to_pylist()
+    t.sort(key=lambda r: (-r["score"], r["phrase_key"], r["rank"]))
+    chosen = list(dict.fromkeys(r["phrase_key"] for r in t))[:n]
+    pos = augmentations.read(columns=["phrase_key", "kind", "positive"],
+                             filter=pads.field("phrase_key").isin(chosen)).to_pylist() if chosen else []
+    by_pos: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in pos:
+        by_pos[r["phrase_key"]][r["kind"]].append(r["positive"])
+    rows = []
+    for key in chosen:
+        negs = [r for r in t if r["phrase_key"] == key]
+        rows.append({"phrase": negs[0]["phrase"],
+                     "positives": "; ".join(f"{k}: {', '.join(v)}" for k, v in sorted(by_pos[key].items())),
+                     "negatives (edit sim / cosine)": "; ".join(
+                         f"{r['negative']} ({r['edit_sim']:.2f} / {r['cosine']:.2f})" for r in negs)})
+    return rows
+
+
+@task(name="commit-candidates", cache_policy=NONE)
+def commit_candidates_task(outs: NegativeOutputs, phrases: Dataset, params: dict, work: list[dict]) -> dict:
+    return commit_step(outs.candidates, phrases, params, candidate_work(work))
+
+
+@task(name="negatives-report", cache_policy=NONE)
+def negatives_report_task(outs: NegativeOutputs, augmentations: Dataset) -> dict:
+    from prefect.artifacts import create_table_artifact
+
+    stats = outs.negatives.manifest()["stats"]
+    create_table_artifact([{"what": k.replace("_", " "), "count": v} for k, v in stats.items()],
+                          key="negative-counts", description="Hard negatives: phrases with and without, work done")
+    create_table_artifact(examples_table(outs.negatives, augmentations), key="negative-examples",
+                          description="Phrases, their cached positives, and their hard negatives")
+    return {"negatives": stats, "versions": {d.name: d.version for d in outs.all()}}

@@ -36,7 +36,8 @@ POOL = "local-process"
 DEPLOYMENT = "build-corpus/wiki"
 CORPUS_DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
 PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
-POSITIVE_DATASETS = ["word_vectors", "augmentations"]
+POSITIVE_DATASETS = ["word_vectors", "augmentations", "phrase_embeddings", "negative_blocks",
+                     "negative_candidates", "negatives", "training_set"]
 DATASETS = CORPUS_DATASETS + PHRASE_DATASETS + POSITIVE_DATASETS
 MAX_PAGES = 60
 PAGES_PER_PARTITION = 20
@@ -368,6 +369,18 @@ def test_first_run_writes_reconciled_datasets(first):
     assert mans["word_vectors"]["stats"]["vocabulary"] == mans["word_vectors"]["rows"] > 100
     assert (root / "word_vectors" / versions["word_vectors"] / "fasttext.model").is_file()
 
+    # Negatives and the published training set: one row per phrase, every count adding up.
+    negs = result["negatives"]
+    assert negs["phrases_with_negative"] + negs["phrases_without_negative"] == mans["phrases"]["rows"]
+    assert negs["negatives"] == mans["negatives"]["rows"] > 0
+    n = tables["negatives"]
+    assert min(n.column("edit_sim").to_pylist()) >= 0.7 and min(n.column("score").to_pylist()) > 0.3
+    ts = tables["training_set"]
+    assert ts.num_rows == mans["phrases"]["rows"] == result["training_set"]["rows"]
+    assert set(ts.column("split").to_pylist()) == {"train", "validation"}
+    assert sum(1 for x in ts.column("negatives").to_pylist() if x) == negs["phrases_with_negative"]
+    assert json.loads((root / "training_set" / "_latest.json").read_text())["version"] == versions["training_set"]
+
 
 def test_first_run_artifacts(first):
     artifacts = first["artifacts"]
@@ -388,7 +401,8 @@ def test_first_run_artifacts(first):
         assert version in datasets.data, f"the corpus-datasets artifact does not name {name} {version}"
 
     for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets",
-                "augmentation-counts", "augmentation-examples"):
+                "augmentation-counts", "augmentation-examples", "negative-counts", "negative-examples",
+                "training-set"):
         assert key in by_key, f"artifacts of the run: {[a.key for a in artifacts]}"
     lexical = by_key["phrase-lexical-types"].data
     lexical = json.loads(lexical) if isinstance(lexical, str) else lexical
