@@ -315,3 +315,19 @@ def test_mine_negatives_checks_embed_shape():
     with pytest.raises(ValueError, match="embed returned"):
         N.mine_negatives(["New York Times", "New York Post"], lambda b: np.zeros((1, 3)))
     assert N.mine_negatives(["abc", "xyz"], lambda b: 1 / 0) == [[], []]  # no candidates, no call
+
+
+def test_blocking_equals_brute_force_on_a_few_thousand_real_names():
+    """YAGO mentions and their canonical names from the PEARL benchmark: 4,000 real phrases."""
+    from pearl_model.evaluation import data
+
+    bench = data.default_benchmark_dir()
+    if bench is None:
+        pytest.skip("the PEARL benchmark files (../shared/benchmarks/pearl) are not here")
+    mentions, names = data.load_retrieval(bench, "yago")[:2]
+    phrases = list(dict.fromkeys(list(mentions)[:2500] + list(names)[:1500]))
+    blocked, stats = N.blocked_candidates(phrases, 0.7)
+    exact = N.brute_force_candidates(phrases, 0.7)
+    assert [(a, b) for a, b, _ in blocked] == [(a, b) for a, b, _ in exact]
+    assert len(exact) > 100
+    assert stats.pairs_compared < len(phrases) * (len(phrases) - 1) // 2
