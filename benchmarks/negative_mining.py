@@ -128,7 +128,10 @@ def run(phrases, embeddings, workers: int, params: dict) -> dict:
     from pearl_model import negatives as neg
     from tasks import negatives as stage
 
-    outs = replace(stage.plan_negatives(phrases, {**params, "bench_workers": workers}), embeddings=embeddings)
+    outs = replace(stage.plan_negatives(phrases, params), embeddings=embeddings)
+    for d in (outs.blocks, outs.candidates, outs.negatives):  # nothing reused from the previous run
+        if d.fs.exists(d.path):
+            d.fs.rm(d.path, recursive=True)
     parts = range(params["phrase_buckets"])
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client, PeakPerProcess() as mem:
