@@ -22,7 +22,6 @@ import platform
 import random
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,31 +32,9 @@ import pyarrow as pa
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from phrase_mining import PeakPerProcess  # noqa: E402  (benchmarks/ is on sys.path)
+
 app = typer.Typer(add_completion=False)
-
-
-class PeakPerProcess:
-    def __init__(self, interval: float = 0.1):
-        self.interval, self.peaks, self._stop = interval, Counter(), threading.Event()
-
-    def _run(self):
-        me = psutil.Process()
-        while not self._stop.is_set():
-            for p in [me, *me.children(recursive=True)]:
-                try:
-                    self.peaks[p.pid] = max(self.peaks[p.pid], p.memory_info().rss)
-                except psutil.Error:
-                    pass
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self.thread.join()
 
 
 def corpus_phrases(source: str, root: str, want: int) -> list[str]:
