@@ -14,6 +14,12 @@ from .backbones import DEFAULT_BACKBONE, BackboneInfo, load_backbone
 PROGRESS_THRESHOLD = 5000  # show a progress bar by default for inputs longer than this
 
 
+def mean_pool(hidden, mask):
+    """Mean of ``hidden`` (B, T, D) over the positions where ``mask`` (B, T) is nonzero."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+
+
 def _check_phrases(phrases) -> list[str]:
     if isinstance(phrases, (str, bytes)):
         raise TypeError("encode() takes a list of phrases, not a single string: encode([phrase])")
@@ -99,8 +105,7 @@ class PhraseEncoder:
                         hidden = self.model(**batch).last_hidden_state
                 else:
                     hidden = self.model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                pooled = mean_pool(hidden, batch["attention_mask"])
                 pooled = pooled.float()
                 if normalize:
                     pooled = torch.nn.functional.normalize(pooled, dim=-1)

@@ -25,29 +25,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl_model.char_encoder import PAD, CharEncoder, CharVocab
+from pearl_model.encoder import _check_phrases as check_phrase_list, mean_pool
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["mean_pool", "collate", "Batcher", "PearlModel"]
 
 
-def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden`` (B, T, D) over positions where ``mask`` (B, T) is nonzero."""
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
-
-
 def _check_phrases(phrases) -> list[str]:
-    if isinstance(phrases, (str, bytes)):
-        raise TypeError("expected a list of phrases, not a single string: [phrase]")
-    try:
-        items = list(phrases)
-    except TypeError:
-        raise TypeError(f"expected a list of str, got {type(phrases).__name__}") from None
+    # encode()'s type checks, plus: training phrases may not be empty.
+    items = check_phrase_list(phrases)
     if not items:
         raise ValueError("no phrases given (empty input)")
     for i, p in enumerate(items):
-        if not isinstance(p, str):
-            raise TypeError(f"phrase {i} is {type(p).__name__}, not str: {p!r:.60}")
         if not p.strip():
             raise ValueError(f"phrase {i} is empty or whitespace-only")
     return items
