@@ -1,4 +1,4 @@
-"""`build-corpus`: input dump -> raw_pages -> pages, sentences, aliases (+ quarantine)
+"""`build-corpus`: input dump(s) -> raw_pages -> pages, sentences, aliases (+ quarantine)
 -> phrase_occurrences (+ phrase_mining_stats) -> phrases; sentences -> word_vectors;
 phrases + aliases + word_vectors -> augmentations; phrases -> phrase_embeddings,
 negative_blocks, negative_candidates -> negatives; phrases + augmentations + negatives
@@ -11,7 +11,7 @@ reuses the extraction.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from prefect import flow, unmapped
 
@@ -36,7 +36,7 @@ from tasks.negatives import (
 
 @flow(name="corpus-stages")
 def corpus_stages(
-    source: str,
+    source: Union[str, list[str]],
     storage_root: str,
     input_format: str,
     pages_per_partition: int,
@@ -119,7 +119,7 @@ MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "
 
 @flow(name="build-corpus")
 def build_corpus(
-    source: str = "sample",
+    source: Union[str, list[str]] = "sample",
     storage_root: str = "data",
     input_format: Literal["auto", "mediawiki-xml", "jsonl"] = "auto",
     pages_per_partition: int = 500,
@@ -160,8 +160,12 @@ def build_corpus(
     """Build the corpus datasets from a Wikipedia dump.
 
     Args:
-        source: dump location (local path or fsspec URL; `.xml`, `.xml.bz2`, `.jsonl`), or
-            "sample" for the enwiki excerpt shipped with gensim 4.4.0.
+        source: one input or a list of inputs, read in the given order into one raw_pages
+            dataset. Each is a dump location (local path or fsspec URL; `.xml`, `.xml.bz2`,
+            `.xml.gz`, `.jsonl`), or "sample" for the enwiki excerpt shipped with gensim 4.4.0;
+            e.g. the files of a split dump, or ["sample", "data/inputs/ovos_summaries.jsonl"].
+            Every input is checked before any work; the version depends on all of them and
+            their order, and the raw_pages manifest counts pages per input.
         storage_root: where datasets are written (local path or fsspec URL).
         input_format: "auto" guesses from the file name.
         pages_per_partition: pages per Parquet part and per Dask task.

@@ -1,9 +1,10 @@
 """Stage 1: stream an input dump into `raw_pages` partitions of N pages.
 
 Inputs: a MediaWiki XML export (``.xml``, ``.xml.bz2``, ``.xml.gz``; local path or any
-fsspec URL) or JSON lines of ``{"title", "text"}`` records. Reading is sequential (a bz2
-stream cannot be split), so this stage only cuts the input into partitions; the
-CPU-heavy cleaning runs on those partitions in parallel.
+fsspec URL) or JSON lines of ``{"title", "text"}`` records; or several of them (a dump
+split in many files, or a dump plus JSON lines), read in the given order into one
+dataset. Reading is sequential (a bz2 stream cannot be split), so this stage only cuts
+the input into partitions; the CPU-heavy cleaning runs on those partitions in parallel.
 
 mwxml parses each page, but the stream is cut into ``<page>`` blocks here first:
 mwxml's whole-stream iterparse cannot go on after one bad byte or one broken tag, and
@@ -19,7 +20,7 @@ import logging
 import lzma
 import re
 from dataclasses import dataclass, field
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterator, Sequence, Union
 
 import fsspec
 import mwxml
@@ -37,6 +38,12 @@ log = logging.getLogger(__name__)
 _LINE_LIMIT = 1 << 20
 _TITLE_RE = re.compile(rb"<title>(.*?)</title>", re.S)
 _ID_RE = re.compile(rb"<id>(\d+)</id>")
+# With several sources, a JSON record without an id gets page_id = (i + 1) * this + its
+# line number in source i, clear of real page ids (enwiki's are < 10^8) and of the other
+# sources' (sentence ids, page_id * 10^6 + index, stay within int64 up to ~9000 sources).
+SYNTHETIC_ID_BASE = 10**9
+
+Source = Union[str, Sequence[str]]  # one input, or several read in order
 
 
 class SourceError(ValueError):
@@ -224,7 +231,8 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
 
 
 # --- JSON lines ------------------------------------------------------------------------
-def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> Iterator[dict]:
+def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id_base: int = 0) -> Iterator[dict]:
+    """Records of a JSON-lines input; one without an id gets page_id ``id_base + seq + 1``."""
     seq = 0
     try:
         while True:
@@ -243,7 +251,7 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) ->
                 continue
             if not line.strip():
                 continue
-            yield _json_record(seq, line)
+            yield _json_record(seq, line, id_base)
             seq += 1
     except (EOFError, OSError, lzma.LZMAError) as exc:
         stats.input_complete = False
@@ -257,7 +265,7 @@ def _json_unreadable(seq: int, line: bytes, reason: str, detail: str) -> dict:
     }
 
 
-def _json_record(seq: int, line: bytes) -> dict:
+def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
     try:
         record = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -274,7 +282,7 @@ def _json_record(seq: int, line: bytes) -> dict:
     page_id = record.get("id")
     return {
         "seq": seq,
-        "page_id": int(page_id) if isinstance(page_id, int) or (isinstance(page_id, str) and page_id.isdigit()) else seq + 1,
+        "page_id": int(page_id) if isinstance(page_id, int) or (isinstance(page_id, str) and page_id.isdigit()) else id_base + seq + 1,
         "title": record["title"].strip(),
         "namespace": 0,
         "redirect_target": None,
@@ -290,8 +298,35 @@ def _json_record(seq: int, line: bytes) -> dict:
 ProgressFn = Callable[[int, int, int | None], None]  # pages read, input bytes read, input size
 
 
+def source_list(source: Source) -> list[str]:
+    """One source or several, as a list (in reading order)."""
+    if isinstance(source, str):
+        return [source]
+    sources = list(source)
+    if not sources:
+        raise SourceError("no input source given")
+    bad = [s for s in sources if not isinstance(s, str) or not s]
+    if bad:
+        raise SourceError(f"every source must be a non-empty string (path, URL or 'sample'), got {bad[0]!r}")
+    return sources
+
+
+def check_sources(source: Source, input_format: str = "auto") -> list[dict]:
+    """Check every source (``sample`` resolved) before any work; the error names the failing one."""
+    sources = source_list(source)
+    infos = []
+    for i, name in enumerate(sources):
+        try:
+            infos.append(check_source(resolve_source(name), input_format))
+        except SourceError as exc:
+            if len(sources) == 1:
+                raise
+            raise SourceError(f"source {i + 1} of {len(sources)} ({name}): {exc}") from exc
+    return infos
+
+
 def write_raw_pages(
-    source: str,
+    source: Source,
     out: Dataset,
     *,
     input_format: str = "auto",
@@ -300,18 +335,27 @@ def write_raw_pages(
     max_pages: int | None = None,
     progress: ProgressFn | None = None,
 ) -> dict:
-    """Cut the input into parts of ``pages_per_part`` records; returns read statistics.
+    """Cut the input(s) into parts of ``pages_per_part`` records; returns read statistics.
+
+    Several sources are read in the given order into one sequence: ``seq`` runs on across
+    them and a part may hold the end of one source and the start of the next. Every source
+    is checked before anything is written. ``max_pages`` counts over all sources. The
+    statistics are totals plus one entry per source under ``sources``.
 
     Parts already on disk from an interrupted run of the same version are kept, not
     rewritten (the input is still read through, since compressed streams can't seek).
     """
     if pages_per_part < 1:
         raise ValueError("pages_per_part must be >= 1")
-    info = check_source(source, input_format)
+    infos = check_sources(source, input_format)
+    several = len(infos) > 1
+    sizes = [info["size"] for info in infos]
+    total_size = sum(sizes) if all(isinstance(n, int) for n in sizes) else None
     stats = ReadStats()
-    reader = iter_xml_pages if info["format"] == "mediawiki-xml" else iter_jsonl_pages
+    per_source: list[dict] = []
     buffer: list[dict] = []
     part = 0
+    bytes_before = 0  # input bytes of the sources already read
 
     def flush() -> None:
         nonlocal part, buffer
@@ -321,25 +365,48 @@ def write_raw_pages(
             part += 1
         buffer = []
 
-    with fsspec.open(source, "rb") as raw:
-        stream = _decompressor(source, raw)
-        for row in reader(stream, max_page_bytes, stats):
-            buffer.append(row)
-            stats.pages_read += 1
-            if row["error"]:
-                stats.errors[row["error"]] = stats.errors.get(row["error"], 0) + 1
-            if len(buffer) >= pages_per_part:
-                flush()
-                if progress:
-                    progress(stats.pages_read, raw.tell(), info["size"])
-            if max_pages is not None and stats.pages_read >= max_pages:
-                break
-        flush()
-        if progress:
-            progress(stats.pages_read, raw.tell(), info["size"])
-    if not stats.input_complete:
-        log.warning("input %s ended early: %s; pages before that point are kept", source, stats.input_error)
-    return {**stats.as_dict(), "parts": part, "format": info["format"]}
+    for i, info in enumerate(infos):
+        if max_pages is not None and stats.pages_read >= max_pages:
+            per_source.append({"source": info["url"], "format": info["format"], "first_seq": stats.pages_read,
+                               **ReadStats().as_dict(), "skipped": "max_pages reached"})
+            continue
+        first_seq = stats.pages_read
+        src = ReadStats()
+        with fsspec.open(info["url"], "rb") as raw:
+            stream = _decompressor(info["url"], raw)
+            if info["format"] == "mediawiki-xml":
+                rows = iter_xml_pages(stream, max_page_bytes, src)
+            else:
+                rows = iter_jsonl_pages(stream, max_page_bytes, src, (i + 1) * SYNTHETIC_ID_BASE if several else 0)
+            for row in rows:
+                row["seq"] = stats.pages_read  # runs on across sources
+                buffer.append(row)
+                stats.pages_read += 1
+                src.pages_read += 1
+                if row["error"]:
+                    stats.errors[row["error"]] = stats.errors.get(row["error"], 0) + 1
+                    src.errors[row["error"]] = src.errors.get(row["error"], 0) + 1
+                if len(buffer) >= pages_per_part:
+                    flush()
+                    if progress:
+                        progress(stats.pages_read, bytes_before + raw.tell(), total_size)
+                if max_pages is not None and stats.pages_read >= max_pages:
+                    break
+            if i == len(infos) - 1:
+                flush()  # the last part; earlier sources' tails share a part with the next source
+            if progress:
+                progress(stats.pages_read, bytes_before + raw.tell(), total_size)
+        bytes_before += info["size"] or 0
+        if not src.input_complete:
+            log.warning("input %s ended early: %s; pages before that point are kept", info["url"], src.input_error)
+            stats.input_complete = False
+            if stats.input_error is None:
+                stats.input_error = f"{info['url']}: {src.input_error}" if several else src.input_error
+        per_source.append({"source": info["url"], "format": info["format"], "first_seq": first_seq, **src.as_dict()})
+    flush()  # when max_pages stopped reading before the last source
+    formats = {info["format"] for info in infos}
+    return {**stats.as_dict(), "parts": part, "format": formats.pop() if len(formats) == 1 else "mixed",
+            "sources": per_source}
 
 
 # --- Prefect wrappers --------------------------------------------------------------------
@@ -358,12 +425,22 @@ def resolve_source(source: str) -> str:
     return sample_dump() if source == "sample" else source
 
 
-def plan_raw_pages(source: str, storage_root: str, params: dict) -> Dataset:
-    """Check the input (fail before any work) and name the version it will produce."""
+def source_inputs(infos: list[dict]) -> dict:
+    """The version inputs: every source's fingerprint, in reading order.
+
+    One source keeps the key it always had, so its versions (and stored data) stay valid;
+    a list of one source is the same input as that source alone.
+    """
+    prints = [f"{i['url']}@{i['size']}@{i['stamp']}" for i in infos]
+    return {"source": prints[0]} if len(prints) == 1 else {"sources": prints}
+
+
+def plan_raw_pages(source: Source, storage_root: str, params: dict) -> Dataset:
+    """Check every input (fail before any work) and name the version they will produce."""
     from storage.datasets import dataset_version, resolve_root
 
-    info = check_source(resolve_source(source), params.get("input_format", "auto"))
-    version = dataset_version("raw_pages", CODE_VERSION, params, {"source": f"{info['url']}@{info['size']}@{info['stamp']}"})
+    infos = check_sources(source, params.get("input_format", "auto"))
+    version = dataset_version("raw_pages", CODE_VERSION, params, source_inputs(infos))
     return Dataset(resolve_root(storage_root), "raw_pages", version, RAW_PAGES)
 
 
@@ -374,18 +451,18 @@ from prefect.logging import get_run_logger  # noqa: E402
 
 
 @task(name="plan-raw-pages", cache_policy=NONE)
-def plan_raw_pages_task(source: str, storage_root: str, params: dict) -> Dataset:
+def plan_raw_pages_task(source: Source, storage_root: str, params: dict) -> Dataset:
     return plan_raw_pages(source, storage_root, params)
 
 
 @task(name="raw-pages", cache_policy=NONE, retries=1)
-def raw_pages_task(source: str, out: Dataset, params: dict) -> dict:
+def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
     logger = get_run_logger()
     if out.is_complete():
         logger.info("raw_pages %s is complete: reusing it", out.version)
         return out.manifest()
-    source = resolve_source(source)
-    artifact = create_progress_artifact(0.0, description=f"Reading {source}")
+    sources = [resolve_source(s) for s in source_list(source)]
+    artifact = create_progress_artifact(0.0, description=f"Reading {', '.join(sources)}")
 
     def progress(pages: int, done: int, total: int | None) -> None:
         pct = 100.0 * done / total if total else 0.0
@@ -393,10 +470,13 @@ def raw_pages_task(source: str, out: Dataset, params: dict) -> dict:
         logger.info("read %d pages (%.1f%% of input)", pages, pct)
 
     stats = write_raw_pages(
-        source, out, input_format=params["input_format"], pages_per_part=params["pages_per_part"],
+        sources, out, input_format=params["input_format"], pages_per_part=params["pages_per_part"],
         max_page_bytes=params["max_page_bytes"], max_pages=params["max_pages"], progress=progress,
     )
     update_progress_artifact(artifact, 100.0)
     if not stats["input_complete"]:
         logger.warning("input ended early (%s): the pages before that point are kept", stats["input_error"])
-    return out.commit(code_version=CODE_VERSION, params=params, inputs={"source": source}, stats=stats)
+    if len(sources) > 1:
+        logger.info("pages per source: %s", ", ".join(f"{s['source']}: {s['pages_read']}" for s in stats["sources"]))
+    inputs = {"source": sources[0]} if len(sources) == 1 else {"sources": sources}
+    return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)

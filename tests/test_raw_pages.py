@@ -13,9 +13,10 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from storage.datasets import Dataset
+from storage.datasets import Dataset, dataset_version
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages import (
+    CODE_VERSION,
     SourceError,
     check_source,
     detect_format,
@@ -382,3 +383,106 @@ def test_real_sample_dump(root):
     assert [r["redirect_target"] for r in rows] == targets
     assert sum(r["redirect_target"] is not None for r in rows) == 100
     assert all(r["error"] is None and r["text"].strip() for r in rows)
+
+
+# --- several sources in one run ----------------------------------------------------------------------
+def _two_sources(tmp_path) -> tuple[str, str]:
+    xml = _write(tmp_path, "a.xml.bz2", bz2.compress(mediawiki_dump(
+        page_xml(10, "Alpha", "Alpha text."), page_xml(12, "Beta", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(13, "Gamma", "Gamma text."))))
+    records = [{"title": "Delta", "text": "Delta text."}, {"title": "Eps", "text": ""},
+               {"title": "Zeta", "text": "Zeta text."}, {"title": "Eta", "text": "Eta text.", "id": 99}]
+    jsonl = _write(tmp_path, "b.jsonl", b"".join(json.dumps(r).encode() + b"\n" for r in records))
+    return xml, jsonl
+
+
+def test_several_sources_make_one_dataset(tmp_path, root):
+    xml, jsonl = _two_sources(tmp_path)
+    stats, rows, out = _run([xml, jsonl], root, pages_per_part=2)
+    assert [r["title"] for r in rows] == ["Alpha", "Beta", "Gamma", "Delta", "Eps", "Zeta", "Eta"]
+    assert [r["seq"] for r in rows] == list(range(7))  # seq runs on across sources
+    assert [r["text_format"] for r in rows] == ["wikitext"] * 3 + ["plain"] * 4
+    assert stats["pages_read"] == 7 == out.manifest()["rows"] and stats["parts"] == 4
+    assert [p["rows"] for p in out.manifest()["parts"]] == [2, 2, 2, 1]  # a part may span two sources
+    assert stats["format"] == "mixed" and stats["input_complete"]
+    assert stats["unreadable_by_reason"] == {"empty_page": 1}
+    per = stats["sources"]
+    assert [s["source"] for s in per] == [xml, jsonl]
+    assert [(s["format"], s["first_seq"], s["pages_read"]) for s in per] == [("mediawiki-xml", 0, 3), ("jsonl", 3, 4)]
+    assert sum(s["pages_read"] for s in per) == stats["pages_read"]
+    assert per[1]["unreadable_by_reason"] == {"empty_page": 1} and per[0]["unreadable_by_reason"] == {}
+    assert out.manifest()["stats"]["sources"] == per
+    # Records without an id get ids clear of real page ids and of the other sources'.
+    ids = [r["page_id"] for r in rows if r["error"] is None]
+    assert len(set(ids)) == len(ids)
+    assert ids[:3] == [10, 12, 13] and ids[-1] == 99
+    assert [r["page_id"] for r in rows[3:6]] == [2 * 10**9 + 1, None, 2 * 10**9 + 3]
+
+
+def test_several_sources_with_the_sample_and_max_pages(tmp_path, root):
+    _, jsonl = _two_sources(tmp_path)
+    stats, rows, _ = _run([jsonl, "sample"], root, pages_per_part=3, max_pages=6)
+    assert [r["seq"] for r in rows] == list(range(6))
+    assert [s["pages_read"] for s in stats["sources"]] == [4, 2]
+    assert stats["sources"][1]["source"] == sample_dump()
+    assert [r["title"] for r in rows[:4]] == ["Delta", "Eps", "Zeta", "Eta"]
+    stats, _, _ = _run([jsonl, "sample"], root, version="v2", max_pages=3)
+    assert [s["pages_read"] for s in stats["sources"]] == [3, 0] and stats["sources"][1]["skipped"]
+
+
+def test_a_bad_second_source_fails_before_anything_is_written(tmp_path, root):
+    xml, _ = _two_sources(tmp_path)
+    out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
+    missing = str(tmp_path / "missing.jsonl")
+    with pytest.raises(SourceError, match=r"source 2 of 2 .*missing\.jsonl.*not found"):
+        write_raw_pages([xml, missing], out, pages_per_part=1)
+    with pytest.raises(SourceError, match="source 2 of 2"):
+        plan_raw_pages([xml, missing], root, {})
+    empty = _write(tmp_path, "empty.xml", b"")
+    with pytest.raises(SourceError, match=r"source 2 of 3 .*empty"):
+        write_raw_pages([xml, empty, missing], out, pages_per_part=1)
+    xml, jsonl = _two_sources(tmp_path)
+    with pytest.raises(SourceError, match=r"source 2 of 2 .*not a MediaWiki"):  # a forced format fits all
+        write_raw_pages([xml, jsonl], out, input_format="mediawiki-xml")
+    with pytest.raises(SourceError, match="no input"):
+        write_raw_pages([], out)
+    assert not os.path.exists(out.path)
+
+
+def test_version_follows_every_source_and_their_order(tmp_path, root):
+    xml, jsonl = _two_sources(tmp_path)
+    params = {"pages_per_part": 5}
+    one = plan_raw_pages(xml, root, params).version
+    both = plan_raw_pages([xml, jsonl], root, params).version
+    assert both == plan_raw_pages([xml, jsonl], root, params).version
+    assert plan_raw_pages([jsonl, xml], root, params).version != both
+    assert plan_raw_pages([xml], root, params).version == one != both  # a list of one is that source
+    assert len({one, both, plan_raw_pages(jsonl, root, params).version}) == 3
+    # A single source keeps the version it always had.
+    info = check_source(xml)
+    assert one == dataset_version("raw_pages", CODE_VERSION, params, {"source": f"{info['url']}@{info['size']}@{info['stamp']}"})
+    _write(tmp_path, "b.jsonl", b'{"title": "Changed", "text": "x"}\n')  # the second input changed
+    assert plan_raw_pages([xml, jsonl], root, params).version != both
+
+
+def test_one_source_stats_are_unchanged_but_list_the_source(tmp_path, root):
+    xml, _ = _two_sources(tmp_path)
+    stats, rows, _ = _run(xml, root)
+    assert stats["format"] == "mediawiki-xml" and stats["pages_read"] == 3
+    assert stats["sources"] == [{"source": xml, "format": "mediawiki-xml", "first_seq": 0, "pages_read": 3,
+                                 "input_complete": True, "input_error": None, "unreadable_by_reason": {}}]
+    # a JSON-lines source alone keeps its ids (seq + 1) as before
+    _, jsonl = _two_sources(tmp_path)
+    _, rows, _ = _run(jsonl, root, version="v2")
+    assert [r["page_id"] for r in rows] == [1, None, 3, 99]
+
+
+def test_progress_over_several_sources(tmp_path, root):
+    xml, jsonl = _two_sources(tmp_path)
+    calls = []
+    write_raw_pages([xml, jsonl], Dataset(root, "raw_pages", "v", RAW_PAGES), pages_per_part=2,
+                    progress=lambda pages, done, total: calls.append((pages, done, total)))
+    total = os.path.getsize(xml) + os.path.getsize(jsonl)
+    assert all(c[2] == total for c in calls)
+    assert calls[-1][:2] == (7, total)
+    assert [c[1] for c in calls] == sorted(c[1] for c in calls)
