@@ -1,0 +1,463 @@
+"""PEARL training: read it top to bottom (after nanoGPT's train.py).
+
+One step takes B anchors (length-bucketed), one positive per anchor and up to k hard
+negatives per anchor. Every anchor is scored against all positives and negatives of the
+batch (InfoNCE on cosine, temperature 0.07: the positives of the other anchors and all
+hard negatives are its negatives); the type head adds the cross entropy of the anchors'
+95-way labels. Adam 3e-5, lr x0.98 every 2000 steps, 2 epochs, batch 512 (the paper's).
+
+Positives: per anchor and step one *kind* is drawn uniformly among those that apply to it:
+``char`` (one of the character operators of :mod:`pearl_model.augment`), ``swap_tokens``
+(when the phrase has two tokens), and each cached kind the training set holds for it
+(wordnet, fasttext, alias, paraphrase); then one text of that kind. Character operators
+count as one kind so that typos do not crowd out the semantic positives four to one.
+
+Reproducible: batch i of epoch e is a pure function of (seed, e, i) (its own RNG), the
+model's dropout draws from the global torch RNG, which checkpoints save, so a run resumed
+from a checkpoint takes exactly the steps the uninterrupted run would have.
+
+Tokenisation happens outside the step, in DataLoader workers on a GPU (pinned memory,
+non-blocking copies); the step sees tensors only. bf16 autocast on CUDA, fp32 on CPU.
+
+Checkpoints (``checkpoint_dir/step-NNNNNNN/``) are safetensors + JSON only: model,
+Adam state, RNG states, step and history. They are written to a temporary directory
+and renamed, then ``latest.json`` is pointed at them; the last two are kept. A NaN or
+inf loss stops the run before the optimiser step, with :class:`NonFiniteLoss` naming the
+last good checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pearl_model.augment import CHAR_OPS, augment, can_change
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = "pearl-checkpoint/1"
+_EVAL_EPOCH = 999_983  # the batch plan of validation: fixed, apart from any training epoch
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 512            # anchors per step
+    hard_negatives: int = 2          # per anchor, from the mined list
+    epochs: int = 2
+    max_steps: int | None = None     # stop early (tiny runs, benchmarks)
+    lr: float = 3e-5
+    lr_decay: float = 0.98
+    lr_decay_every: int = 2000       # steps
+    temperature: float = 0.07
+    type_loss_weight: float = 1.0
+    seed: int = 0
+    device: str = "auto"             # auto | cpu | cuda | cuda:N
+    bf16: bool = True                # autocast on CUDA (ignored on CPU)
+    checkpoint_every: int = 500      # steps; 0: only at the end
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    bucket_window: int = 50          # length-sort anchors within windows of this many batches
+    num_workers: int | None = None   # DataLoader workers; None: 4 on CUDA, 0 on CPU
+    max_length: int | None = None    # token cap (None: the backbone's)
+
+    def check(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError("batch_size must be >= 2 (InfoNCE needs in-batch negatives)")
+        if self.epochs < 1 or self.hard_negatives < 0 or self.lr_decay_every < 1 or self.log_every < 1:
+            raise ValueError("need epochs >= 1, hard_negatives >= 0, lr_decay_every >= 1, log_every >= 1")
+        if not (self.lr > 0 and self.temperature > 0 and 0 < self.lr_decay <= 1 and self.type_loss_weight >= 0):
+            raise ValueError("need lr > 0, temperature > 0, 0 < lr_decay <= 1, type_loss_weight >= 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError("max_steps must be >= 1 or None")
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or inf; the parameters are those of the last good step."""
+
+
+# --- data ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Example:
+    phrase: str
+    label_id: int
+    cached: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> positives
+    negatives: tuple[str, ...] = ()
+
+
+def examples_from_rows(rows: Iterable[dict]) -> list[Example]:
+    """Training-set rows (phrase, label_id, positives [{kind, text}], negatives) -> Examples."""
+    out = []
+    for r in rows:
+        cached: dict[str, list[str]] = {}
+        for p in r.get("positives") or ():
+            if p["text"] and p["text"].strip() and p["text"] != r["phrase"]:
+                cached.setdefault(p["kind"], []).append(p["text"])
+        negs = tuple(n for n in (r.get("negatives") or ()) if n and n.strip())
+        out.append(Example(r["phrase"], int(r["label_id"]), {k: tuple(v) for k, v in cached.items()}, negs))
+    return out
+
+
+def positive_kinds(ex: Example) -> list[str]:
+    kinds = [k for k in ("char", "swap_tokens") if _on_the_fly_applies(ex.phrase, k)]
+    return kinds + sorted(ex.cached)
+
+
+def _on_the_fly_applies(phrase: str, kind: str) -> bool:
+    if kind == "char":
+        return any(can_change(phrase, op) for op in CHAR_OPS)
+    return can_change(phrase, kind)
+
+
+def draw_positive(ex: Example, rng: random.Random) -> tuple[str, str]:
+    """(kind, text): one kind uniformly among those that apply, then one of its texts."""
+    kinds = positive_kinds(ex)
+    if not kinds:
+        return "identity", ex.phrase
+    kind = rng.choice(kinds)
+    if kind == "char":
+        op = rng.choice([op for op in sorted(CHAR_OPS) if can_change(ex.phrase, op)])
+        return kind, augment(ex.phrase, op, rng)
+    if kind == "swap_tokens":
+        return kind, augment(ex.phrase, kind, rng)
+    return kind, rng.choice(ex.cached[kind])
+
+
+def plan_epoch(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, window: int) -> list[np.ndarray]:
+    """Batches of example indices: shuffled, length-sorted within windows, batch order shuffled.
+
+    Sorting inside windows of ``window`` batches keeps padding low while each batch still
+    mixes phrases from across the corpus. A last batch of a single anchor is dropped.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    lengths = np.asarray(lengths)
+    batches = []
+    span = batch_size * max(1, window)
+    for start in range(0, len(order), span):
+        chunk = order[start:start + span]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    batches = [b for b in batches if len(b) >= 2]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """Map-style: item i is the whole tokenised batch i of one epoch (collated in the worker)."""
+
+    def __init__(self, examples: Sequence[Example], plan: list[np.ndarray], batcher, seed: int, epoch: int,
+                 hard_negatives: int):
+        self.examples, self.plan, self.batcher = examples, plan, batcher
+        self.seed, self.epoch, self.k = seed, epoch, hard_negatives
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def __getitem__(self, i: int) -> dict:
+        rng = random.Random(f"{self.seed}/{self.epoch}/{i}")  # str seeds hash deterministically
+        exs = [self.examples[j] for j in self.plan[i]]
+        anchors = [e.phrase for e in exs]
+        positives, kinds = [], []
+        for e in exs:
+            kind, text = draw_positive(e, rng)
+            positives.append(text)
+            kinds.append(kind)
+        negatives = []
+        for e in exs:
+            negs = list(e.negatives)
+            negatives += negs if len(negs) <= self.k else rng.sample(negs, self.k)
+        batch = self.batcher(anchors + positives + negatives)
+        batch["labels"] = torch.tensor([e.label_id for e in exs], dtype=torch.long)
+        batch["kinds"] = kinds
+        return batch
+
+
+# --- loss -----------------------------------------------------------------------------
+
+def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tensor, temperature: float,
+               type_loss_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """InfoNCE of anchors vs (positives ++ negatives) + weighted type cross entropy.
+
+    ``emb`` rows: B anchors, B positives (row B+i belongs to anchor i), then negatives.
+    """
+    b = labels.shape[0]
+    emb = F.normalize(emb.float(), dim=-1)
+    logits = emb[:b] @ emb[b:].T / temperature
+    target = torch.arange(b, device=emb.device)
+    nce = F.cross_entropy(logits, target)
+    ce = F.cross_entropy(type_logits[:b].float(), labels)
+    with torch.no_grad():
+        parts = {"infonce": nce.detach(), "type_ce": ce.detach(),
+                 "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
+                 "retrieval_acc": (logits.argmax(-1) == target).float().mean()}
+    return nce + type_loss_weight * ce, parts
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    return cfg.lr * cfg.lr_decay ** (step // cfg.lr_decay_every)
+
+
+# --- checkpoints (safetensors + JSON, never pickle) -----------------------------------
+
+def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = opt.state_dict()
+    tensors = {f"state.{idx}.{name}": t.detach().cpu().contiguous().reshape(t.shape)
+               for idx, st in sd["state"].items() for name, t in st.items() if torch.is_tensor(t)}
+    scalars = {f"{idx}.{name}": v for idx, st in sd["state"].items() for name, v in st.items() if not torch.is_tensor(v)}
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for key, t in tensors.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = t
+    for key, v in meta["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
+                    history: list[dict], cfg: TrainConfig, keep: int = 2) -> Path:
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step-{step:07d}"
+    tmp = directory / f".tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    # Tied or shared tensors would make safetensors refuse: save clones of the state dict.
+    save_file({k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()},
+              str(tmp / "model.safetensors"))
+    opt_tensors, opt_meta = _flatten_optimizer(opt)
+    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    save_file(rng, str(tmp / "rng.safetensors"))
+    (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step, "config": asdict(cfg),
+                                                "optimizer": opt_meta, "history": history}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_json_atomic(directory / "latest.json", {"step": step, "path": final.name})
+    for old in sorted(p for p in directory.glob("step-*") if p.is_dir())[:-max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(directory: str | Path | None) -> Path | None:
+    if directory is None:
+        return None
+    pointer = Path(directory) / "latest.json"
+    if not pointer.is_file():
+        return None
+    path = Path(directory) / json.loads(pointer.read_text())["path"]
+    return path if (path / "state.json").is_file() else None
+
+
+def load_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, list[dict]]:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    state = json.loads((path / "state.json").read_text())
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint")
+    device = next(model.parameters()).device
+    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
+    opt.load_state_dict(_unflatten_optimizer(load_file(str(path / "optimizer.safetensors")), state["optimizer"]))
+    rng = load_file(str(path / "rng.safetensors"))
+    torch.set_rng_state(rng["torch"])
+    cuda_states = [rng[k] for k in sorted(k for k in rng if k.startswith("cuda."))]
+    if cuda_states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda_states[:torch.cuda.device_count()])
+    return int(state["step"]), list(state["history"])
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+# --- the loop ---------------------------------------------------------------------------
+
+@dataclass
+class TrainResult:
+    steps: int
+    history: list[dict]            # one record per log interval
+    validation: list[dict]         # one record per epoch
+    resumed_from: int | None
+    seconds: float
+    anchors_per_s: float
+    peak_memory_mb: float | None   # CUDA peak allocated
+    checkpoint: str | None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} asked for, but CUDA is not available here (use device='cpu')")
+    return dev
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    keys = ("input_ids", "attention_mask", "char_ids", "word_mask")
+    return {k: batch[k].to(device, non_blocking=True) for k in keys}
+
+
+def _whole_batch(batch: dict) -> dict:
+    return batch
+
+
+def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int):
+    workers = cfg.num_workers if cfg.num_workers is not None else (4 if device.type == "cuda" else 0)
+    if workers:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers tokenise on their own
+    # The sampler starts at the resume point; a private generator keeps the loader from
+    # drawing on the global torch RNG (dropout's), so resumed runs stay exact.
+    return torch.utils.data.DataLoader(
+        ds, batch_size=None, sampler=range(start, len(ds)), num_workers=workers,
+        pin_memory=device.type == "cuda", persistent_workers=False,
+        generator=torch.Generator().manual_seed(cfg.seed), collate_fn=_whole_batch,
+        prefetch_factor=4 if workers else None)
+
+
+def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: Sequence[Example] = (),
+          checkpoint_dir: str | Path | None = None, resume: bool = True,
+          on_log: Callable[[dict], None] | None = None) -> TrainResult:
+    """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place."""
+    cfg.check()
+    if model.batcher is None:
+        raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
+    if len(examples) < 2:
+        raise ValueError(f"need at least 2 training phrases, got {len(examples)}")
+    device = resolve_device(cfg.device)
+    batcher = model.batcher
+    if cfg.max_length is not None:
+        from pearl_model.model import Batcher
+        batcher = Batcher(batcher.tokenizer, batcher.char_vocab, batcher.prefix, cfg.max_length,
+                          batcher.max_words, batcher.max_chars)
+    model.to(device).train()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    lengths = [len(e.phrase) for e in examples]
+    plans = [plan_epoch(lengths, cfg.batch_size, cfg.seed, e, cfg.bucket_window) for e in range(cfg.epochs)]
+    total = sum(len(p) for p in plans)
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+
+    step, history, resumed_from = 0, [], None
+    ckpt = latest_checkpoint(checkpoint_dir) if resume else None
+    if ckpt is not None:
+        step, history = load_checkpoint(ckpt, model, opt)
+        resumed_from = step
+        log.info("resumed from %s (step %d of %d)", ckpt, step, total)
+    last_good = str(ckpt) if ckpt else None
+    use_bf16 = device.type == "cuda" and cfg.bf16
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    t_start = time.perf_counter()
+    window_t, window_anchors, window_loss = time.perf_counter(), 0, []
+    trained_anchors, validation_records = 0, []
+    epoch_starts = np.cumsum([0] + [len(p) for p in plans])
+    for epoch in range(cfg.epochs):
+        first, last = int(epoch_starts[epoch]), int(epoch_starts[epoch + 1])
+        if step >= last or step >= total:
+            continue
+        ds = StepBatches(examples, plans[epoch], batcher, cfg.seed, epoch, cfg.hard_negatives)
+        for batch in _loader(ds, cfg, device, step - first):
+            if step >= total:
+                break
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg)
+            inputs, labels = _to(batch, device), batch["labels"].to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                emb, logits = model(**inputs)
+            loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight)
+            if not torch.isfinite(loss):
+                raise NonFiniteLoss(f"loss is {loss.item()} at step {step} (epoch {epoch}); the run stopped "
+                                    f"before updating the weights. Last good checkpoint: {last_good or 'none'}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            n = labels.shape[0]
+            trained_anchors += n
+            window_anchors += n
+            window_loss.append(parts | {"loss": loss.detach()})
+            if step % cfg.log_every == 0 or step == total:
+                means = {k: float(torch.stack([w[k] for w in window_loss]).mean()) for k in window_loss[0]}
+                now = time.perf_counter()
+                rec = {"step": step, "epoch": epoch, "lr": lr_at(step - 1, cfg), **means,
+                       "anchors_per_s": window_anchors / max(now - window_t, 1e-9), "elapsed_s": now - t_start,
+                       "total_steps": total}
+                history.append(rec)
+                window_t, window_anchors, window_loss = now, 0, []
+                log.info("step %d/%d loss %.4f (nce %.4f, type %.4f) lr %.2e %.0f anchors/s", step, total,
+                         rec["loss"], rec["infonce"], rec["type_ce"], rec["lr"], rec["anchors_per_s"])
+                if on_log:
+                    on_log(rec)
+            if checkpoint_dir is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
+        if validation and step >= min(last, total):
+            validation_records.append({"epoch": epoch, "step": step,
+                                       **evaluate_loss(model, validation, cfg, batcher, device)})
+    if checkpoint_dir is not None and (not last_good or not last_good.endswith(f"step-{step:07d}")):
+        last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
+    seconds = time.perf_counter() - t_start
+    model.eval()
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    return TrainResult(step, history, validation_records, resumed_from, seconds,
+                       trained_anchors / seconds if seconds > 0 else 0.0, peak, last_good)
+
+
+@torch.no_grad()
+def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=None,
+                  device: torch.device | None = None) -> dict:
+    """Mean loss terms over ``examples`` (fixed positives, seed-independent of training), no dropout."""
+    if len(examples) < 2:
+        return {}
+    device = device or next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    plan = plan_epoch([len(e.phrase) for e in examples], cfg.batch_size, cfg.seed, _EVAL_EPOCH, cfg.bucket_window)
+    ds = StepBatches(examples, plan, batcher or model.batcher, cfg.seed, _EVAL_EPOCH, cfg.hard_negatives)
+    sums: dict[str, float] = {}
+    weight = 0
+    for i in range(len(ds)):
+        batch = ds[i]
+        labels = batch["labels"].to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and cfg.bf16):
+            emb, logits = model(**_to(batch, device))
+        loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight)
+        n = labels.shape[0]
+        for k, v in (parts | {"loss": loss}).items():
+            sums[k] = sums.get(k, 0.0) + float(v) * n
+        weight += n
+    model.train(was_training)
+    return {f"val_{k}": v / weight for k, v in sums.items()}
+
+
+def backbone_state(model) -> dict[str, torch.Tensor]:
+    """A CPU copy of the backbone's weights (the 'original' side of weight averaging)."""
+    return {k: v.detach().cpu().clone() for k, v in model.backbone.state_dict().items()}
+
+
+def finite_history(history: list[dict]) -> bool:
+    return all(math.isfinite(r["loss"]) for r in history)

@@ -1,0 +1,173 @@
+"""pearl_model.training on a tiny random BERT + tiny CharEncoder (CPU, seconds)."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pearl_model.backbones import BackboneInfo  # noqa: E402
+from pearl_model.char_encoder import CharEncoder, CharVocab  # noqa: E402
+from pearl_model.encoder import PhraseEncoder  # noqa: E402
+from pearl_model.model import PearlModel  # noqa: E402
+from pearl_model import training as T  # noqa: E402
+
+torch.set_num_threads(1)
+
+WORDS = ("the new york times post review bank river of a city red car green house big small old "
+         "river bank paper news blue sky north south east west lake road street market").split()
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS))
+                                           + list("abcdefghijklmnopqrstuvwxyz")))
+    tok = transformers.BertTokenizerFast(str(d / "vocab.txt"))
+    cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    return d, tok, cfg
+
+
+def make_model(parts, seed: int = 0) -> PearlModel:
+    d, tok, cfg = parts
+    torch.manual_seed(seed)
+    bert = transformers.BertModel(cfg, add_pooling_layer=False)
+    vocab = CharVocab.build(WORDS)
+    char = CharEncoder(len(vocab), 12, char_dim=8, kernel_sizes=(2, 3), n_filters=8, hidden=16, max_len=12)
+    enc = PhraseEncoder(bert, tok, BackboneInfo("tiny", str(d), "local", max_length=16, dim=32))
+    return PearlModel.from_parts(enc, char, char_proj_dim=8, char_vocab=vocab)
+
+
+def toy_examples(n: int = 48, seed: int = 0) -> list[T.Example]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        phrase = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
+        cached = {"wordnet": (phrase + " news",)} if i % 3 == 0 else {}
+        negs = tuple(" ".join(rng.sample(WORDS, 2)) for _ in range(i % 3))
+        out.append(T.Example(f"{phrase} {i}", i % 5, cached, negs))
+    return out
+
+
+def cfg(**kw) -> T.TrainConfig:
+    base = dict(batch_size=8, epochs=2, lr=1e-3, log_every=1, checkpoint_every=0, device="cpu", seed=3)
+    return T.TrainConfig(**{**base, **kw})
+
+
+def test_examples_from_rows_and_positive_draws():
+    rows = [{"phrase": "new york", "label_id": 3, "positives": [{"kind": "alias", "text": "NYC"},
+                                                                {"kind": "alias", "text": "new york"},
+                                                                {"kind": "wordnet", "text": " "}],
+             "negatives": ["new work", ""]}]
+    (ex,) = T.examples_from_rows(rows)
+    assert ex.cached == {"alias": ("NYC",)} and ex.negatives == ("new work",) and ex.label_id == 3
+    assert T.positive_kinds(ex) == ["char", "swap_tokens", "alias"]
+    rng = random.Random(0)
+    seen = {}
+    for _ in range(300):
+        kind, text = T.draw_positive(ex, rng)
+        seen[kind] = seen.get(kind, 0) + 1
+        assert text != "new york" and text
+    assert set(seen) == {"char", "swap_tokens", "alias"} and min(seen.values()) > 60  # uniform over kinds
+    assert T.positive_kinds(T.Example("river", 0)) == ["char"]
+    assert T.draw_positive(T.Example("a", 0), rng) == ("identity", "a")  # nothing applies: itself
+
+
+def test_plan_epoch_covers_every_example_once_and_buckets_by_length():
+    lengths = [random.Random(i).randint(1, 40) for i in range(103)]
+    plan = T.plan_epoch(lengths, 10, seed=1, epoch=0, window=50)
+    flat = np.concatenate(plan)
+    assert sorted(flat.tolist()) == list(range(103))
+    assert all(np.all(np.diff([lengths[i] for i in b]) >= 0) for b in plan)  # sorted within one window
+    assert [b.tolist() for b in plan] == [b.tolist() for b in T.plan_epoch(lengths, 10, 1, 0, 50)]
+    assert [b.tolist() for b in plan] != [b.tolist() for b in T.plan_epoch(lengths, 10, 1, 1, 50)]
+
+
+def test_loss_is_infonce_plus_type_ce():
+    torch.manual_seed(0)
+    emb, logits, labels = torch.randn(7, 5), torch.randn(7, 4), torch.tensor([0, 3, 1])
+    loss, parts = T.pearl_loss(emb, logits, labels, temperature=0.5, type_loss_weight=2.0)
+    e = torch.nn.functional.normalize(emb, dim=-1)
+    sims = e[:3] @ e[3:].T / 0.5
+    nce = -torch.log_softmax(sims, dim=1)[torch.arange(3), torch.arange(3)].mean()
+    ce = torch.nn.functional.cross_entropy(logits[:3], labels)
+    assert torch.allclose(loss, nce + 2.0 * ce, atol=1e-6)
+    assert torch.allclose(parts["infonce"], nce) and torch.allclose(parts["type_ce"], ce)
+
+
+def test_lr_decays_in_steps():
+    c = T.TrainConfig(lr=1e-3, lr_decay=0.5, lr_decay_every=10)
+    assert [T.lr_at(s, c) for s in (0, 9, 10, 25)] == [1e-3, 1e-3, 5e-4, 2.5e-4]
+
+
+def test_a_few_steps_lower_the_loss(parts):
+    model = make_model(parts)
+    exs = toy_examples()
+    before = T.evaluate_loss(model, exs, cfg())
+    res = T.train(model, exs, cfg(epochs=6))
+    after = T.evaluate_loss(model, exs, cfg())
+    assert res.steps == 6 * 6 and len(res.history) == res.steps
+    assert after["val_loss"] < before["val_loss"] - 0.3, (before, after)
+    assert after["val_type_ce"] < before["val_type_ce"]
+    assert all(r["anchors_per_s"] > 0 for r in res.history)
+
+
+def test_resume_takes_the_same_next_step(parts, tmp_path):
+    exs = toy_examples()
+    straight = make_model(parts)
+    full = T.train(straight, exs, cfg(max_steps=8, checkpoint_every=3), checkpoint_dir=tmp_path / "a")
+
+    interrupted = make_model(parts)
+    T.train(interrupted, exs, cfg(max_steps=7, checkpoint_every=3), checkpoint_dir=tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "latest.json").read_text())["step"] == 7
+    resumed = make_model(parts, seed=99)  # other init: everything must come from the checkpoint
+    res = T.train(resumed, exs, cfg(max_steps=8, checkpoint_every=3), checkpoint_dir=tmp_path / "b")
+    assert res.resumed_from == 7 and res.steps == 8
+    assert res.history[-1]["loss"] == pytest.approx(full.history[-1]["loss"], abs=1e-6)
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert len(list((tmp_path / "a").glob("step-*"))) == 2  # only the last two are kept
+
+
+def test_nan_loss_stops_with_the_last_good_checkpoint(parts, tmp_path, monkeypatch):
+    model = make_model(parts)
+    exs = toy_examples()
+    T.train(model, exs, cfg(max_steps=2, checkpoint_every=2), checkpoint_dir=tmp_path)
+    good = {k: v.clone() for k, v in model.state_dict().items()}
+    real, calls = T.pearl_loss, []
+
+    def poisoned(*args, **kw):  # the 2nd step after resuming diverges
+        loss, parts_ = real(*args, **kw)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) == 2 else loss), parts_
+
+    monkeypatch.setattr(T, "pearl_loss", poisoned)
+    with pytest.raises(T.NonFiniteLoss, match="step 3 .*step-0000003"):
+        T.train(model, exs, cfg(max_steps=5, checkpoint_every=1), checkpoint_dir=tmp_path)
+    # step 3 was checkpointed before the bad one; no checkpoint was written after it
+    assert json.loads((tmp_path / "latest.json").read_text())["step"] == 3
+    assert all(torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point())
+    assert any(not torch.equal(good[k], v) for k, v in model.state_dict().items())
+
+
+def test_bad_config_and_inputs(parts):
+    with pytest.raises(ValueError, match="batch_size"):
+        T.train(make_model(parts), toy_examples(), cfg(batch_size=1))
+    with pytest.raises(ValueError, match="at least 2"):
+        T.train(make_model(parts), toy_examples()[:1], cfg())
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            T.train(make_model(parts), toy_examples(), cfg(device="cuda"))
+
+
+def test_training_module_imports_no_pipeline_code():
+    import subprocess
+    import sys
+    code = ("import sys, pearl_model.training; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
