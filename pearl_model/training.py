@@ -461,3 +461,19 @@ def backbone_state(model) -> dict[str, torch.Tensor]:
 
 def finite_history(history: list[dict]) -> bool:
     return all(math.isfinite(r["loss"]) for r in history)
+
+
+def build_model(backbone: str, char_encoder_dir: str | Path, *, char_proj_dim: int = 96, seed: int = 0,
+                device: str = "auto", cache_dir: str | None = None):
+    """A fresh PEARL model: the backbone spec's encoder + a saved character encoder, new layers seeded."""
+    from pearl_model import char_encoder as chars
+    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.model import PearlModel
+
+    dev = resolve_device(device)
+    enc = PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir, device=str(dev))
+    char_model, vocab = chars.load(char_encoder_dir, device=dev)
+    with torch.random.fork_rng(devices=[]):  # seeded init of the new layers, global RNG untouched
+        torch.manual_seed(seed)
+        model = PearlModel.from_parts(enc, char_model, char_proj_dim=char_proj_dim, char_vocab=vocab)
+    return model.to(dev)

