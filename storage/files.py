@@ -1,0 +1,209 @@
+"""Versioned directories of arbitrary files (trained models) on any fsspec filesystem.
+
+The file-set twin of :mod:`storage.datasets`: a version lives at ``<root>/<name>/<version>/``
+beside the Parquet datasets, with the same rules. Every file is copied under a temporary
+name and then moved, so a file that exists is whole. ``_manifest.json`` (files with sizes
+and sha256, parameters, inputs, code version, git commit, stats) is written last: a
+directory without one is incomplete and is never read. ``<root>/<name>/_latest.json``
+names the version written last. The version is the same content address as a dataset's
+(:func:`storage.datasets.dataset_version`).
+
+Re-uploading a version that is already complete is a no-op: the stored files and the
+manifest are kept as they are and the existing manifest is returned (the version is a
+content address, and rewriting files under a finished manifest would change them under
+readers' feet).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from storage.datasets import LATEST, MANIFEST, DatasetIncomplete, _atomic_write_text, dataset_version, git_commit
+
+__all__ = ["FileSet", "plan_fileset", "DEFAULT_CACHE"]
+
+DEFAULT_CACHE = Path("~/.cache/pearl_model/storage")
+_TMP = ".tmp-"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _local_files(local_dir: Path) -> list[tuple[str, Path]]:
+    """(relative posix path, absolute path) of every regular file under local_dir, sorted."""
+    out = []
+    for p in sorted(local_dir.rglob("*")):
+        if p.is_file():
+            out.append((p.relative_to(local_dir).as_posix(), p))
+    return out
+
+
+@dataclass(frozen=True)
+class FileSet:
+    """A handle on one version of one set of files; cheap and picklable (sent to Dask workers)."""
+
+    root: str
+    name: str
+    version: str
+
+    # --- locations -------------------------------------------------------------------
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return fsspec.core.url_to_fs(self.root)[0]
+
+    @property
+    def path(self) -> str:
+        base = fsspec.core.url_to_fs(self.root)[1].rstrip("/")
+        return f"{base}/{self.name}/{self.version}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.root.rstrip('/')}/{self.name}/{self.version}"
+
+    # --- reading ---------------------------------------------------------------------
+    def is_complete(self) -> bool:
+        return self.fs.exists(f"{self.path}/{MANIFEST}")
+
+    def manifest(self) -> dict:
+        try:
+            with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            raise DatasetIncomplete(
+                f"file set {self.name} version {self.version} at {self.url} has no manifest: "
+                "it is incomplete and will be recomputed, never read"
+            ) from None
+
+    # --- writing ---------------------------------------------------------------------
+    def upload(
+        self,
+        local_dir: str | os.PathLike,
+        *,
+        code_version: str,
+        params: dict,
+        inputs: dict[str, str],
+        stats: dict | None = None,
+        extra: dict | None = None,
+    ) -> dict:
+        """Copy every file under ``local_dir`` (recursively, keeping relative paths), then
+        write the manifest and ``_latest.json``. A complete version is left untouched and
+        its manifest returned. Files of an earlier, interrupted upload that the new one does
+        not contain are removed before the manifest is written."""
+        if self.is_complete():
+            return self.manifest()
+        local_dir = Path(local_dir)
+        if not local_dir.is_dir():
+            raise ValueError(f"{local_dir} is not a directory")
+        files = _local_files(local_dir)
+        if not files:
+            raise ValueError(f"{local_dir} holds no files to upload")
+        if any(rel == MANIFEST for rel, _ in files):
+            raise ValueError(f"{local_dir} must not contain a top-level {MANIFEST}: the name is reserved")
+        fs = self.fs
+        fs.makedirs(self.path, exist_ok=True)
+        entries = []
+        for rel, src in files:
+            final = f"{self.path}/{rel}"
+            parent, base = final.rsplit("/", 1)
+            fs.makedirs(parent, exist_ok=True)
+            tmp = f"{parent}/{_TMP}{uuid.uuid4().hex}-{base}"
+            try:
+                fs.put_file(str(src), tmp)
+                fs.mv(tmp, final)
+            except BaseException:
+                try:
+                    fs.rm(tmp)
+                except Exception:
+                    pass
+                raise
+            size = src.stat().st_size
+            if fs.size(final) != size:
+                raise OSError(f"{final}: stored {fs.size(final)} bytes, expected {size}")
+            entries.append({"file": rel, "bytes": size, "sha256": _sha256(src)})
+        self._prune({e["file"] for e in entries})
+        manifest = {
+            "name": self.name,
+            "version": self.version,
+            "kind": "files",
+            "files": entries,
+            "bytes": sum(e["bytes"] for e in entries),
+            "params": params,
+            "inputs": inputs,
+            "code_version": code_version,
+            "git_commit": git_commit(),
+            "stats": stats or {},
+            **({"extra": extra} if extra else {}),
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        }
+        _atomic_write_text(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+        _atomic_write_text(
+            fs,
+            f"{self.path.rsplit('/', 1)[0]}/{LATEST}",
+            json.dumps({"version": self.version, "created_at": manifest["created_at"]}),
+        )
+        return manifest
+
+    def _prune(self, keep: set[str]) -> None:
+        """Remove leftovers of an earlier attempt (not temp files: a concurrent upload may own them)."""
+        fs, base = self.fs, self.path.strip("/") + "/"
+        for p in fs.find(self.path):
+            rel = p.lstrip("/")
+            if not rel.startswith(base):
+                continue
+            rel = rel[len(base):]
+            if rel not in keep and not rel.rsplit("/", 1)[-1].startswith(_TMP):
+                fs.rm(p)
+
+    # --- local access ----------------------------------------------------------------
+    def local_copy(self, cache_dir: str | os.PathLike | None = None) -> Path:
+        """A local directory holding the files: the version directory itself on a local root,
+        otherwise a copy downloaded once into ``cache_dir`` (default
+        ``~/.cache/pearl_model/storage/<name>/<version>``). Raises DatasetIncomplete for a
+        version without manifest."""
+        manifest = self.manifest()
+        if isinstance(self.fs, LocalFileSystem):
+            return Path(self.path)
+        target = Path(cache_dir) if cache_dir else DEFAULT_CACHE.expanduser() / self.name / self.version
+        marker = target / MANIFEST
+        if marker.exists():
+            try:
+                cached = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                cached = {}
+            if cached.get("version") == self.version and cached.get("created_at") == manifest["created_at"]:
+                return target
+            marker.unlink()  # a different upload of this version: download again
+        fs = self.fs
+        for entry in manifest["files"]:
+            dest = target / entry["file"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f"{_TMP}{uuid.uuid4().hex}-{dest.name}")
+            try:
+                fs.get_file(f"{self.path}/{entry['file']}", str(tmp))
+                if tmp.stat().st_size != entry["bytes"]:
+                    raise OSError(f"{entry['file']}: downloaded {tmp.stat().st_size} bytes, expected {entry['bytes']}")
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
+        tmp_marker = marker.with_name(f"{_TMP}{uuid.uuid4().hex}-{MANIFEST}")
+        tmp_marker.write_text(json.dumps(manifest, indent=2, default=str))
+        os.replace(tmp_marker, marker)  # written last: a cache without it is downloaded again
+        return target
+
+
+def plan_fileset(root: str, name: str, code_version: str, params: dict, inputs: dict[str, str]) -> FileSet:
+    """The FileSet a stage with this code, these parameters and inputs writes."""
+    return FileSet(root, name, dataset_version(name, code_version, params, inputs))

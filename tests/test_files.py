@@ -1,0 +1,138 @@
+"""storage.files: versioned directories of files (models), manifest last, on local and fsspec roots."""
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from storage.datasets import DatasetIncomplete, dataset_version, latest_version
+from storage.files import FileSet, plan_fileset
+
+PARAMS = {"epochs": 3, "dim": 8}
+INPUTS = {"word_vectors": "abc123"}
+
+
+def model_dir(tmp_path: Path, weights: bytes = b"\x00\x01weights" * 100) -> Path:
+    d = tmp_path / "model"
+    (d / "sub" / "deeper").mkdir(parents=True)
+    (d / "model.bin").write_bytes(weights)
+    (d / "config.json").write_text('{"dim": 8}')
+    (d / "sub" / "deeper" / "vocab.txt").write_text("a\nb\nc\n")
+    return d
+
+
+def upload(fs_: FileSet, src: Path) -> dict:
+    return fs_.upload(src, code_version="t-1", params=PARAMS, inputs=INPUTS, stats={"loss": 0.5},
+                      extra={"note": "x"})
+
+
+@pytest.fixture(params=["local", "memory"])
+def any_root(request, root, memory_root):
+    return root if request.param == "local" else memory_root
+
+
+def test_plan_uses_the_dataset_content_address(root):
+    f = plan_fileset(root, "char_encoder", "t-1", PARAMS, INPUTS)
+    assert f == FileSet(root, "char_encoder", dataset_version("char_encoder", "t-1", PARAMS, INPUTS))
+    assert f.url == f"{root}/char_encoder/{f.version}"
+    assert plan_fileset(root, "char_encoder", "t-2", PARAMS, INPUTS).version != f.version
+    assert pickle.loads(pickle.dumps(f)) == f
+
+
+def test_upload_manifest_and_local_copy_round_trip(any_root, tmp_path):
+    src = model_dir(tmp_path)
+    f = plan_fileset(any_root, "char_encoder", "t-1", PARAMS, INPUTS)
+    assert not f.is_complete()
+    man = upload(f, src)
+    assert f.is_complete() and f.manifest() == man
+    assert [e["file"] for e in man["files"]] == ["config.json", "model.bin", "sub/deeper/vocab.txt"]
+    assert man["bytes"] == sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    assert {e["file"]: e["bytes"] for e in man["files"]}["model.bin"] == (src / "model.bin").stat().st_size
+    assert man["params"] == PARAMS and man["inputs"] == INPUTS and man["code_version"] == "t-1"
+    assert man["stats"] == {"loss": 0.5} and man["extra"] == {"note": "x"} and "created_at" in man
+    assert "git_commit" in man
+    assert latest_version(any_root, "char_encoder") == f.version
+    # No temp files left behind.
+    assert not [p for p in f.fs.find(f.path) if "/.tmp-" in p]
+
+    cache = tmp_path / "cache"
+    local = f.local_copy(cache_dir=cache)
+    for rel in ("config.json", "model.bin", "sub/deeper/vocab.txt"):
+        assert (local / rel).read_bytes() == (src / rel).read_bytes()
+    if any_root.startswith("memory://"):
+        assert local == cache
+        # Downloaded once: a second call reuses the copy (a local edit survives).
+        (local / "config.json").write_text("edited")
+        assert f.local_copy(cache_dir=cache) == cache and (cache / "config.json").read_text() == "edited"
+    else:
+        assert local == Path(f.path)  # a local root is read in place
+
+
+def test_incomplete_version_is_never_read(any_root, tmp_path):
+    f = plan_fileset(any_root, "char_encoder", "t-1", PARAMS, INPUTS)
+    f.fs.makedirs(f.path, exist_ok=True)
+    with f.fs.open(f"{f.path}/model.bin", "wb") as fh:
+        fh.write(b"half")
+    assert not f.is_complete()
+    with pytest.raises(DatasetIncomplete, match="no manifest"):
+        f.manifest()
+    with pytest.raises(DatasetIncomplete):
+        f.local_copy(cache_dir=tmp_path / "cache")
+    # Finishing it replaces the leftovers; a stale file the new upload lacks is removed.
+    with f.fs.open(f"{f.path}/stale.bin", "wb") as fh:
+        fh.write(b"old")
+    upload(f, model_dir(tmp_path))
+    local = f.local_copy(cache_dir=tmp_path / "cache")
+    assert (local / "model.bin").read_bytes() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert not f.fs.exists(f"{f.path}/stale.bin")
+
+
+def test_reupload_of_a_complete_version_is_a_no_op(any_root, tmp_path):
+    f = plan_fileset(any_root, "char_encoder", "t-1", PARAMS, INPUTS)
+    first = upload(f, model_dir(tmp_path))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model.bin").write_bytes(b"different")
+    again = upload(f, other)
+    assert again == first  # the existing manifest, untouched
+    with f.fs.open(f"{f.path}/model.bin", "rb") as fh:
+        assert fh.read() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert not f.fs.exists(f"{f.path}/other")
+
+
+def test_upload_rejects_bad_inputs(root, tmp_path):
+    f = plan_fileset(root, "m", "t-1", PARAMS, INPUTS)
+    with pytest.raises(ValueError, match="not a directory"):
+        upload(f, tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no files"):
+        upload(f, tmp_path / "empty")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "_manifest.json").write_text("{}")
+    with pytest.raises(ValueError, match="reserved"):
+        upload(f, bad)
+    assert not f.is_complete()
+
+
+def test_local_copy_downloads_again_for_a_stale_cache(memory_root, tmp_path):
+    f = plan_fileset(memory_root, "m", "t-1", PARAMS, INPUTS)
+    upload(f, model_dir(tmp_path))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "_manifest.json").write_text(json.dumps({"version": f.version, "created_at": "long ago"}))
+    (cache / "model.bin").write_bytes(b"stale")
+    local = f.local_copy(cache_dir=cache)
+    assert (local / "model.bin").read_bytes() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert json.loads((local / "_manifest.json").read_text())["created_at"] == f.manifest()["created_at"]
+
+
+def test_default_cache_dir(memory_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    f = plan_fileset(memory_root, "m", "t-1", PARAMS, INPUTS)
+    upload(f, model_dir(tmp_path))
+    local = f.local_copy()
+    assert local == tmp_path / "home" / ".cache" / "pearl_model" / "storage" / "m" / f.version
+    assert (local / "config.json").read_text() == '{"dim": 8}'
