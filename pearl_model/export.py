@@ -1,0 +1,313 @@
+"""Save a trained PEARL model as one directory that transformers, sentence-transformers and we load.
+
+After training, the paper averages the fine-tuned backbone with the original one (weight
+0.5, against forgetting): :func:`average_state_dicts`. Only the backbone has an "original";
+the character encoder, its projection and the type head are written as trained.
+
+:func:`export_pearl` writes (atomically: a temporary directory beside ``path``, renamed)::
+
+    path/
+      config.json, model.safetensors     the (averaged) backbone: AutoModel.from_pretrained(path)
+      tokenizer.json, tokenizer_config.json, ...   the backbone's tokenizer
+      pearl_backbone.json                pooling/prefix, so `--backbone path` alone is the backbone
+      char_encoder/config.json, char_encoder/model.safetensors   (pearl_model.char_encoder.save)
+      pearl_head.safetensors             char_proj.{weight,bias}, type_head.{weight,bias}
+      pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata
+      modules.json, config_sentence_transformers.json, sentence_bert_config.json
+                                         sentence-transformers: PearlSTModule (whole model) -> Normalize
+
+:func:`load_pearl` is the inverse (a :class:`~pearl_model.model.PearlModel` with its batcher);
+:class:`PearlEncoder` gives it the ``encode(..., normalize=)``/``similarity`` interface of
+:class:`~pearl_model.encoder.PhraseEncoder` that the evaluators and the CLI use. Weights are
+safetensors and everything else JSON: nothing is unpickled when loading.
+
+With sentence-transformers (>= 5, and ``pearl_model`` importable)::
+
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer("path/to/export", device="cpu", trust_remote_code=True)
+    vectors = model.encode(["heart attack", "myocardial infarction"])  # == load_pearl(path).encode(...)
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from pearl_model import char_encoder as char_io
+from pearl_model.encoder import _check_phrases, cosine_matrix
+from pearl_model.model import Batcher, PearlModel
+from pearl_model.phrases.labels import LABELS
+
+__all__ = ["FORMAT", "PearlExportError", "average_state_dicts", "export_pearl", "load_pearl",
+           "is_pearl_export", "PearlEncoder", "ST_MODULE_CLASS"]
+
+FORMAT = "pearl-model/1"
+CONFIG_FILE, HEAD_FILE, CHAR_DIR = "pearl_model.json", "pearl_head.safetensors", "char_encoder"
+ST_MODULE_CLASS = "pearl_model.st_module.PearlSTModule"
+ST_NORMALIZE_CLASS = "sentence_transformers.sentence_transformer.modules.normalize.Normalize"
+_HEAD_KEYS = ("char_proj.weight", "char_proj.bias", "type_head.weight", "type_head.bias")
+_REQUIRED = ("config.json", "model.safetensors", HEAD_FILE, f"{CHAR_DIR}/config.json",
+             f"{CHAR_DIR}/model.safetensors")
+
+
+class PearlExportError(ValueError):
+    """A directory that is not a (complete) PEARL export; the message names the path and what is wrong."""
+
+
+def average_state_dicts(fine_tuned: dict, original: dict, weight: float = 0.5) -> dict:
+    """``weight * fine_tuned + (1 - weight) * original``, tensor by tensor.
+
+    Both dicts must have the same keys and shapes. Floating-point tensors are averaged in
+    (at least) float32 and returned in the fine-tuned tensor's dtype and device; other
+    tensors (integer buffers such as ``position_ids``) are copied from ``fine_tuned``.
+    """
+    weight = float(weight)
+    if not 0.0 <= weight <= 1.0:
+        raise ValueError(f"weight must be in [0, 1], got {weight!r}")
+    missing, extra = sorted(set(fine_tuned) - set(original)), sorted(set(original) - set(fine_tuned))
+    if missing or extra:
+        raise ValueError(f"state dicts differ in keys: only in fine_tuned {missing[:5]}"
+                         f"{' ...' if len(missing) > 5 else ''}, only in original {extra[:5]}"
+                         f"{' ...' if len(extra) > 5 else ''}")
+    out = {}
+    for key, ft in fine_tuned.items():
+        orig = original[key]
+        if tuple(ft.shape) != tuple(orig.shape):
+            raise ValueError(f"{key}: shape {tuple(ft.shape)} (fine_tuned) != {tuple(orig.shape)} (original)")
+        ft = ft.detach()
+        if not ft.is_floating_point():
+            out[key] = ft.clone()
+            continue
+        acc = torch.promote_types(ft.dtype, torch.float32)
+        mixed = ft.to(acc) * weight + orig.detach().to(ft.device, acc) * (1.0 - weight)
+        out[key] = mixed.to(ft.dtype)
+    return out
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
+def _pearl_config(model: PearlModel, averaged_with: float | None, metadata: dict) -> dict:
+    b = model.batcher
+    n_labels = int(model.type_head.out_features)
+    return {
+        "format": FORMAT,
+        "backbone_dim": model.backbone_dim, "char_dim": model.char_dim,
+        "char_proj_dim": int(model.char_proj.out_features), "dim": model.dim,
+        "n_labels": n_labels, "labels": list(LABELS) if n_labels == len(LABELS) else None,
+        "pooling": "mean", "query_prefix": b.prefix, "max_length": int(b.max_length),
+        "max_words": int(b.max_words), "max_chars": int(b.max_chars),
+        "add_pooling_layer": _has_pooler(model.backbone),
+        "average_weight": averaged_with, "metadata": metadata,
+    }
+
+
+def _has_pooler(backbone) -> bool | None:
+    # BERT-like models: record whether a pooler exists, so loading builds the same modules.
+    return None if not hasattr(backbone, "pooler") else backbone.pooler is not None
+
+
+def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = None,
+                averaged_with: float | None = None, metadata: dict | None = None) -> None:
+    """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl)."""
+    from safetensors.torch import save_file
+
+    if model.batcher is None:
+        raise ValueError("export needs the model's tokenizer and char vocabulary: "
+                         "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
+    metadata = dict(metadata or {})
+    config = _pearl_config(model, averaged_with, metadata)
+    text = json.dumps(config, ensure_ascii=False, indent=2)  # fails early on unserialisable metadata
+    state = backbone_state if backbone_state is not None else model.backbone.state_dict()
+    state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    model.backbone.save_pretrained(out, state_dict=state, safe_serialization=True)
+    model.batcher.tokenizer.save_pretrained(out)
+    char_io.save(model.char_encoder, model.batcher.char_vocab, out / CHAR_DIR)
+    head = {"char_proj.weight": model.char_proj.weight, "char_proj.bias": model.char_proj.bias,
+            "type_head.weight": model.type_head.weight, "type_head.bias": model.type_head.bias}
+    save_file({k: v.detach().float().cpu().contiguous() for k, v in head.items()}, str(out / HEAD_FILE),
+              metadata={"format": FORMAT})
+    _write_json(out / "pearl_backbone.json", {"pooling": "mean", "query_prefix": config["query_prefix"],
+                                               "add_pooling_layer": config["add_pooling_layer"],
+                                               "source": "pearl_model.export"})
+    # sentence-transformers: our module reads the whole directory (it is saved in the root),
+    # then the library's own Normalize; prompts stay empty: the query prefix is built in.
+    _write_json(out / "modules.json", [
+        {"idx": 0, "name": "0", "path": "", "type": ST_MODULE_CLASS},
+        {"idx": 1, "name": "1", "path": "1_Normalize", "type": ST_NORMALIZE_CLASS}])
+    (out / "1_Normalize").mkdir(exist_ok=True)
+    _write_json(out / "config_sentence_transformers.json", {
+        "model_type": "SentenceTransformer",
+        "__version__": {k: v for k, v in [("sentence_transformers", _version("sentence-transformers")),
+                                          ("transformers", _version("transformers")),
+                                          ("pytorch", torch.__version__)] if v},
+        "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
+    _write_json(out / "sentence_bert_config.json", {"max_seq_length": config["max_length"],
+                                                    "do_lower_case": False})
+    (out / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")  # last: marks the export complete
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbone_state: dict | None = None,
+                 average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False) -> Path:
+    """Write ``model`` as a PEARL export directory at ``path`` and return the path.
+
+    With ``original_backbone_state`` (the backbone's ``state_dict()`` before fine-tuning),
+    the saved backbone is ``average_weight * fine-tuned + (1 - average_weight) * original``;
+    the in-memory model is left unchanged. ``metadata`` (JSON-serialisable: training-set
+    version, backbone spec, ...) goes into ``pearl_model.json``. The directory appears
+    complete or not at all; an existing ``path`` is an error unless ``overwrite``.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    state, averaged_with = None, None
+    if original_backbone_state is not None:
+        state = average_state_dicts(model.backbone.state_dict(), original_backbone_state, average_weight)
+        averaged_with = float(average_weight)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata)
+        if path.exists():  # overwrite: move the old one aside first, drop it after the rename
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            os.replace(path, old / "x")
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _read_config(path: Path) -> dict | None:
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get("format") == FORMAT else None
+
+
+def is_pearl_export(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory with a ``pearl_model.json`` of this format (files not checked)."""
+    try:
+        p = Path(path).expanduser()
+        return p.is_dir() and _read_config(p) is not None
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None) -> PearlModel:
+    """The :class:`PearlModel` saved at ``path``, in eval mode, with its batcher and ``.name`` set.
+
+    ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoTokenizer
+    import transformers
+
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise PearlExportError(f"{path}: no such directory (expected a PEARL export)")
+    if not (path / CONFIG_FILE).is_file():
+        raise PearlExportError(f"{path} is not a PEARL export: no {CONFIG_FILE}")
+    config = _read_config(path)
+    if config is None:
+        raise PearlExportError(f"{path}/{CONFIG_FILE} is unreadable or not of format {FORMAT!r}")
+    missing = [f for f in _REQUIRED if not (path / f).is_file()]
+    if missing:
+        raise PearlExportError(f"{path} is an incomplete PEARL export: missing {', '.join(missing)}")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    model_kw = {} if config.get("add_pooling_layer") is None else {"add_pooling_layer": config["add_pooling_layer"]}
+    tok_kw = {"fix_mistral_regex": False} if transformers.__version__.startswith("4.57.") else {}
+    try:
+        backbone = AutoModel.from_pretrained(path, use_safetensors=True, **model_kw)
+        tokenizer = AutoTokenizer.from_pretrained(path, **tok_kw)
+        char, vocab = char_io.load(path / CHAR_DIR)
+        head = load_file(str(path / HEAD_FILE))
+    except (OSError, ValueError) as e:
+        raise PearlExportError(f"cannot load the PEARL export at {path}: {e}") from e
+    if sorted(head) != sorted(_HEAD_KEYS):
+        raise PearlExportError(f"{path}/{HEAD_FILE} holds {sorted(head)}, expected {list(_HEAD_KEYS)}")
+    batcher = Batcher(tokenizer, vocab, config["query_prefix"], config["max_length"], config["max_words"],
+                      config["max_chars"])
+    model = PearlModel(backbone, char, char_proj_dim=config["char_proj_dim"], n_labels=config["n_labels"],
+                       batcher=batcher)
+    try:
+        model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("char_proj.")})
+        model.type_head.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("type_head.")})
+    except RuntimeError as e:
+        raise PearlExportError(f"{path}/{HEAD_FILE} does not fit {CONFIG_FILE}: {e}") from e
+    if model.dim != config["dim"]:
+        raise PearlExportError(f"{path}: loaded model has dim {model.dim}, {CONFIG_FILE} says {config['dim']}")
+    model.name = str(path)
+    model.export_config = config
+    return model.to(device).eval()
+
+
+class PearlEncoder:
+    """A loaded :class:`PearlModel` with the ``PhraseEncoder`` interface (``name``, ``encode``, ``similarity``)."""
+
+    def __init__(self, model: PearlModel, name: str | None = None):
+        if model.batcher is None:
+            raise ValueError("PearlEncoder needs a model with a batcher (tokenizer + char vocabulary)")
+        self.model = model
+        self.name = name or getattr(model, "name", None) or "pearl"
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: str | None = None) -> "PearlEncoder":
+        return cls(load_pearl(path, device))
+
+    @property
+    def dim(self) -> int:
+        return self.model.dim
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
+               show_progress: bool | None = None) -> np.ndarray:
+        """float32 (n, dim) in input order; ``normalize=False``: the raw concatenated vectors."""
+        items = _check_phrases(phrases)
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if normalize:
+            return self.model.encode(items, batch_size=batch_size)
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        order = np.argsort([-len(p) for p in items], kind="stable")
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        model, was_training = self.model, self.model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(items), batch_size):
+                    idx = order[start:start + batch_size]
+                    batch = {k: v.to(self.device) for k, v in model.batcher([items[i] for i in idx]).items()}
+                    out[idx] = model(**batch)[0].float().cpu().numpy()
+        finally:
+            model.train(was_training)
+        return out
+
+    def similarity(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        return cosine_matrix(self.encode(a), self.encode(b))

@@ -1,0 +1,252 @@
+"""pearl_model.export / st_module: weight averaging, export -> load round trip, sentence-transformers."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pearl_model.backbones import BackboneInfo  # noqa: E402
+from pearl_model.char_encoder import CharEncoder, CharVocab  # noqa: E402
+from pearl_model.encoder import PhraseEncoder  # noqa: E402
+from pearl_model.export import (PearlEncoder, PearlExportError, average_state_dicts, export_pearl,  # noqa: E402
+                                is_pearl_export, load_pearl)
+from pearl_model.model import PearlModel  # noqa: E402
+from pearl_model.phrases.labels import LABELS  # noqa: E402
+
+torch.set_num_threads(1)
+
+WORDS = ["the", "new", "york", "times", "post", "review", "bank", "river", "of", "a", "city", "red", "car"]
+HIDDEN, CHAR_OUT, PROJ, MAX_CHARS = 32, 12, 8, 12
+PHRASES = ["the new york times", "Bank of the River", "car", "a red car review", "york city post", "riverbank"]
+
+
+def _bert(seed: int):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=HIDDEN, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    return transformers.BertModel(cfg, add_pooling_layer=False).eval()
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vocab")
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS))
+    return transformers.BertTokenizerFast(str(d / "vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def original():
+    """The 'original' backbone (before fine-tuning)."""
+    return _bert(0)
+
+
+@pytest.fixture(scope="module")
+def model(tok, original):
+    """A 'fine-tuned' PEARL model: the original backbone with different weights, random char branch."""
+    tuned = _bert(0)
+    with torch.no_grad():
+        for p in tuned.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    vocab = CharVocab.build(WORDS)
+    torch.manual_seed(2)
+    char = CharEncoder(len(vocab), CHAR_OUT, char_dim=8, kernel_sizes=(2, 3), n_filters=8, hidden=16,
+                       max_len=MAX_CHARS).eval()
+    enc = PhraseEncoder(tuned, tok, BackboneInfo("tiny", "tiny", "local", query_prefix="query: ", max_length=16,
+                                                 dim=HIDDEN))
+    return PearlModel.from_parts(enc, char, char_proj_dim=PROJ, char_vocab=vocab, max_words=5).eval()
+
+
+@pytest.fixture()
+def no_unpickling(monkeypatch):
+    """Loading must read safetensors and JSON only: any torch.load / pickle load fails the test."""
+    import pickle
+
+    def refuse(*a, **k):
+        raise AssertionError("something was unpickled")
+    for mod, name in [(torch, "load"), (pickle, "load"), (pickle, "loads")]:
+        monkeypatch.setattr(mod, name, refuse)
+
+
+@pytest.fixture(scope="module")
+def exported(model, tmp_path_factory):
+    return export_pearl(model, tmp_path_factory.mktemp("exports") / "plain", metadata={"training_set": "v1"})
+
+
+# --- averaging ---------------------------------------------------------------------------
+
+def test_average_state_dicts_is_exact():
+    f64 = torch.float64
+    ft = {"w": torch.tensor([1.0, 2.0, -3.0]), "pos": torch.arange(3), "h": torch.tensor([0.5], dtype=f64)}
+    orig = {"w": torch.tensor([3.0, 0.0, 1.0]), "pos": torch.tensor([7, 7, 7]), "h": torch.tensor([1.5], dtype=f64)}
+    assert torch.equal(average_state_dicts(ft, orig, 1.0)["w"], ft["w"])
+    assert torch.equal(average_state_dicts(ft, orig, 0.0)["w"], orig["w"])
+    half = average_state_dicts(ft, orig)  # default weight 0.5
+    assert torch.equal(half["w"], torch.tensor([2.0, 1.0, -1.0]))
+    assert half["h"].dtype == torch.float64 and half["h"].item() == 1.0
+    assert torch.equal(half["pos"], ft["pos"])  # non-float: taken from the fine-tuned side
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    assert torch.equal(average_state_dicts({"x": a}, {"x": b}, 0.3)["x"], 0.3 * a + 0.7 * b)
+    assert torch.equal(ft["w"], torch.tensor([1.0, 2.0, -3.0]))  # inputs untouched
+
+
+def test_average_state_dicts_rejects_mismatches():
+    with pytest.raises(ValueError, match="keys.*extra"):
+        average_state_dicts({"a": torch.zeros(2)}, {"a": torch.zeros(2), "extra": torch.zeros(1)})
+    with pytest.raises(ValueError, match="keys.*b"):
+        average_state_dicts({"a": torch.zeros(2), "b": torch.zeros(2)}, {"a": torch.zeros(2)})
+    with pytest.raises(ValueError, match="a: shape"):
+        average_state_dicts({"a": torch.zeros(2)}, {"a": torch.zeros(3)})
+    with pytest.raises(ValueError, match="weight"):
+        average_state_dicts({"a": torch.zeros(2)}, {"a": torch.zeros(2)}, 1.5)
+
+
+# --- export and load -------------------------------------------------------------------
+
+def test_layout_and_round_trip(model, exported, no_unpickling):
+    names = {p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file()}
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "pearl_head.safetensors", "pearl_model.json",
+              "char_encoder/config.json", "char_encoder/model.safetensors", "modules.json",
+              "config_sentence_transformers.json", "sentence_bert_config.json", "pearl_backbone.json"]:
+        assert f in names, f
+    assert not any(n.endswith((".bin", ".pt", ".pkl")) for n in names)
+    assert not list(exported.parent.glob(".*tmp*"))  # the temporary directory was renamed away
+    cfg = json.loads((exported / "pearl_model.json").read_text())
+    assert cfg["format"] == "pearl-model/1" and cfg["labels"] == list(LABELS) and cfg["n_labels"] == 95
+    assert (cfg["dim"], cfg["char_proj_dim"], cfg["query_prefix"], cfg["max_length"], cfg["max_words"],
+            cfg["max_chars"]) == (HIDDEN + PROJ, PROJ, "query: ", 16, 5, MAX_CHARS)
+    assert cfg["average_weight"] is None and cfg["metadata"] == {"training_set": "v1"}
+    assert is_pearl_export(exported) and not is_pearl_export(exported / "char_encoder")
+    assert not is_pearl_export(exported / "missing")
+
+    loaded = load_pearl(exported, device="cpu")
+    assert loaded.name == str(exported) and not loaded.training
+    np.testing.assert_array_equal(loaded.encode(PHRASES), model.encode(PHRASES))
+    b = model.batcher(PHRASES)
+    with torch.no_grad():
+        np.testing.assert_array_equal(loaded(**b)[1].numpy(), model(**b)[1].numpy())  # type head too
+
+
+def test_export_averages_the_backbone_only(model, original, tmp_path):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    out = export_pearl(model, tmp_path / "avg", original_backbone_state=original.state_dict(), average_weight=0.5)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # in-memory model unchanged
+    by_hand = copy.deepcopy(model)
+    ft, orig = model.backbone.state_dict(), original.state_dict()
+    by_hand.backbone.load_state_dict({k: 0.5 * ft[k] + 0.5 * orig[k] if ft[k].is_floating_point() else ft[k]
+                                      for k in ft})
+    loaded = load_pearl(out, device="cpu")
+    np.testing.assert_allclose(loaded.encode(PHRASES), by_hand.encode(PHRASES), atol=1e-6, rtol=0)
+    assert not np.allclose(loaded.encode(PHRASES), model.encode(PHRASES), atol=1e-4)
+    assert json.loads((out / "pearl_model.json").read_text())["average_weight"] == 0.5
+    for k in ("char_encoder", "char_proj", "type_head"):
+        for name, p in getattr(loaded, k).state_dict().items():
+            assert torch.equal(p, getattr(model, k).state_dict()[name]), (k, name)
+
+
+def test_backbone_loads_with_plain_transformers(exported, model):
+    bert = transformers.AutoModel.from_pretrained(exported)
+    tok = transformers.AutoTokenizer.from_pretrained(exported)
+    batch = tok(["query: the new york times"], return_tensors="pt")
+    with torch.no_grad():
+        a = bert(**batch).last_hidden_state
+        b = model.backbone(**batch).last_hidden_state
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+def test_sentence_transformers_gives_the_same_vectors(exported, request):
+    st = pytest.importorskip("sentence_transformers")
+    request.getfixturevalue("no_unpickling")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # no deprecated-trust path is taken
+        m = st.SentenceTransformer(str(exported), device="cpu", trust_remote_code=True)
+    ours = load_pearl(exported, device="cpu").encode(PHRASES)
+    theirs = m.encode(PHRASES, batch_size=4)
+    assert theirs.shape == ours.shape == (len(PHRASES), HIDDEN + PROJ)
+    assert np.abs(theirs - ours).max() < 1e-5
+    assert m.get_embedding_dimension() == HIDDEN + PROJ and m.max_seq_length == 16
+    assert [type(x).__name__ for x in m] == ["PearlSTModule", "Normalize"]
+    # sentence-transformers' own save writes a directory we (and it) load again
+    resaved = exported.parent / "resaved"
+    m.save(str(resaved))
+    assert np.abs(load_pearl(resaved, device="cpu").encode(PHRASES) - ours).max() < 1e-6
+    assert np.abs(st.SentenceTransformer(str(resaved), device="cpu", trust_remote_code=True).encode(PHRASES)
+                  - ours).max() < 1e-5
+
+
+def test_missing_or_foreign_directories_fail_clearly(exported, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(exported, broken)
+    (broken / "pearl_head.safetensors").unlink()
+    with pytest.raises(PearlExportError, match=r"broken.*pearl_head\.safetensors"):
+        load_pearl(broken)
+    with pytest.raises(ValueError, match="not a PEARL export"):
+        load_pearl(exported / "char_encoder")
+    with pytest.raises(PearlExportError, match="no such directory"):
+        load_pearl(tmp_path / "nothing")
+
+
+def test_export_is_atomic_and_refuses_to_clobber(model, exported, tmp_path, monkeypatch):
+    with pytest.raises(FileExistsError):
+        export_pearl(model, exported)
+    import pearl_model.char_encoder as char_io
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+    monkeypatch.setattr(char_io, "save", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_pearl(model, tmp_path / "half")
+    assert not (tmp_path / "half").exists() and not list(tmp_path.iterdir())
+    monkeypatch.undo()
+    out = export_pearl(model, exported.parent / "plain", overwrite=True, metadata={"training_set": "v2"})
+    assert json.loads((out / "pearl_model.json").read_text())["metadata"] == {"training_set": "v2"}
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".")] == []
+
+
+# --- where the pipeline and the CLI pick it up -------------------------------------------
+
+def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
+    pytest.importorskip("prefect")
+    from tasks.evaluation import load_model
+
+    enc = load_model(str(exported))
+    assert isinstance(enc, PearlEncoder) and enc.name == str(exported)
+    np.testing.assert_array_equal(enc.encode(PHRASES), model.encode(PHRASES))
+    raw = enc.encode(PHRASES, normalize=False, batch_size=2)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), model.encode(PHRASES), atol=1e-6)
+    assert enc.encode([]).shape == (0, HIDDEN + PROJ)
+
+    from typer.testing import CliRunner
+
+    from pearl_model.cli import app
+
+    out = tmp_path / "v.npy"
+    r = CliRunner().invoke(app, ["encode", *PHRASES[:3], "--out", str(out), "--backbone", str(exported)])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(np.load(out), model.encode(PHRASES[:3]), atol=1e-6)
+    r = CliRunner().invoke(app, ["similar", "car", "york city post", "car", "--backbone", str(exported)])
+    assert r.exit_code == 0, r.output
+    first = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("1"))
+    assert "car" in first and "1.0000" in first
+
+
+def test_library_modules_import_no_pipeline_code():
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, pearl_model.export; bad = [m for m in sys.modules if "
+            "m.split('.')[0] in ('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    # st_module: its own imports (a subprocess importing sentence-transformers takes ~10 s)
+    tree = ast.parse((Path(__file__).parents[1] / "pearl_model" / "st_module.py").read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    assert not [m for m in names if m.split(".")[0] in ("prefect", "tasks", "flows", "storage")], names
