@@ -291,23 +291,7 @@ class PearlEncoder:
         items = _check_phrases(phrases)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        if normalize:
-            return self.model.encode(items, batch_size=batch_size)
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        order = np.argsort([-len(p) for p in items], kind="stable")
-        out = np.empty((len(items), self.dim), dtype=np.float32)
-        model, was_training = self.model, self.model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                for start in range(0, len(items), batch_size):
-                    idx = order[start:start + batch_size]
-                    batch = {k: v.to(self.device) for k, v in model.batcher([items[i] for i in idx]).items()}
-                    out[idx] = model(**batch)[0].float().cpu().numpy()
-        finally:
-            model.train(was_training)
-        return out
+        return self.model.encode(items, batch_size=batch_size, normalize=normalize, show_progress=show_progress)
 
     def similarity(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
         return cosine_matrix(self.encode(a), self.encode(b))

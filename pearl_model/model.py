@@ -25,39 +25,43 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl_model.char_encoder import PAD, CharEncoder, CharVocab
-from pearl_model.encoder import _check_phrases as check_phrase_list, mean_pool
+from pearl_model.encoder import PROGRESS_THRESHOLD, _check_phrases as check_phrase_list, mean_pool
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["mean_pool", "collate", "Batcher", "PearlModel"]
 
 
-def _check_phrases(phrases) -> list[str]:
+def _check_phrases(phrases, allow_blank: bool = False) -> list[str]:
     # encode()'s type checks, plus: training phrases may not be empty.
     items = check_phrase_list(phrases)
     if not items:
         raise ValueError("no phrases given (empty input)")
-    for i, p in enumerate(items):
-        if not p.strip():
-            raise ValueError(f"phrase {i} is empty or whitespace-only")
+    if not allow_blank:
+        for i, p in enumerate(items):
+            if not p.strip():
+                raise ValueError(f"phrase {i} is empty or whitespace-only")
     return items
 
 
 def collate(phrases: Sequence[str], tokenizer, char_vocab: CharVocab, prefix: str = "",
-            max_length: int = 512, max_words: int = 16, max_chars: int = 20) -> dict[str, torch.Tensor]:
+            max_length: int = 512, max_words: int = 16, max_chars: int = 20,
+            allow_blank: bool = False) -> dict[str, torch.Tensor]:
     """Tensors for :meth:`PearlModel.forward`.
 
     ``input_ids``/``attention_mask``: ``prefix + phrase`` tokenised, padded to the longest
     in the batch, truncated at ``max_length`` tokens. ``char_ids`` (B, W, max_chars) and
     ``word_mask`` (B, W): the first ``max_words`` lowercased whitespace words of each
     phrase, W the most words of any phrase in the batch (at most ``max_words``).
+    ``allow_blank``: a blank phrase is the prefix alone with no words (a zero char vector),
+    as ``PhraseEncoder.encode`` treats it; training batches never allow it.
     """
-    items = _check_phrases(phrases)
+    items = _check_phrases(phrases, allow_blank)
     if max_words < 1:
         raise ValueError(f"max_words must be >= 1, got {max_words!r}")
     tok = tokenizer([prefix + p.strip() for p in items], padding=True, truncation=True,
                     max_length=max_length, return_tensors="pt")
     words = [p.lower().split()[:max_words] for p in items]
-    width = max(len(w) for w in words)
+    width = max(1, max(len(w) for w in words))
     char_ids = torch.full((len(items), width, max_chars), PAD, dtype=torch.long)
     word_mask = torch.zeros((len(items), width), dtype=torch.bool)
     for r, ws in enumerate(words):
@@ -75,9 +79,9 @@ class Batcher:
         self.tokenizer, self.char_vocab, self.prefix = tokenizer, char_vocab, prefix
         self.max_length, self.max_words, self.max_chars = max_length, max_words, max_chars
 
-    def __call__(self, phrases: Sequence[str]) -> dict[str, torch.Tensor]:
+    def __call__(self, phrases: Sequence[str], allow_blank: bool = False) -> dict[str, torch.Tensor]:
         return collate(phrases, self.tokenizer, self.char_vocab, self.prefix, self.max_length,
-                       self.max_words, self.max_chars)
+                       self.max_words, self.max_chars, allow_blank)
 
 
 class PearlModel(nn.Module):
@@ -141,25 +145,33 @@ class PearlModel(nn.Module):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def encode(self, phrases: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        """L2-normalised float32 embeddings (n, dim) of ``phrases``, in input order."""
+    def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
+               show_progress: bool | None = None) -> np.ndarray:
+        """float32 embeddings (n, dim) of ``phrases`` in input order, L2-normalised unless
+        ``normalize=False``. A blank phrase is encoded as the prefix alone (no char words)."""
         if self.batcher is None:
             raise RuntimeError("encode() needs a tokenizer and a char vocabulary: "
                                "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
-        items = _check_phrases(phrases)
+        items = _check_phrases(phrases, allow_blank=True)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         order = np.argsort([-len(p) for p in items], kind="stable")
         out = np.empty((len(items), self.dim), dtype=np.float32)
         was_training, device = self.training, self.device
+        starts = range(0, len(items), batch_size)
+        if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="encode (pearl)", unit="batch")
         self.eval()
         try:
             with torch.inference_mode():
-                for start in range(0, len(items), batch_size):
+                for start in starts:
                     idx = order[start:start + batch_size]
-                    batch = {k: v.to(device) for k, v in self.batcher([items[i] for i in idx]).items()}
-                    emb, _ = self(**batch)
-                    out[idx] = F.normalize(emb.float(), dim=-1).cpu().numpy()
+                    batch = self.batcher([items[i] for i in idx], allow_blank=True)
+                    emb, _ = self(**{k: v.to(device) for k, v in batch.items()})
+                    emb = emb.float()
+                    out[idx] = (F.normalize(emb, dim=-1) if normalize else emb).cpu().numpy()
         finally:
             self.train(was_training)
         return out

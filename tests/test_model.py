@@ -120,12 +120,21 @@ def test_encode_unit_vectors_in_input_order(model):
     assert np.allclose(v, torch.nn.functional.normalize(emb, dim=-1).numpy(), atol=1e-5)
 
 
+def test_blank_phrase_encodes_as_the_prefix_alone(model):
+    v = model.encode(["car", "  ", ""])
+    assert np.isfinite(v).all() and np.allclose(v[1], v[2], atol=1e-6)
+    raw = model.encode(["  "], normalize=False)
+    assert np.allclose(raw[0, model.backbone_dim:], model.char_proj.bias.detach().numpy(), atol=1e-6)  # no words
+    raw_car = model.encode(["car"], normalize=False)[0]
+    assert np.allclose(raw_car / np.linalg.norm(raw_car), model.encode(["car"])[0], atol=1e-6)
+
+
 def test_errors(model, parts):
     enc, char, vocab = parts
     with pytest.raises(ValueError, match="empty"):
         model.encode([])
     with pytest.raises(ValueError, match="empty"):
-        model.encode(["car", "  "])
+        collate(["car", "  "], enc.tokenizer, vocab)  # a training batch never holds a blank phrase
     with pytest.raises(ValueError, match="empty"):
         collate([], enc.tokenizer, vocab)
     with pytest.raises(TypeError, match="single string"):

@@ -1,0 +1,124 @@
+"""The `train` flow on a tiny corpus: real Prefect (test harness), real Dask for the evaluation,
+a tiny random BERT as the backbone, a hand-made training set with its manifests."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pearl_model.evaluation import data  # noqa: E402
+from storage.datasets import Dataset  # noqa: E402
+from storage.schemas import AUGMENTATIONS, TRAINING_SET, WORD_VECTORS  # noqa: E402
+
+BENCH = data.default_benchmark_dir()
+WORDS = sorted(set(("the new york times post review bank river city red car green house big small old paper news "
+                    "blue sky north south east west lake road street market cat lion dog bird fish tree stone "
+                    "water fire light dark music art game team club school church bridge tower island").split()))
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny-backbone")
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+                                           + list("abcdefghijklmnopqrstuvwxyz")))
+    transformers.BertTokenizerFast(str(d / "vocab.txt")).save_pretrained(d)
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(WORDS) + 31, hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
+    (d / "pearl_backbone.json").write_text(json.dumps({"pooling": "mean", "query_prefix": "",
+                                                       "add_pooling_layer": False}))
+    return str(d)
+
+
+def tiny_corpus(root: str) -> str:
+    """word_vectors -> augmentations (manifest only) -> training_set, linked as build-corpus links them."""
+    rng = np.random.default_rng(0)
+    wv = Dataset(root, "word_vectors", "wv1", WORD_VECTORS)
+    vecs = rng.normal(size=(len(WORDS), 8)).astype(np.float32)
+    wv.write_part(0, pa.table({"word": WORDS, "count": list(range(len(WORDS), 0, -1)),
+                               "vector": [v.tolist() for v in vecs]}))
+    wv.commit(code_version="t", params={}, inputs={})
+    aug = Dataset(root, "augmentations", "aug1", AUGMENTATIONS)
+    aug.commit(code_version="t", params={}, inputs={"word_vectors": wv.version})
+    r = random.Random(0)
+    rows = []
+    for i in range(60):
+        phrase = " ".join(r.sample(WORDS, r.randint(1, 3)))
+        rows.append({"phrase": phrase, "phrase_key": f"{phrase}#{i}", "label": "NP-OTHER", "label_id": i % 7,
+                     "frequency": 2, "positives": [{"kind": "wordnet", "text": phrase + " news"}] if i % 2 else [],
+                     "negatives": [" ".join(r.sample(WORDS, 2))], "split": "validation" if i % 10 == 0 else "train"})
+    ts = Dataset(root, "training_set", "ts1", TRAINING_SET)
+    ts.write_part(0, pa.Table.from_pylist(rows, schema=TRAINING_SET))
+    ts.commit(code_version="t", params={}, inputs={"augmentations": aug.version})
+    return ts.version
+
+
+@pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
+def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.train import train
+    from pearl_model.export import load_pearl
+    from storage.files import FileSet
+
+    root = str(tmp_path / "store")
+    tiny_corpus(root)
+    kw = dict(storage_root=root, backbone=tiny_backbone, char_epochs=2, char_max_words=0, char_proj_dim=4,
+              batch_size=8, epochs=1, lr=1e-3, checkpoint_every=3, device="cpu", benchmark_datasets=["turney", "bird"],
+              benchmark_dir=str(BENCH), eval_seeds=[0], dask_workers=1)
+    with prefect_test_harness():
+        out = train(**kw)
+        version = out["model"]["version"]
+        model = FileSet(root, "models", version)
+        man = model.manifest()
+        assert man["inputs"]["training_set"] == "ts1"
+        assert man["stats"]["steps"] == 7 and man["stats"]["train_phrases"] == 54  # batch 8: 6 full + one of 6
+        assert man["stats"]["validation_phrases"] == 6 and "val_loss" in man["stats"]
+        log = json.loads((tmp_path / "store" / "models" / version / "training_log.json").read_text())
+        assert [r["step"] for r in log["history"]][-1] == 7
+        assert all(np.isfinite(r["loss"]) for r in log["history"])
+
+        pearl = load_pearl(model.local_copy())
+        v = pearl.encode(["red car", "new york times"])
+        assert v.shape == (2, 16 + 4) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+
+        datasets = [line["dataset"] for line in out["comparison"]]
+        assert datasets == ["turney", "bird", "average"]
+        avg = out["comparison"][-1]
+        assert avg["change"] == pytest.approx(avg["trained"] - avg["backbone"], abs=0.11)
+
+        async def keys():
+            async with get_client() as client:
+                arts = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[
+                    "training-curves", "training-summary", "model", "model-vs-backbone", "char-encoder-metrics",
+                    "benchmark-scores"])))
+                return {a.key for a in arts}
+
+        assert asyncio.run(keys()) == {"training-curves", "training-summary", "model", "model-vs-backbone",
+                                       "char-encoder-metrics", "benchmark-scores"}
+
+        # nothing changed: nothing is trained again
+        again = train(**{**kw, "evaluate_model": False})
+        assert again["model"]["version"] == version
+        assert model.manifest()["created_at"] == man["created_at"]
+
+
+def test_train_flow_without_a_training_set_says_what_to_run(tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.train import train
+    from tasks.training import TrainingSetMissing
+
+    with prefect_test_harness():
+        with pytest.raises(TrainingSetMissing, match="build-corpus"):
+            train(storage_root=str(tmp_path / "empty"), evaluate_model=False)
