@@ -255,12 +255,16 @@ def stack(tmp_path_factory):
 
 
 # --- one run of the deployment -----------------------------------------------------------
-def run_deployment(stack: Stack, storage_root: Path, name: str) -> dict:
+def run_deployment(stack: Stack, storage_root: Path, name: str, deployment: str = DEPLOYMENT,
+                   params: dict | None = None) -> dict:
+    if params is None:
+        params = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
+    param_args = [a for k, v in params.items()
+                  for a in ("--param", f"{k}={v if isinstance(v, (str, int)) else json.dumps(v)}")]
     out = stack.cli(
-        "deployment", "run", DEPLOYMENT,
+        "deployment", "run", deployment,
         "--param", f"storage_root={storage_root}",
-        "--param", f"max_pages={MAX_PAGES}",
-        "--param", f"pages_per_partition={PAGES_PER_PARTITION}",
+        *param_args,
         "--flow-run-name", name,
         "--watch", "--watch-timeout", str(RUN_TIMEOUT),
         timeout=RUN_TIMEOUT + 30, check=False,
@@ -276,10 +280,13 @@ def run_deployment(stack: Stack, storage_root: Path, name: str) -> dict:
         assert len(runs) == 1, f"expected one flow run named {name}, found {len(runs)}"
         run = runs[0]
         result = await run.state.aresult(raise_on_failure=False) if run.state.is_completed() else None
-        # The artifacts are made by a task of the `extract-corpus` subflow.
-        children = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
-        run_ids = [run.id] + [c.id for c in children]
+        # The artifacts are made by tasks of the subflows (and their subflows).
+        run_ids, frontier = [run.id], [run.id]
+        while frontier:
+            children = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)))
+            frontier = [c.id for c in children]
+            run_ids += frontier
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)),
             sort=ArtifactSort.CREATED_DESC)
@@ -433,3 +440,23 @@ def test_second_run_reuses_everything(stack, first):
     # No second version of any dataset appeared.
     for name in DATASETS:
         assert [d.name for d in (root / name).iterdir() if d.is_dir()] == [versions[name]]
+
+
+def test_train_deployment_on_the_built_corpus(stack, first):
+    """`train/pearl` on the training set the first run published: real E5, a few steps on CPU,
+    exported, scored against the backbone on BIRD, with its artifacts on the server."""
+    root: Path = first["storage_root"]
+    params = {"max_steps": 3, "batch_size": 16, "char_epochs": 1, "char_max_words": 3000, "device": "cpu",
+              "benchmark_datasets": ["bird"], "eval_seeds": [0], "dask_workers": 1}
+    run = run_deployment(stack, root, "e2e-train", "train/pearl", params)
+    result = run["result"]
+    model_dir = root / "models" / result["model"]["version"]
+    man = json.loads((model_dir / "_manifest.json").read_text())
+    assert man["inputs"]["training_set"] == first["result"]["versions"]["training_set"]
+    assert man["stats"]["steps"] == 3 and man["stats"]["device"] == "cpu"
+    assert (model_dir / "model.safetensors").is_file() and (model_dir / "modules.json").is_file()
+    assert [line["dataset"] for line in result["comparison"]] == ["bird", "average"]
+    keys = {a.key for a in run["artifacts"]}
+    for key in ("char-encoder-metrics", "training-summary", "training-curves", "model", "benchmark-scores",
+                "model-vs-backbone"):
+        assert key in keys, f"artifacts of the train run: {sorted(keys)}"
