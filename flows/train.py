@@ -17,7 +17,7 @@ from flows.evaluate import evaluate
 from tasks.char_encoder import char_encoder_task
 from tasks.model_comparison import comparison_task
 from tasks.training import (
-    plan_model_task, resolve_training_set_task, train_model_task, training_report_task, word_vectors_of_task,
+    model_directory_task, plan_model_task, resolve_training_set_task, train_model_task, training_report_task, word_vectors_of_task,
 )
 
 
@@ -89,7 +89,7 @@ def train(
     if not evaluate_model:
         return {"model": report}
 
-    model_dir = str(model.local_copy())
+    model_dir = model_directory_task(model)
     scores = evaluate(models=[model_dir, backbone], benchmark_dir=benchmark_dir, datasets=benchmark_datasets,
                       seeds=eval_seeds, storage_root=storage_root, cache_dir=cache_dir, map_model=model_dir,
                       dask_workers=dask_workers)

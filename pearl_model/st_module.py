@@ -76,7 +76,7 @@ class PearlSTModule(InputModule):
             raise TypeError("PEARL embeds phrases: every input must be a str")
         b = self.pearl.batcher
         return collate(inputs, b.tokenizer, b.char_vocab, (prompt or "") + b.prefix, b.max_length,
-                       b.max_words, b.max_chars)
+                       b.max_words, b.max_chars, allow_blank=True)  # as PearlModel.encode
 
     def forward(self, features: dict[str, torch.Tensor | Any], **kwargs) -> dict[str, torch.Tensor | Any]:
         emb, logits = self.pearl(input_ids=features["input_ids"], attention_mask=features["attention_mask"],

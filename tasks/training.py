@@ -175,6 +175,12 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
     return manifest
 
 
+@task(name="model-directory", cache_policy=NONE)
+def model_directory_task(out: FileSet) -> str:
+    """A local directory of the stored model (downloaded once for a remote root): what evaluate loads."""
+    return str(out.local_copy())
+
+
 @task(name="training-report", cache_policy=NONE)
 def training_report_task(out: FileSet) -> dict:
     from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact

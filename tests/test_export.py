@@ -172,6 +172,8 @@ def test_sentence_transformers_gives_the_same_vectors(exported, request):
     assert np.abs(theirs - ours).max() < 1e-5
     assert m.get_embedding_dimension() == HIDDEN + PROJ and m.max_seq_length == 16
     assert [type(x).__name__ for x in m] == ["PearlSTModule", "Normalize"]
+    blank = ["car", " "]  # a blank phrase: the prefix alone, both ways
+    assert np.abs(m.encode(blank) - load_pearl(exported, device="cpu").encode(blank)).max() < 1e-5
     # sentence-transformers' own save writes a directory we (and it) load again
     resaved = exported.parent / "resaved"
     m.save(str(resaved))
