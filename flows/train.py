@@ -17,7 +17,8 @@ from flows.evaluate import evaluate
 from tasks.char_encoder import char_encoder_task
 from tasks.model_comparison import comparison_task
 from tasks.training import (
-    model_directory_task, plan_model_task, resolve_training_set_task, train_model_task, training_report_task, word_vectors_of_task,
+    model_directory_task, plan_model_task, resolve_training_set_task, train_model_task, training_report_task,
+    word_vectors_of_task,
 )
 
 

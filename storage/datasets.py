@@ -58,16 +58,14 @@ def git_commit() -> str | None:
         return None
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A handle on one version of one dataset; cheap and picklable (sent to Dask workers)."""
+class Versioned:
+    """Where one version of a named output lives, and its manifest: shared by Dataset and FileSet."""
 
     root: str
     name: str
     version: str
-    schema: pa.Schema
+    kind = "dataset"  # in messages
 
-    # --- locations -------------------------------------------------------------------
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         return fsspec.core.url_to_fs(self.root)[0]
@@ -80,6 +78,29 @@ class Dataset:
     @property
     def url(self) -> str:
         return f"{self.root.rstrip('/')}/{self.name}/{self.version}"
+
+    def is_complete(self) -> bool:
+        return self.fs.exists(f"{self.path}/{MANIFEST}")
+
+    def manifest(self) -> dict:
+        try:
+            with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            raise DatasetIncomplete(
+                f"{self.kind} {self.name} version {self.version} at {self.url} has no manifest: "
+                "it is incomplete and will be recomputed, never read"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Dataset(Versioned):
+    """A handle on one version of one dataset; cheap and picklable (sent to Dask workers)."""
+
+    root: str
+    name: str
+    version: str
+    schema: pa.Schema
 
     def part_path(self, index: int) -> str:
         return f"{self.path}/part-{index:05d}.parquet"
@@ -132,42 +153,12 @@ class Dataset:
         for p in self.parts_on_disk():
             rows = pq.ParquetFile(p, filesystem=fs).metadata.num_rows
             parts.append({"file": p.rsplit("/", 1)[-1], "rows": rows})
-        manifest = {
-            "name": self.name,
-            "version": self.version,
-            "rows": sum(p["rows"] for p in parts),
-            "parts": parts,
-            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
-            "params": params,
-            "inputs": inputs,
-            "code_version": code_version,
-            "git_commit": git_commit(),
-            "stats": stats or {},
-            **({"extra": extra} if extra else {}),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        }
-        _atomic_write_text(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
-        _atomic_write_text(
-            fs,
-            f"{self.path.rsplit('/', 1)[0]}/{LATEST}",
-            json.dumps({"version": self.version, "created_at": manifest["created_at"]}),
-        )
-        return manifest
+        body = {"rows": sum(p["rows"] for p in parts), "parts": parts,
+                "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema]}
+        return publish_manifest(fs, self.path, self.name, self.version, body, code_version=code_version,
+                                params=params, inputs=inputs, stats=stats, extra=extra)
 
     # --- reading ---------------------------------------------------------------------
-    def is_complete(self) -> bool:
-        return self.fs.exists(f"{self.path}/{MANIFEST}")
-
-    def manifest(self) -> dict:
-        try:
-            with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            raise DatasetIncomplete(
-                f"dataset {self.name} version {self.version} at {self.url} has no manifest: "
-                "it is incomplete and will be recomputed, never read"
-            ) from None
-
     def part_files(self) -> list[str]:
         return [f"{self.path}/{p['file']}" for p in self.manifest()["parts"]]
 
@@ -210,6 +201,31 @@ def latest_version(root: str, name: str) -> str | None:
             return json.load(fh)["version"]
     except FileNotFoundError:
         return None
+
+
+def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, version: str, body: dict, *,
+                     code_version: str, params: dict, inputs: dict[str, str], stats: dict | None = None,
+                     extra: dict | None = None) -> dict:
+    """Write ``path/_manifest.json`` (``body`` + provenance), then point ``<name>/_latest.json`` at it.
+
+    The one place both datasets and file sets finish a version: the manifest comes last.
+    """
+    manifest = {
+        "name": name,
+        "version": version,
+        **body,
+        "params": params,
+        "inputs": inputs,
+        "code_version": code_version,
+        "git_commit": git_commit(),
+        "stats": stats or {},
+        **({"extra": extra} if extra else {}),
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+    }
+    _atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+    _atomic_write_text(fs, f"{path.rsplit('/', 1)[0]}/{LATEST}",
+                       json.dumps({"version": version, "created_at": manifest["created_at"]}))
+    return manifest
 
 
 def _atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:

@@ -15,7 +15,6 @@ readers' feet).
 """
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
@@ -26,7 +25,7 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from storage.datasets import LATEST, MANIFEST, DatasetIncomplete, _atomic_write_text, dataset_version, git_commit
+from storage.datasets import MANIFEST, Versioned, dataset_version, publish_manifest
 
 __all__ = ["FileSet", "plan_fileset", "DEFAULT_CACHE"]
 
@@ -52,40 +51,13 @@ def _local_files(local_dir: Path) -> list[tuple[str, Path]]:
 
 
 @dataclass(frozen=True)
-class FileSet:
+class FileSet(Versioned):
     """A handle on one version of one set of files; cheap and picklable (sent to Dask workers)."""
 
     root: str
     name: str
     version: str
-
-    # --- locations -------------------------------------------------------------------
-    @property
-    def fs(self) -> fsspec.AbstractFileSystem:
-        return fsspec.core.url_to_fs(self.root)[0]
-
-    @property
-    def path(self) -> str:
-        base = fsspec.core.url_to_fs(self.root)[1].rstrip("/")
-        return f"{base}/{self.name}/{self.version}"
-
-    @property
-    def url(self) -> str:
-        return f"{self.root.rstrip('/')}/{self.name}/{self.version}"
-
-    # --- reading ---------------------------------------------------------------------
-    def is_complete(self) -> bool:
-        return self.fs.exists(f"{self.path}/{MANIFEST}")
-
-    def manifest(self) -> dict:
-        try:
-            with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            raise DatasetIncomplete(
-                f"file set {self.name} version {self.version} at {self.url} has no manifest: "
-                "it is incomplete and will be recomputed, never read"
-            ) from None
+    kind = "file set"
 
     # --- writing ---------------------------------------------------------------------
     def upload(
@@ -134,27 +106,9 @@ class FileSet:
                 raise OSError(f"{final}: stored {fs.size(final)} bytes, expected {size}")
             entries.append({"file": rel, "bytes": size, "sha256": _sha256(src)})
         self._prune({e["file"] for e in entries})
-        manifest = {
-            "name": self.name,
-            "version": self.version,
-            "kind": "files",
-            "files": entries,
-            "bytes": sum(e["bytes"] for e in entries),
-            "params": params,
-            "inputs": inputs,
-            "code_version": code_version,
-            "git_commit": git_commit(),
-            "stats": stats or {},
-            **({"extra": extra} if extra else {}),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-        }
-        _atomic_write_text(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
-        _atomic_write_text(
-            fs,
-            f"{self.path.rsplit('/', 1)[0]}/{LATEST}",
-            json.dumps({"version": self.version, "created_at": manifest["created_at"]}),
-        )
-        return manifest
+        body = {"kind": "files", "files": entries, "bytes": sum(e["bytes"] for e in entries)}
+        return publish_manifest(fs, self.path, self.name, self.version, body, code_version=code_version,
+                                params=params, inputs=inputs, stats=stats, extra=extra)
 
     def _prune(self, keep: set[str]) -> None:
         """Remove leftovers of an earlier attempt (not temp files: a concurrent upload may own them)."""
