@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -105,9 +106,12 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
                             average_weight=params["average_weight"], metadata=meta)
         (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation}))
-        return out.upload(path, code_version=CODE_VERSION, params=params,
-                          inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
-                          stats=summary)
+        manifest = out.upload(path, code_version=CODE_VERSION, params=params,
+                              inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
+                              stats=summary)
+    # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
+    shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    return manifest
 
 
 def training_log(out: FileSet) -> dict:
