@@ -299,7 +299,7 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
 class TrainResult:
     steps: int
     history: list[dict]            # one record per log interval
-    validation: list[dict]         # one record per epoch
+    validation: list[dict]         # before training (step 0, unless resumed), then after each epoch
     resumed_from: int | None
     seconds: float                 # wall time, validation included
     anchors_per_s: float           # over the training steps (checkpoint writes included, validation not)
@@ -373,8 +373,11 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         torch.cuda.reset_peak_memory_stats(device)
 
     t_start = time.perf_counter()
-    window_t, window_anchors, window_loss = time.perf_counter(), 0, []
     trained_anchors, validation_records, val_seconds = 0, [], 0.0
+    if validation and resumed_from is None:  # the starting point, for the curves
+        validation_records.append({"epoch": -1, "step": 0, **evaluate_loss(model, validation, cfg, batcher, device)})
+        val_seconds = time.perf_counter() - t_start
+    window_t, window_anchors, window_loss = time.perf_counter(), 0, []
     epoch_starts = np.cumsum([0] + [len(p) for p in plans])
     for epoch in range(cfg.epochs):
         first, last = int(epoch_starts[epoch]), int(epoch_starts[epoch + 1])

@@ -88,6 +88,7 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
         log = json.loads((tmp_path / "store" / "models" / version / "training_log.json").read_text())
         assert [r["step"] for r in log["history"]][-1] == 7
         assert all(np.isfinite(r["loss"]) for r in log["history"])
+        assert [v["step"] for v in log["validation"]] == [0, 7]  # before training, after the epoch
 
         pearl = load_pearl(model.local_copy())
         v = pearl.encode(["red car", "new york times"])

@@ -109,8 +109,10 @@ def test_a_few_steps_lower_the_loss(parts):
     model = make_model(parts)
     exs = toy_examples()
     before = T.evaluate_loss(model, exs, cfg())
-    res = T.train(model, exs, cfg(epochs=6))
+    res = T.train(model, exs, cfg(epochs=6), validation=exs[:16])
     after = T.evaluate_loss(model, exs, cfg())
+    assert [v["step"] for v in res.validation] == [0, 6, 12, 18, 24, 30, 36]
+    assert res.validation[-1]["val_loss"] < res.validation[0]["val_loss"]
     assert res.steps == 6 * 6 and len(res.history) == res.steps
     assert after["val_loss"] < before["val_loss"] - 0.3, (before, after)
     assert after["val_type_ce"] < before["val_type_ce"]
