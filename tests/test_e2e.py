@@ -259,8 +259,9 @@ def run_deployment(stack: Stack, storage_root: Path, name: str, deployment: str 
                    params: dict | None = None) -> dict:
     if params is None:
         params = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
-    param_args = [a for k, v in params.items()
-                  for a in ("--param", f"{k}={v if isinstance(v, (str, int)) and not isinstance(v, bool) else json.dumps(v)}")]
+    # The CLI parses each value as JSON when it can: strings and ints go as they are, the rest as JSON.
+    plain = (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))
+    param_args = [a for k, v in params.items() for a in ("--param", f"{k}={v if plain(v) else json.dumps(v)}")]
     out = stack.cli(
         "deployment", "run", deployment,
         "--param", f"storage_root={storage_root}",
