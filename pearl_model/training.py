@@ -35,6 +35,7 @@ import random
 import shutil
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -305,6 +306,7 @@ class TrainResult:
     anchors_per_s: float           # over the training steps (checkpoint writes included, validation not)
     peak_memory_mb: float | None   # CUDA peak allocated
     checkpoint: str | None
+    positive_kinds: dict[str, int] = field(default_factory=dict)  # kinds drawn (this run's steps; sums to anchors)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -373,7 +375,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         torch.cuda.reset_peak_memory_stats(device)
 
     t_start = time.perf_counter()
-    trained_anchors, validation_records, val_seconds = 0, [], 0.0
+    trained_anchors, validation_records, val_seconds, kinds_drawn = 0, [], 0.0, Counter()
     if validation and resumed_from is None:  # the starting point, for the curves
         validation_records.append({"epoch": -1, "step": 0, **evaluate_loss(model, validation, cfg, batcher, device)})
         val_seconds = time.perf_counter() - t_start
@@ -402,6 +404,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             step += 1
             n = labels.shape[0]
             trained_anchors += n
+            kinds_drawn.update(batch["kinds"])
             window_anchors += n
             window_loss.append(parts | {"loss": loss.detach()})
             if step % cfg.log_every == 0 or step == total:
@@ -431,7 +434,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     model.eval()
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return TrainResult(step, history, validation_records, resumed_from, seconds,
-                       trained_anchors / train_seconds if train_seconds > 0 else 0.0, peak, last_good)
+                       trained_anchors / train_seconds if train_seconds > 0 else 0.0, peak, last_good,
+                       dict(kinds_drawn))
 
 
 @torch.no_grad()

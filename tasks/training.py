@@ -98,6 +98,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
                "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
                "device": str(device), "resumed_from_step": res.resumed_from,
+               "positives_drawn": res.positive_kinds,
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
                **(res.validation[-1] if res.validation else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],

@@ -117,6 +117,8 @@ def test_a_few_steps_lower_the_loss(parts):
     assert after["val_loss"] < before["val_loss"] - 0.3, (before, after)
     assert after["val_type_ce"] < before["val_type_ce"]
     assert all(r["anchors_per_s"] > 0 for r in res.history)
+    assert sum(res.positive_kinds.values()) == 6 * len(exs)  # one positive per anchor per step
+    assert {"char", "swap_tokens", "wordnet"} <= set(res.positive_kinds)
 
 
 def test_resume_takes_the_same_next_step(parts, tmp_path):
