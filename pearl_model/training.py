@@ -98,15 +98,28 @@ class Example:
     negatives: tuple[str, ...] = ()
 
 
-def examples_from_rows(rows: Iterable[dict]) -> list[Example]:
-    """Training-set rows (phrase, label_id, positives [{kind, text}], negatives) -> Examples."""
+def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None) -> list[Example]:
+    """Training-set rows (phrase, label_id, positives [{kind, text}], negatives) -> Examples.
+
+    Blank positives, positives equal to their phrase and blank negatives are dropped;
+    ``counts`` (if given) receives how many of each were read and dropped.
+    """
+    counts = Counter() if counts is None else counts
+    for key in ("positives_read", "positives_dropped_blank_or_same", "negatives_read", "negatives_dropped_blank"):
+        counts[key] += 0  # present even when nothing is dropped
     out = []
     for r in rows:
         cached: dict[str, list[str]] = {}
         for p in r.get("positives") or ():
+            counts["positives_read"] += 1
             if p["text"] and p["text"].strip() and p["text"] != r["phrase"]:
                 cached.setdefault(p["kind"], []).append(p["text"])
-        negs = tuple(n for n in (r.get("negatives") or ()) if n and n.strip())
+            else:
+                counts["positives_dropped_blank_or_same"] += 1
+        raw_negs = list(r.get("negatives") or ())
+        negs = tuple(n for n in raw_negs if n and n.strip())
+        counts["negatives_read"] += len(raw_negs)
+        counts["negatives_dropped_blank"] += len(raw_negs) - len(negs)
         out.append(Example(r["phrase"], int(r["label_id"]), {k: tuple(v) for k, v in cached.items()}, negs))
     return out
 

@@ -54,13 +54,17 @@ def word_vectors_of(training_set: Dataset) -> Dataset:
 
 
 def load_examples(training_set: Dataset):
+    """(train examples, validation examples, counts of what was read and dropped)."""
+    from collections import Counter
+
     from pearl_model.training import examples_from_rows
 
     table = training_set.read(columns=["phrase", "label_id", "positives", "negatives", "split"])
     rows = table.to_pylist()
-    train = examples_from_rows(r for r in rows if r["split"] == "train")
-    val = examples_from_rows(r for r in rows if r["split"] != "train")
-    return train, val
+    counts: Counter = Counter()
+    train = examples_from_rows((r for r in rows if r["split"] == "train"), counts)
+    val = examples_from_rows((r for r in rows if r["split"] != "train"), counts)
+    return train, val, dict(counts)
 
 
 def plan_model(training_set: Dataset, char_encoder: FileSet, params: dict) -> FileSet:
@@ -85,7 +89,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     from pearl_model.export import export_pearl
     from pearl_model.training import TrainConfig, backbone_state, build_model, resolve_device, train
 
-    train_ex, val_ex = load_examples(training_set)
+    train_ex, val_ex, read_counts = load_examples(training_set)
     if len(train_ex) < 2:
         raise ValueError(f"training_set {training_set.version} has {len(train_ex)} training phrases: too few to train")
     cfg = TrainConfig(device=params["device"], **{k: params[k] for k in TRAIN_FIELDS if k in params})
@@ -98,7 +102,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
                "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
                "device": str(device), "resumed_from_step": res.resumed_from,
-               "positives_drawn": res.positive_kinds,
+               "positives_drawn": res.positive_kinds, **read_counts,
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
                **(res.validation[-1] if res.validation else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],

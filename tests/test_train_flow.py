@@ -84,6 +84,8 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
         assert man["inputs"]["training_set"] == "ts1"
         assert man["stats"]["steps"] == 7 and man["stats"]["train_phrases"] == 54  # batch 8: 6 full + one of 6
         assert man["stats"]["validation_phrases"] == 6 and "val_loss" in man["stats"]
+        assert man["stats"]["positives_read"] == 30 and man["stats"]["negatives_read"] == 60  # all kept
+        assert man["stats"]["positives_dropped_blank_or_same"] == 0
         assert not (tmp_path / "store" / "checkpoints" / version).exists()  # removed once the model is stored
         log = json.loads((tmp_path / "store" / "models" / version / "training_log.json").read_text())
         assert [r["step"] for r in log["history"]][-1] == 7

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -64,7 +65,10 @@ def test_examples_from_rows_and_positive_draws():
                                                                 {"kind": "alias", "text": "new york"},
                                                                 {"kind": "wordnet", "text": " "}],
              "negatives": ["new work", ""]}]
-    (ex,) = T.examples_from_rows(rows)
+    counts = Counter()
+    (ex,) = T.examples_from_rows(rows, counts)
+    assert counts == {"positives_read": 3, "positives_dropped_blank_or_same": 2, "negatives_read": 2,
+                      "negatives_dropped_blank": 1}
     assert ex.cached == {"alias": ("NYC",)} and ex.negatives == ("new work",) and ex.label_id == 3
     assert T.positive_kinds(ex) == ["char", "swap_tokens", "alias"]
     rng = random.Random(0)
