@@ -20,6 +20,7 @@ import json
 import logging
 import platform
 import random
+import resource
 import sys
 import time
 from pathlib import Path
@@ -84,17 +85,16 @@ def naive_loop(args, examples, device) -> dict:
         exs = [examples[i] for i in order[start:start + args.batch_size]]
         texts = [e.phrase for e in exs] + [T.draw_positive(e, rng)[1] for e in exs]
         texts += [n for e in exs for n in e.negatives[:2]]
-        batch = tok([prefix + t for t in texts], padding="max_length", truncation=True, max_length=128,
-                    return_tensors="pt")
-        chars = collate(texts, tok, vocab, prefix, max_chars=model.batcher.max_chars)
+        batch = collate(texts, tok, vocab, prefix, max_length=128, max_chars=model.batcher.max_chars,
+                        padding="max_length")  # one tokenisation, padded to 128, inside the step
         emb, logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                            chars["char_ids"].to(device), chars["word_mask"].to(device))
+                            batch["char_ids"].to(device), batch["word_mask"].to(device))
         labels = torch.tensor([e.label_id for e in exs], device=device)
         loss, _ = T.pearl_loss(emb, logits, labels, 0.07, 1.0)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step >= args.warmup:
             anchors += len(exs)
     sync(device)
@@ -175,6 +175,7 @@ def main() -> None:
         if args.steps:
             out["speedup"] = round(out["pearl_loop"]["anchors_per_s"] / out["naive_loop"]["anchors_per_s"], 2)
         save()
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # both loops
     log.info("%s", {k: v for k, v in out.items() if k not in ("full", "benchmark")})
     if args.full:
         full_run(args, train_ex, val_ex, device, out, save)

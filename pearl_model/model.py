@@ -45,20 +45,21 @@ def _check_phrases(phrases, allow_blank: bool = False) -> list[str]:
 
 def collate(phrases: Sequence[str], tokenizer, char_vocab: CharVocab, prefix: str = "",
             max_length: int = 512, max_words: int = 16, max_chars: int = 20,
-            allow_blank: bool = False) -> dict[str, torch.Tensor]:
+            allow_blank: bool = False, padding: bool | str = True) -> dict[str, torch.Tensor]:
     """Tensors for :meth:`PearlModel.forward`.
 
     ``input_ids``/``attention_mask``: ``prefix + phrase`` tokenised, padded to the longest
     in the batch, truncated at ``max_length`` tokens. ``char_ids`` (B, W, max_chars) and
     ``word_mask`` (B, W): the first ``max_words`` lowercased whitespace words of each
     phrase, W the most words of any phrase in the batch (at most ``max_words``).
+    ``padding``: the tokenizer's (``"max_length"`` pads every batch to ``max_length``).
     ``allow_blank``: a blank phrase is the prefix alone with no words (a zero char vector),
     as ``PhraseEncoder.encode`` treats it; training batches never allow it.
     """
     items = _check_phrases(phrases, allow_blank)
     if max_words < 1:
         raise ValueError(f"max_words must be >= 1, got {max_words!r}")
-    tok = tokenizer([prefix + p.strip() for p in items], padding=True, truncation=True,
+    tok = tokenizer([prefix + p.strip() for p in items], padding=padding, truncation=True,
                     max_length=max_length, return_tensors="pt")
     words = [p.lower().split()[:max_words] for p in items]
     width = max(1, max(len(w) for w in words))
