@@ -13,6 +13,7 @@ import fsspec
 import pytest
 
 from storage.datasets import Dataset
+from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
 
 HEADER = b"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:schemaLocation="http://www.mediawiki.org/xml/export-0.10/ http://www.mediawiki.org/xml/export-0.10.xsd" version="0.10" xml:lang="en">
   <siteinfo>

@@ -19,84 +19,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.prefect_stack import POOL, ROOT, Stack
+from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, run_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
-DEPLOYMENT = "build-corpus/wiki"
 CORPUS_DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
 PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
 POSITIVE_DATASETS = ["word_vectors", "augmentations", "phrase_embeddings", "negative_blocks",
                      "negative_candidates", "negatives", "training_set"]
 DATASETS = CORPUS_DATASETS + PHRASE_DATASETS + POSITIVE_DATASETS
-MAX_PAGES = 60
-PAGES_PER_PARTITION = 20
-RUN_TIMEOUT = 300  # seconds for one flow run (about 45 s on 2 cores)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("e2e"))
-    try:
-        s.start()
-        # `prefect deploy` from the repo root reads prefect.yaml (as scripts/run.sh does).
-        s.cli("--no-prompt", "deploy", "--all", timeout=120)
-        yield s
-    finally:
-        survivors = s.stop()
-        assert not survivors, f"processes left running after teardown: {survivors}"
-
-
-# --- one run of the deployment -----------------------------------------------------------
-def run_deployment(stack: Stack, storage_root: Path, name: str, deployment: str = DEPLOYMENT,
-                   params: dict | None = None) -> dict:
-    if params is None:
-        params = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
-    # The CLI parses each value as JSON when it can: strings and ints go as they are, the rest as JSON.
-    plain = (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))
-    param_args = [a for k, v in params.items() for a in ("--param", f"{k}={v if plain(v) else json.dumps(v)}")]
-    out = stack.cli(
-        "deployment", "run", deployment,
-        "--param", f"storage_root={storage_root}",
-        *param_args,
-        "--flow-run-name", name,
-        "--watch", "--watch-timeout", str(RUN_TIMEOUT),
-        timeout=RUN_TIMEOUT + 30, check=False,
-    )
-
-    async def read(client):
-        from prefect.client.schemas.filters import (
-            ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId,
-        )
-        from prefect.client.schemas.sorting import ArtifactSort
-
-        runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
-        assert len(runs) == 1, f"expected one flow run named {name}, found {len(runs)}"
-        run = runs[0]
-        result = await run.state.aresult(raise_on_failure=False) if run.state.is_completed() else None
-        # The artifacts are made by tasks of the subflows (and their subflows).
-        run_ids, frontier = [run.id], [run.id]
-        while frontier:
-            children = await client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)))
-            frontier = [c.id for c in children]
-            run_ids += frontier
-        artifacts = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=run_ids)),
-            sort=ArtifactSort.CREATED_DESC)
-        return run, result, artifacts
-
-    run, result, artifacts = stack.api(read)
-    assert out.returncode == 0 and run.state.is_completed(), (
-        f"flow run {name} ended {run.state.type.value} ({run.state.message}); CLI exited {out.returncode}:\n"
-        f"{out.stdout[-4000:]}\n{stack.log_tails()}")
-    return {"run": run, "result": result, "artifacts": artifacts, "cli": out.stdout}
-
-
-@pytest.fixture(scope="module")
-def first(stack, tmp_path_factory):
-    storage_root = tmp_path_factory.mktemp("storage")
-    return {"storage_root": storage_root, **run_deployment(stack, storage_root, "e2e-first")}
 
 
 def manifests(storage_root: Path, versions: dict) -> dict[str, dict]:
