@@ -62,3 +62,78 @@ def test_errors_are_clear(model_dir, tmp_path):
     bad.write_bytes(b"caf\xe9\n")
     r = runner.invoke(app, ["encode", "--file", str(bad), "--backbone", str(model_dir)])
     assert r.exit_code == 2 and "cannot read" in r.output
+
+
+def registered(root, model_dir, version: str, other_seed: int | None = None):
+    """model_dir stored as models/<version> and registered (another seed: different weights)."""
+    from storage.files import FileSet
+    from storage.registry import ModelRegistry
+
+    src = model_dir
+    if other_seed is not None:
+        import shutil
+
+        src = model_dir.parent / f"{model_dir.name}-{other_seed}"
+        shutil.copytree(model_dir, src, dirs_exist_ok=True)
+        torch.manual_seed(other_seed)
+        cfg = transformers.BertConfig.from_pretrained(model_dir)
+        transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(src)
+    FileSet(root, "models", version).upload(src, code_version="t", params={"backbone": "tiny"},
+                                            inputs={"training_set": "ts1", "char_encoder": "c1"})
+    return ModelRegistry(root).register(version)
+
+
+def test_encode_defaults_to_the_current_model_and_follows_rollback(model_dir, tmp_path):
+    from storage.registry import ModelRegistry
+
+    root = str(tmp_path / "store")
+    runner = CliRunner()
+    registered(root, model_dir, "m1")
+    registered(root, model_dir, "m2", other_seed=7)
+    reg = ModelRegistry(root)
+    reg.promote("m1", "first")
+    reg.promote("m2", "second")
+
+    def encode(*extra):
+        out = tmp_path / "v.npy"
+        r = runner.invoke(app, ["encode", "banana", "new york", "--out", str(out), "--storage-root", root, *extra])
+        assert r.exit_code == 0, r.output
+        return np.load(out), r.output
+
+    current, said = encode()
+    assert "current = m2" in said
+    assert np.allclose(current, encode("--backbone", f"{root}/models/m2")[0], atol=1e-6)
+    assert not np.allclose(current, encode("--backbone", f"{root}/models/m1")[0], atol=1e-3)
+
+    r = runner.invoke(app, ["models", "rollback", "--storage-root", root])
+    assert r.exit_code == 0 and "current: m1 (was m2)" in r.output
+    after, said = encode()
+    assert "current = m1" in said and np.allclose(after, encode("--backbone", str(model_dir))[0], atol=1e-6)
+
+    listing = runner.invoke(app, ["models", "list", "--storage-root", root])
+    assert listing.exit_code == 0
+    star = [line for line in listing.output.splitlines() if "*" in line]
+    assert len(star) == 1 and "m1" in star[0]
+    shown = json.loads(runner.invoke(app, ["models", "show", "--storage-root", root]).output)
+    assert shown["version"] == "m1" and [h["action"] for h in shown["history"]] == ["promote", "promote", "rollback"]
+    r = runner.invoke(app, ["models", "promote", "nope", "--storage-root", root])
+    assert r.exit_code == 2 and "not in the registry" in r.output
+
+
+def test_encode_without_a_current_model_says_so_and_uses_the_backbone(tmp_path, monkeypatch):
+    import pearl_model.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "DEFAULT_BACKBONE", "the-default")
+
+    class Stop(Exception):
+        pass
+
+    def fake_from_backbone(spec, **kw):  # only records which backbone the CLI falls back to
+        seen.append(spec)
+        raise Stop
+
+    monkeypatch.setattr("pearl_model.encoder.PhraseEncoder.from_backbone", fake_from_backbone)
+    r = CliRunner().invoke(app, ["encode", "banana", "--storage-root", str(tmp_path / "empty")])
+    assert isinstance(r.exception, Stop) and seen == ["the-default"]
+    assert "nothing has been promoted yet" in r.output and "using the backbone the-default" in r.output
