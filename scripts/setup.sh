@@ -55,15 +55,42 @@ if [ ! -x "$VENV/bin/python" ] || ! is_py311 "$VENV/bin/python"; then
     "$PY" -m venv "$VENV"
 fi
 
-# WordNet 3.0's database files (Debian wordnet-base): the synonym source of token-level
-# positives. A system package, not a pip one: installed here when missing and we are root.
+# System packages, installed here when missing and we are root with apt-get (as CI is);
+# one `apt-get update` serves them all.
+#  - WordNet 3.0's database files (Debian wordnet-base): the synonym source of token-level
+#    positives (PEARL_WORDNET_DIR points elsewhere).
+#  - Chromium (Debian chromium, chromium-driver, fonts-liberation): the headless browser of
+#    the Prefect UI tests, driven by Playwright through its executable path; `playwright
+#    install` is never run. PEARL_CHROMIUM=/path/to/chromium uses that binary, installs nothing.
+is_root_with_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_updated=
+apt_install() {  # apt_install WHAT [apt-get install options] PACKAGE...
+    log "installing $1"; shift
+    if [ -z "$apt_updated" ]; then
+        apt-get update -qq >&2 || { log "warning: apt-get update failed"; return 1; }
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 if [ ! -f "${PEARL_WORDNET_DIR:-/usr/share/wordnet}/data.noun" ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        log "installing WordNet 3.0 (Debian wordnet-base)"
-        apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base >&2 \
+    if is_root_with_apt; then
+        apt_install "WordNet 3.0 (Debian wordnet-base)" wordnet-base \
             || log "warning: could not install wordnet-base; WordNet synonyms will be unavailable"
     else
         log "warning: WordNet not found: install the Debian package wordnet-base (or set PEARL_WORDNET_DIR)"
+    fi
+fi
+
+if [ -n "${PEARL_CHROMIUM:-}" ]; then
+    [ -x "$PEARL_CHROMIUM" ] || log "warning: PEARL_CHROMIUM=$PEARL_CHROMIUM is not an executable file"
+elif [ ! -x /usr/bin/chromium ]; then
+    if is_root_with_apt; then
+        apt_install "Chromium for the browser tests (Debian chromium)" \
+            --no-install-recommends chromium chromium-driver fonts-liberation \
+            || log "warning: could not install chromium; the Prefect UI browser tests will be skipped (fail under CI)"
+    else
+        log "warning: Chromium not found: install the Debian packages chromium and chromium-driver (or set PEARL_CHROMIUM)"
     fi
 fi
 

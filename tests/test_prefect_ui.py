@@ -1,0 +1,158 @@
+"""The Prefect UI in a real browser: a flow's run and its artifacts, rendered.
+
+Starts a real Prefect server with the UI on (tests/prefect_stack.py, no work pools), runs
+a tiny flow against it in a subprocess that makes a table artifact and a markdown
+artifact, then opens the server's two UIs (v1 at the root, v2 under /v2) in headless
+Chromium (tests/ui_browser.py) and checks the flow run's page (the run, its logs), each
+artifact key's page (description, the run that made it), each artifact's page (the table's
+cells, the markdown rendered as HTML) and the artifacts list. Screenshots go to
+$PEARL_SCREENSHOT_DIR, else run/screenshots/<test>/ (v1/ and v2/ in either).
+
+Needs Chromium (scripts/setup.sh installs Debian's when run as root; $PEARL_CHROMIUM names
+another): skipped without it, except under CI (env CI set), where that is a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests import ui_browser
+from tests.prefect_stack import ROOT, Stack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+FLOW_NAME = "pearl-ui-check"
+TABLE_KEY = "pearl-ui-table"
+MARKDOWN_KEY = "pearl-ui-markdown"
+# Texts that appear in one artifact only, so that a page showing them shows that artifact.
+TABLE_CELL = "table-cell-7731"
+TABLE_HEADER = "phrase_count"
+MARKDOWN_HEADING = "PEARL markdown heading"
+MARKDOWN_TEXT = "markdown-only text 5309"
+TABLE_DESCRIPTION = "table artifact of the UI test"
+MARKDOWN_DESCRIPTION = "markdown artifact of the UI test"
+
+FLOW_SCRIPT = textwrap.dedent(f"""
+    from prefect import flow
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    @flow(name={FLOW_NAME!r})
+    def ui_check():
+        create_table_artifact(
+            key={TABLE_KEY!r},
+            table=[{{"dataset": "phrases", {TABLE_HEADER!r}: 4242, "marker": {TABLE_CELL!r}}},
+                   {{"dataset": "aliases", {TABLE_HEADER!r}: 17, "marker": "other"}}],
+            description={TABLE_DESCRIPTION!r},
+        )
+        create_markdown_artifact(
+            key={MARKDOWN_KEY!r},
+            markdown="# {MARKDOWN_HEADING}\\n\\nSome {MARKDOWN_TEXT}, with **bold** words.\\n",
+            description={MARKDOWN_DESCRIPTION!r},
+        )
+
+    ui_check()
+""")
+
+
+def screenshot_dir(request) -> Path:
+    given = os.environ.get("PEARL_SCREENSHOT_DIR")
+    path = Path(given) if given else ROOT / "run" / "screenshots" / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def require_browser() -> None:
+    if ui_browser.browser_available():
+        return
+    msg = (f"no Chromium at {ui_browser.chromium_path()} (or no playwright package): "
+           "run `bash scripts/setup.sh` as root, or set PEARL_CHROMIUM=/path/to/chromium")
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def check_ui(page, base: str, shots: Path, run, by_key: dict) -> None:
+    """The flow run's page, each artifact key's page, each artifact's page, the artifacts list."""
+    ui_browser.visit(page, ui_browser.flow_run_url(base, run.id),
+                     [run.name, FLOW_NAME, "Completed", "Finished in state Completed()"],  # header, logs
+                     shots / "flow-run.png")
+    # A key's page: its description and the history of its versions, each with the flow
+    # run that made it; the content is rendered on the artifact's own page only.
+    ui_browser.visit(page, ui_browser.artifact_key_url(base, TABLE_KEY),
+                     [TABLE_KEY, TABLE_DESCRIPTION, run.name], shots / "artifact-key-table.png")
+    ui_browser.visit(page, ui_browser.artifact_key_url(base, MARKDOWN_KEY),
+                     [MARKDOWN_KEY, MARKDOWN_DESCRIPTION, run.name], shots / "artifact-key-markdown.png")
+
+    # The artifacts themselves, rendered: a table with its header and cells...
+    text = ui_browser.visit(page, ui_browser.artifact_url(base, by_key[TABLE_KEY].id),
+                            [TABLE_DESCRIPTION, TABLE_HEADER, TABLE_CELL, "4242", "aliases"],
+                            shots / "artifact-table.png")
+    assert page.get_by_role("columnheader", name=TABLE_HEADER).count() == 1, text
+    assert page.locator("table td", has_text=TABLE_CELL).count() == 1, text
+    assert MARKDOWN_HEADING not in text
+    # ... the markdown as HTML (a heading, bold words), not its source.
+    text = ui_browser.visit(page, ui_browser.artifact_url(base, by_key[MARKDOWN_KEY].id),
+                            [MARKDOWN_DESCRIPTION, MARKDOWN_HEADING, MARKDOWN_TEXT],
+                            shots / "artifact-markdown.png")
+    assert page.get_by_role("heading", name=MARKDOWN_HEADING).count() == 1, text
+    bold = page.get_by_text("bold", exact=True)
+    assert bold.count() == 1, text
+    assert int(bold.evaluate("e => getComputedStyle(e).fontWeight")) >= 600
+    assert f"# {MARKDOWN_HEADING}" not in text and "**bold**" not in text, text
+    assert TABLE_CELL not in text
+
+    ui_browser.visit(page, ui_browser.artifacts_url(base), [TABLE_KEY, MARKDOWN_KEY, TABLE_DESCRIPTION],
+                     shots / "artifacts.png")
+
+
+def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
+    require_browser()
+    shots = screenshot_dir(request)
+    started = time.monotonic()
+    stack = Stack(tmp_path, ui=True, pools=())
+    try:
+        stack.start()
+
+        # The UI finds its API through /ui-settings: it must be this server's.
+        with urllib.request.urlopen(f"{stack.ui_url}/ui-settings", timeout=10) as r:
+            settings = json.load(r)
+        assert settings["api_url"] == stack.api_url, settings
+
+        out = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], env=stack.env, cwd=ROOT,
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+        assert out.returncode == 0, f"the flow failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+
+        async def read(client):
+            from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterKey,
+                                                        FlowFilter, FlowFilterName)
+            runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])))
+            artifacts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[TABLE_KEY, MARKDOWN_KEY])))
+            return runs, artifacts
+
+        runs, artifacts = stack.api(read)
+        assert len(runs) == 1 and runs[0].state.is_completed(), runs
+        run = runs[0]
+        by_key = {a.key: a for a in artifacts}
+        assert set(by_key) == {TABLE_KEY, MARKDOWN_KEY}, artifacts
+        assert all(a.flow_run_id == run.id for a in artifacts)
+
+        with ui_browser.open_browser() as browser:
+            page = ui_browser.new_page(browser)
+            # The server serves two UIs with the same routes: v1 (Vue) at its root, v2
+            # (React) under /v2. Deep links stay in their UI; the root sends a browser with
+            # no saved preference to v2 (PREFECT_SERVER_UI_V2_ENABLED, default true).
+            for ui in ("v1", "v2"):
+                check_ui(page, ui_browser.ui_base(stack.ui_url, ui), shots / ui, run, by_key)
+        print(f"UI checked in {time.monotonic() - started:.1f}s; screenshots in {shots}")
+    finally:
+        survivors = stack.stop()
+        assert not survivors, f"processes left running after teardown: {survivors}"
