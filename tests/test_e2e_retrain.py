@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import pytest
 
 from storage.registry import ModelRegistry
 from tasks.evaluation import default_benchmark_dir
+from tests import ui_browser
 from tests.e2e_fixtures import GPU_POOL, MAX_PAGES, PAGES_PER_PARTITION, run_deployment
+from tests.prefect_stack import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800),
               pytest.mark.skipif(default_benchmark_dir() is None, reason="the gate needs the PEARL benchmark files")]
@@ -82,8 +85,8 @@ def test_first_retrain_trains_on_the_gpu_pool_and_promotes(stack, first, promote
     for key in ("corpus-counts", "phrase-datasets", "dataset-training-set", "training-curves", "training-summary",
                 "benchmark-scores", "promotion-decision", "model-registry"):
         assert key in arts, f"artifacts of the retrain run: {sorted(arts)}"
-    assert arts["dataset-training-set"].type == "link"
-    assert result["corpus"]["training_set"] in arts["dataset-training-set"].data
+    # a link artifact is stored as markdown: [text](link)
+    assert f"](file://{root}/training_set/{result['corpus']['training_set']})" in arts["dataset-training-set"].data
     assert arts["promotion-decision"].data.startswith("# Promoted")
     registry_rows = json.loads(arts["model-registry"].data)
     assert [(r["version"], r["current"]) for r in registry_rows] == [(result["model"], "yes")]
@@ -216,15 +219,72 @@ def test_pausing_the_schedule(stack, scheduled):
     assert weekly, "the weekly schedule has no upcoming run"
 
 
-def test_a_failing_retrain_leaves_the_current_model(stack, scheduled, tmp_path):
+@pytest.fixture(scope="module")
+def broken(stack, scheduled, tmp_path_factory):
     root = scheduled["root"]
-    reg = ModelRegistry(str(root))
-    pointer = reg.pointer()
-    bad = params(2, backbone=str(tmp_path / "no-such-backbone"))
+    pointer = ModelRegistry(str(root)).pointer()
+    bad = params(2, backbone=str(tmp_path_factory.mktemp("nothing") / "no-such-backbone"))
     run = run_deployment(stack, root, "e2e-retrain-broken", RETRAIN, bad, timeout=RETRAIN_TIMEOUT,
                          expect_completed=False)
-    assert run["run"].state.is_failed(), run["run"].state
-    assert reg.pointer() == pointer
-    decision = by_key(run["artifacts"])["promotion-decision"]
+    return {"pointer": pointer, **run}
+
+
+def test_a_failing_retrain_leaves_the_current_model(scheduled, broken):
+    assert broken["run"].state.is_failed(), broken["run"].state
+    assert ModelRegistry(str(scheduled["root"])).pointer() == broken["pointer"]
+    decision = by_key(broken["artifacts"])["promotion-decision"]
     assert "failed at: **train**" in decision.data and "no-such-backbone" in decision.data
-    assert f"`{pointer['version']}`" in decision.data
+    assert f"`{broken['pointer']['version']}`" in decision.data
+
+
+def test_the_runs_and_their_artifacts_render_in_the_prefect_ui(stack, promoted, scheduled, broken, request):
+    """Headless Chromium on the server's UI: the retrain run's page, the promotion decisions
+    (one per run under one key), the benchmark table against the current model, the registry."""
+    if not ui_browser.browser_available():
+        msg = f"no Chromium at {ui_browser.chromium_path()}: run `bash scripts/setup.sh` as root"
+        pytest.fail(msg) if os.environ.get("CI") else pytest.skip(msg)
+    shots = Path(os.environ.get("PEARL_SCREENSHOT_DIR") or ROOT / "run" / "screenshots" / request.node.name)
+    shots.mkdir(parents=True, exist_ok=True)
+    fired = scheduled["fired"]
+
+    async def read(client):
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+        return await client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[fired.id]),
+            key=ArtifactFilterKey(any_=["benchmark-vs-current", "promotion-decision"])))
+
+    fired_arts = by_key(stack.api(read))
+    first = by_key(promoted["artifacts"])
+    model = promoted["result"]["model"]
+    base = ui_browser.ui_base(stack.ui_url, "v1")
+    with ui_browser.open_browser() as browser:
+        page = ui_browser.new_page(browser)
+        ui_browser.visit(page, ui_browser.flow_run_url(base, promoted["run"].id),
+                         ["e2e-retrain-1", "retrain", "Completed"], shots / "retrain-run.png")
+        ui_browser.visit(page, ui_browser.flow_run_url(base, broken["run"].id),
+                         ["e2e-retrain-broken", "Failed"], shots / "retrain-failed-run.png")
+        # the decision rendered: a heading and the reason, not markdown source
+        text = ui_browser.visit(page, ui_browser.artifact_url(base, first["promotion-decision"].id),
+                                ["Promoted", "no model is current yet", model], shots / "decision-promoted.png")
+        assert page.get_by_role("heading", name="Promoted").count() == 1 and "# Promoted" not in text
+        ui_browser.visit(page, ui_browser.artifact_url(base, by_key(broken["artifacts"])["promotion-decision"].id),
+                         ["Not promoted: the run failed", "failed at:", "train", "no-such-backbone"],
+                         shots / "decision-failed.png")
+        # the gate's table against the current model, as a table
+        table = fired_arts["benchmark-vs-current"]
+        text = ui_browser.visit(page, ui_browser.artifact_url(base, table.id),
+                                ["current", "candidate", "change", "verdict", "bird", "average"],
+                                shots / "benchmark-vs-current.png")
+        assert page.get_by_role("columnheader", name="verdict").count() == 1, text
+        assert page.locator("table td", has_text="bird").count() >= 1, text
+        # the registry table, the current model marked
+        ui_browser.visit(page, ui_browser.artifact_url(base, first["model-registry"].id),
+                         ["version", "current", model, "yes", "promoted"], shots / "model-registry.png")
+        # one key, one history: every retrain run's decision listed under promotion-decision
+        ui_browser.visit(page, ui_browser.artifact_key_url(base, "promotion-decision"),
+                         ["promotion-decision", "e2e-retrain-1", "e2e-retrain-broken", fired.name],
+                         shots / "promotion-decision-history.png")
+        ui_browser.visit(page, ui_browser.artifacts_url(base),
+                         ["promotion-decision", "benchmark-vs-current", "model-registry", "training-curves",
+                          "corpus-counts", "dataset-training-set"], shots / "artifacts.png")
