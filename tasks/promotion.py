@@ -210,6 +210,10 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
     decision, outcome = gate(storage_root, candidate["version"], current and current["version"], scores,
                              candidate["dir"], current and current["dir"], evaluation and evaluation["version"],
                              average_tolerance, dataset_tolerance, run)
+    from prefect.logging import get_run_logger
+
+    get_run_logger().info("%s: candidate %s, current before %s: %s", outcome, candidate["version"],
+                          current and current["version"], "; ".join(decision.reasons))
     md = decision_markdown(decision, candidate["version"], current and current["version"], outcome)
     create_markdown_artifact(md, key="promotion-decision", description=f"{outcome}: {candidate['version']}")
     if decision.lines:
