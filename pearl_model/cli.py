@@ -128,7 +128,7 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
     entries, current = reg.entries(), reg.current_version()
     table = Table(title=f"models registered under {reg.root}")
     for col in ("", "version", "trained", "training set", "steps", "benchmark avg", "decision"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col in ("version", "training set"))  # versions are copied from here
     for e in reversed(entries):
         bench, decision = e.get("benchmark") or {}, e.get("decision") or {}
         table.add_row("*" if e["version"] == current else "", e["version"], e["trained_at"][:16],
