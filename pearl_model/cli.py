@@ -41,22 +41,28 @@ def _registry(storage_root: Optional[str]):
     return ModelRegistry(storage_root or "data")
 
 
-def _encoder(backbone: str, storage_root: Optional[str] = None):
-    from .encoder import PhraseEncoder
-    from .export import PearlEncoder, PearlExportError, is_pearl_export
-
+def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
+    """(the spec to load, how to name it): `current` becomes the current model's directory."""
     if backbone == "current":
         from storage.registry import NoCurrentModel, RegistryError
 
         try:
             model = _registry(storage_root).current_model()
-            backbone = str(model.local_copy())
-            typer.secho(f"model: current = {model.version} ({backbone})", err=True)
+            path = str(model.local_copy())
+            typer.secho(f"model: current = {model.version} ({path})", err=True)
+            return path, f"current: {model.version}"
         except NoCurrentModel as e:
             typer.secho(f"{e}; using the backbone {DEFAULT_BACKBONE}", fg="yellow", err=True)
-            backbone = DEFAULT_BACKBONE
+            return DEFAULT_BACKBONE, DEFAULT_BACKBONE
         except (RegistryError, OSError) as e:
             _fail(f"cannot open the current model: {e}")
+    return backbone, backbone
+
+
+def _encoder(backbone: str):
+    from .encoder import PhraseEncoder
+    from .export import PearlEncoder, PearlExportError, is_pearl_export
+
     try:
         if is_pearl_export(backbone):  # a trained PEARL model directory (pearl_model.export)
             return PearlEncoder.load(backbone)
@@ -88,7 +94,7 @@ def encode(
     if not items:
         typer.secho("no phrases: give them as arguments or with --file", fg="red", err=True)
         raise typer.Exit(2)
-    vectors = _encoder(backbone, storage_root).encode(items, batch_size=batch_size)
+    vectors = _encoder(_resolve(backbone, storage_root)[0]).encode(items, batch_size=batch_size)
     if out is not None:
         np.save(out, vectors)
         typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {out}")
@@ -108,8 +114,9 @@ def similar(
     from rich.console import Console
     from rich.table import Table
 
-    sims = _encoder(backbone, storage_root).similarity([query], candidates)[0]
-    table = Table(title=f"similar to {query!r} ({backbone})")
+    spec, label = _resolve(backbone, storage_root)
+    sims = _encoder(spec).similarity([query], candidates)[0]
+    table = Table(title=f"similar to {query!r} ({label})")
     table.add_column("rank", justify="right")
     table.add_column("phrase")
     table.add_column("cosine", justify="right")
