@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import time
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from storage.registry import ModelRegistry
 from tasks.evaluation import default_benchmark_dir
 from tests import ui_browser
 from tests.e2e_fixtures import GPU_POOL, MAX_PAGES, PAGES_PER_PARTITION, run_deployment
-from tests.prefect_stack import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800),
               pytest.mark.skipif(default_benchmark_dir() is None, reason="the gate needs the PEARL benchmark files")]
@@ -240,11 +238,8 @@ def test_a_failing_retrain_leaves_the_current_model(scheduled, broken):
 def test_the_runs_and_their_artifacts_render_in_the_prefect_ui(stack, promoted, scheduled, broken, request):
     """Headless Chromium on the server's UI: the retrain run's page, the promotion decisions
     (one per run under one key), the benchmark table against the current model, the registry."""
-    if not ui_browser.browser_available():
-        msg = f"no Chromium at {ui_browser.chromium_path()}: run `bash scripts/setup.sh` as root"
-        pytest.fail(msg) if os.environ.get("CI") else pytest.skip(msg)
-    shots = Path(os.environ.get("PEARL_SCREENSHOT_DIR") or ROOT / "run" / "screenshots" / request.node.name)
-    shots.mkdir(parents=True, exist_ok=True)
+    ui_browser.require_browser()
+    shots = ui_browser.screenshot_dir(request)
     fired = scheduled["fired"]
 
     async def read(client):

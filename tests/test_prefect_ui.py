@@ -14,7 +14,6 @@ another): skipped without it, except under CI (env CI set), where that is a fail
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -62,23 +61,6 @@ FLOW_SCRIPT = textwrap.dedent(f"""
 """)
 
 
-def screenshot_dir(request) -> Path:
-    given = os.environ.get("PEARL_SCREENSHOT_DIR")
-    path = Path(given) if given else ROOT / "run" / "screenshots" / request.node.name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def require_browser() -> None:
-    if ui_browser.browser_available():
-        return
-    msg = (f"no Chromium at {ui_browser.chromium_path()} (or no playwright package): "
-           "run `bash scripts/setup.sh` as root, or set PEARL_CHROMIUM=/path/to/chromium")
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
 def check_ui(page, base: str, shots: Path, run, by_key: dict) -> None:
     """The flow run's page, each artifact key's page, each artifact's page, the artifacts list."""
     ui_browser.visit(page, ui_browser.flow_run_url(base, run.id),
@@ -114,8 +96,8 @@ def check_ui(page, base: str, shots: Path, run, by_key: dict) -> None:
 
 
 def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
-    require_browser()
-    shots = screenshot_dir(request)
+    ui_browser.require_browser()
+    shots = ui_browser.screenshot_dir(request)
     started = time.monotonic()
     stack = Stack(tmp_path, ui=True, pools=())
     try:

@@ -219,3 +219,25 @@ def visit(page: Page, url: str, expect_texts: list[str], screenshot: Path, timeo
     if shot_error:
         raise AssertionError(f"{url}: {shot_error}")
     return text
+
+
+# --- for the tests that use it ------------------------------------------------------------
+def require_browser() -> None:
+    """Skip without Chromium (or playwright); under CI (env CI set) that is a failure."""
+    import pytest
+
+    if browser_available():
+        return
+    msg = (f"no Chromium at {chromium_path()} (or no playwright package): "
+           "run `bash scripts/setup.sh` as root, or set PEARL_CHROMIUM=/path/to/chromium")
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def screenshot_dir(request) -> Path:
+    """$PEARL_SCREENSHOT_DIR, else run/screenshots/<test name>/ in the checkout (git-ignored)."""
+    given = os.environ.get("PEARL_SCREENSHOT_DIR")
+    path = Path(given) if given else Path(__file__).resolve().parents[1] / "run" / "screenshots" / request.node.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
