@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -24,6 +25,12 @@ import pyarrow.parquet as pq
 
 MANIFEST = "_manifest.json"
 LATEST = "_latest.json"
+PART_METADATA = "pearl.part"  # Parquet footer key of Dataset.write_part's metadata
+# What a version may be: one path segment that no filesystem or fsspec URL reads as more
+# ("..", "/", "~", "*", "?", a scheme). dataset_version makes 16 hex digits; short names
+# ("m1", "bench-100") are versions too. Also a JSON-schema pattern (flow parameters).
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_VERSION = re.compile(VERSION_PATTERN)
 
 
 class DatasetIncomplete(FileNotFoundError):
@@ -42,6 +49,15 @@ def dataset_version(name: str, code_version: str, params: dict, inputs: dict[str
     """Content address of a stage output: same code, parameters and inputs, same version."""
     key = _canonical({"name": name, "code": code_version, "params": params, "inputs": inputs})
     return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def check_version(what: str, version: object) -> str:
+    """``version`` when it matches VERSION_PATTERN, else ValueError naming ``what``, the value and
+    the expected form: a version from outside (a parameter, a pointer file) never becomes a path."""
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ValueError(f"{what} {version!r} is not a version: expected 1 to 64 letters, digits, '-' or '_', "
+                         "starting with a letter or digit (like 3f9c2a7b1d0e4c55), never a path")
+    return version
 
 
 def git_commit() -> str | None:
@@ -65,6 +81,9 @@ class Versioned:
     name: str
     version: str
     kind = "dataset"  # in messages
+
+    def __post_init__(self) -> None:  # run by the dataclasses' __init__
+        check_version(f"{self.kind} {self.name} version", self.version)
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -109,9 +128,15 @@ class Dataset(Versioned):
     def has_part(self, index: int) -> bool:
         return self.fs.exists(self.part_path(index))
 
-    def write_part(self, index: int, table: pa.Table) -> int:
-        """Write one part atomically; returns its row count."""
+    def write_part(self, index: int, table: pa.Table, metadata: dict | None = None) -> int:
+        """Write one part atomically; returns its row count.
+
+        ``metadata`` (small, JSON) goes into the part's Parquet footer, so it exists exactly
+        when the part does: e.g. the counts a resumed run reads back instead of recomputing.
+        """
         table = conform(table, self.schema)
+        if metadata is not None:
+            table = table.replace_schema_metadata({PART_METADATA: json.dumps(metadata, sort_keys=True)})
         fs = self.fs
         fs.makedirs(self.path, exist_ok=True)
         final = self.part_path(index)
@@ -128,6 +153,11 @@ class Dataset(Versioned):
                 pass
             raise
         return table.num_rows
+
+    def part_metadata(self, index: int) -> dict | None:
+        """The ``metadata`` part ``index`` was written with (None when it had none); reads the footer only."""
+        raw = (pq.read_metadata(self.part_path(index), filesystem=self.fs).metadata or {}).get(PART_METADATA.encode())
+        return json.loads(raw) if raw is not None else None
 
     def parts_on_disk(self) -> list[str]:
         if not self.fs.exists(self.path):
@@ -196,11 +226,13 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def latest_version(root: str, name: str) -> str | None:
     fs, base = fsspec.core.url_to_fs(root)
+    path = f"{base.rstrip('/')}/{name}/{LATEST}"
     try:
-        with fs.open(f"{base.rstrip('/')}/{name}/{LATEST}", "r") as fh:
-            return json.load(fh)["version"]
+        with fs.open(path, "r") as fh:
+            version = json.load(fh)["version"]
     except FileNotFoundError:
         return None
+    return check_version(f"the version in {path}", version)  # an edited pointer leads nowhere else
 
 
 def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, version: str, body: dict, *,

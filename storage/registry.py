@@ -15,6 +15,10 @@ expects to replace and refuses when another promotion got there first.
 
 Only promotion (and rollback, which is a promotion of an earlier model) moves the pointer:
 registering a model never does.
+
+Every version given to the registry, and every version read from the pointer, must match
+:data:`storage.datasets.VERSION_PATTERN` (InvalidModelVersion otherwise): a version is never a path,
+so neither an argument nor an edited ``current.json`` reaches a file outside the root.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import datetime as dt
 import json
 import fsspec
 
-from storage.datasets import _atomic_write_text, resolve_root
+from storage.datasets import _atomic_write_text, check_version, resolve_root
 from storage.files import FileSet
 
 REGISTRY = "registry"
@@ -40,6 +44,17 @@ class ModelNotRegistered(RegistryError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0] if self.args else ""
+
+
+class InvalidModelVersion(RegistryError, ValueError):
+    """A model version that does not match the version pattern (a RegistryError, so the CLI reports it)."""
+
+
+def _checked(version: object, what: str = "model version") -> str:
+    try:
+        return check_version(what, version)
+    except ValueError as e:
+        raise InvalidModelVersion(str(e)) from None
 
 
 class NoCurrentModel(RegistryError):
@@ -65,10 +80,10 @@ class ModelRegistry:
 
     # --- entries -------------------------------------------------------------------------
     def _entry_path(self, version: str) -> str:
-        return f"{self.base}/models/{version}.json"
+        return f"{self.base}/models/{_checked(version)}.json"
 
     def model(self, version: str) -> FileSet:
-        return FileSet(self.root, "models", version)
+        return FileSet(self.root, "models", _checked(version))
 
     def register(self, version: str, benchmark: dict | None = None, decision: dict | None = None,
                  run: dict | None = None) -> dict:
@@ -143,11 +158,16 @@ class ModelRegistry:
     # --- the pointer ---------------------------------------------------------------------
     def pointer(self) -> dict | None:
         """The current pointer with its history, or None before the first promotion."""
+        path = f"{self.base}/{CURRENT}"
         try:
-            with self.fs.open(f"{self.base}/{CURRENT}", "r") as fh:
-                return json.load(fh)
+            with self.fs.open(path, "r") as fh:
+                ptr = json.load(fh)
         except FileNotFoundError:
             return None
+        _checked(ptr.get("version"), f"the current version in {path}")
+        if ptr.get("previous") is not None:  # what a rollback goes back to
+            _checked(ptr["previous"], f"the previous version in {path}")
+        return ptr
 
     def current_version(self) -> str | None:
         ptr = self.pointer()

@@ -117,6 +117,13 @@ def test_upload_rejects_bad_inputs(root, tmp_path):
     assert not f.is_complete()
 
 
+@pytest.mark.parametrize("bad", ["../../other/m/v1", "..", "v1/../../../x", "~", ""])
+def test_a_file_set_version_never_reaches_outside_its_root(root, tmp_path, bad):
+    upload(FileSet(str(tmp_path / "other"), "m", "v1"), model_dir(tmp_path))  # root is tmp/store
+    with pytest.raises(ValueError, match=rf"file set m version {bad!r} is not a version"):
+        FileSet(root, "m", bad)  # "../../other/m/v1" used to hand out other's files
+
+
 def test_local_copy_downloads_again_for_a_stale_cache(memory_root, tmp_path):
     f = plan_fileset(memory_root, "m", "t-1", PARAMS, INPUTS)
     upload(f, model_dir(tmp_path))

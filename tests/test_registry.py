@@ -12,7 +12,8 @@ import pytest
 
 from storage.files import FileSet
 from storage.registry import (
-    ModelNotRegistered, ModelRegistry, NoCurrentModel, PromotionConflict, RegistryError, resolve_model_spec,
+    InvalidModelVersion, ModelNotRegistered, ModelRegistry, NoCurrentModel, PromotionConflict, RegistryError,
+    resolve_model_spec,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,3 +165,50 @@ def test_evaluate_resolves_current_to_the_current_models_directory(root, tmp_pat
     models, map_model, notes = resolve_models(["current", "minilm", str(Path(root) / "models" / "m1")], "current", root)
     assert models == [str(Path(root) / "models" / "m1"), "minilm"]  # the same model once
     assert map_model == str(Path(root) / "models" / "m1") and notes == []
+
+
+# --- versions are not paths --------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["entry", "register", "promote", "rollback", "model"])
+def test_a_version_given_to_the_registry_is_never_a_path(root, tmp_path, op):
+    other = str(tmp_path / "other")  # another root with a registered model
+    stored_model(other, "m9", tmp_path)
+    ModelRegistry(other).register("m9")
+    bad = "../../../other/registry/models/m9"  # from store/registry/models/: other's entry, once read as it
+    reg = ModelRegistry(root)
+    stored_model(root, "m1", tmp_path)
+    reg.register("m1")
+    reg.promote("m1", "first")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.json"))
+    call = {"entry": lambda: reg.entry(bad), "register": lambda: reg.register(bad),
+            "promote": lambda: reg.promote(bad, "sneaky"), "rollback": lambda: reg.rollback(to=bad),
+            "model": lambda: reg.model(bad)}[op]
+    with pytest.raises(InvalidModelVersion, match=r"model version '../../../other/registry/models/m9' is not a "
+                                                  r"version: expected"):
+        call()
+    assert issubclass(InvalidModelVersion, RegistryError) and issubclass(InvalidModelVersion, ValueError)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.json")) == before  # nothing written
+    assert reg.current_version() == "m1"
+
+
+@pytest.mark.parametrize("field", ["version", "previous"])
+def test_an_edited_pointer_never_leads_outside_the_root(root, tmp_path, field):
+    """current.json edited to name a path: neither the current model nor a rollback goes there."""
+    other = str(tmp_path / "other")
+    stored_model(other, "m9", tmp_path)
+    ModelRegistry(other).register("m9")
+    reg = ModelRegistry(root)
+    for v in ("m1", "m2"):
+        stored_model(root, v, tmp_path)
+        reg.register(v)
+    reg.promote("m1", "first")
+    reg.promote("m2", "second")
+    pointer = Path(root) / "registry" / "current.json"
+    ptr = json.loads(pointer.read_text())
+    ptr[field] = "../../other/models/m9"  # from store/models/: other's stored model
+    pointer.write_text(json.dumps(ptr))
+    with pytest.raises(InvalidModelVersion, match=rf"the {'current' if field == 'version' else 'previous'} "
+                                                  r"version in .*current.json '../../other/models/m9'"):
+        reg.current_model().local_copy() if field == "version" else reg.rollback()
+    with pytest.raises(InvalidModelVersion):
+        resolve_model_spec("current", root)  # what `pearl encode` and the evaluate flow's `current` use
+    assert json.loads(pointer.read_text()) == ptr  # left for the operator to repair, unchanged

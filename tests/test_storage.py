@@ -18,6 +18,7 @@ from storage.datasets import (
     Dataset,
     DatasetIncomplete,
     SchemaMismatch,
+    check_version,
     conform,
     dataset_version,
     latest_version,
@@ -311,6 +312,43 @@ def test_latest_points_at_last_committed_version(root):
         assert json.load(fh)["version"] == "bbbb"
     assert sorted(os.listdir(os.path.join(root, "sentences"))) == ["_latest.json", "aaaa", "bbbb"]
     assert latest_version(root, "pages") is None
+
+
+# --- versions are not paths ------------------------------------------------------------------
+BAD_VERSIONS = ["../../other/sentences/v1", "..", ".", "a/b", "/abs", "~", "s3://bucket/x", "v*", "v?", "v 1",
+                "v1\n", "", "_latest", "-v", "x" * 65, None, 7]
+
+
+def test_check_version_accepts_what_versions_are_made_of():
+    for good in (_v(), "m1", "bench-1000", "ts_1", "x" * 64):
+        assert check_version("v", good) == good
+
+
+@pytest.mark.parametrize("bad", BAD_VERSIONS)
+def test_check_version_names_the_bad_value_and_the_form(bad):
+    with pytest.raises(ValueError, match=r"training_set_version .* is not a version: expected 1 to 64 letters") as e:
+        check_version("training_set_version", bad)
+    assert repr(bad) in str(e.value)
+
+
+def test_a_dataset_version_never_reaches_outside_its_root(tmp_path):
+    other = dataset(str(tmp_path / "other"), "sentences", SENTENCES, "v1")
+    other.write_part(0, sentences_table(1, 2))
+    other.commit(code_version="c", params={}, inputs={})
+    root = str(tmp_path / "store")
+    with pytest.raises(ValueError, match=r"dataset sentences version '../../other/sentences/v1' is not a version"):
+        Dataset(root, "sentences", "../../other/sentences/v1", SENTENCES)  # used to read other's rows
+    with pytest.raises(ValueError, match="is not a version"):
+        Dataset(root, "sentences", None, SENTENCES)
+
+
+def test_an_edited_latest_pointer_never_leads_outside_the_root(tmp_path):
+    root = tmp_path / "store"
+    (root / "sentences").mkdir(parents=True)
+    (root / "sentences" / "_latest.json").write_text(json.dumps({"version": "../../other/sentences/v1"}))
+    with pytest.raises(ValueError, match=r"the version in .*sentences/_latest.json '../../other/sentences/v1' "
+                                         "is not a version"):
+        latest_version(str(root), "sentences")
 
 
 # --- locations -------------------------------------------------------------------------------
