@@ -18,7 +18,7 @@ from prefect import flow, unmapped
 from flows.dask_runner import dask_task_runner
 from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
 from tasks.corpus_report import corpus_report_task
-from tasks.pages import commit_page_outputs_task, extract_part_task, plan_page_outputs_task
+from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplicate_pages_task, plan_page_outputs_task
 from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
@@ -57,8 +57,9 @@ def corpus_stages(
                    "max_sentence_chars": max_sentence_chars}
     pages = plan_page_outputs_task(raw, page_params)
     parts = range(len(raw_manifest["parts"]))
-    part_stats = extract_part_task.map(unmapped(raw), parts, unmapped(pages), unmapped(page_params)).result()
-    commit_page_outputs_task(pages, raw, page_params, part_stats)
+    duplicates = find_duplicate_pages_task(raw)
+    extract_part_task.map(unmapped(raw), parts, unmapped(pages), unmapped(page_params), duplicates).result()
+    commit_page_outputs_task(pages, raw, page_params)
 
     alias_params = {"alias_buckets": alias_buckets}
     aliases = plan_aliases_task(pages.alias_mentions, alias_params)

@@ -2,23 +2,29 @@
 
 Runs once per partition on a Dask worker. Every raw record lands in exactly one of
 `pages` (kept or filtered, with a reason) or `quarantine` (with a reason and its raw
-bytes), so the counts reconcile: pages read = kept + filtered + quarantined.
+bytes), so the counts reconcile: pages read = kept + filtered + quarantined. A page id
+seen before (the same source listed twice, a repeated id in JSON lines) is quarantined as
+`duplicate_page_id`: ids name pages and make sentence ids, so each must be unique.
 """
 from __future__ import annotations
 
 import zlib
 from collections import Counter
 from dataclasses import dataclass
+from typing import Mapping
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import syntok.segmenter as segmenter
 
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks import wikitext
 
-CODE_VERSION = "pages-3"
+CODE_VERSION = "pages-4"
 SENTENCE_ID_STRIDE = 1_000_000  # sentence_id = page_id * stride + index
+_INT64 = 2**63
 
 
 @dataclass(frozen=True)
@@ -68,19 +74,68 @@ def _keep_sentence(text: str, min_words: int, max_chars: int) -> bool:
     )
 
 
+def find_duplicate_pages(raw: Dataset) -> list[np.ndarray]:
+    """Per raw part, the readable records whose page_id an earlier readable record has.
+
+    Each entry is an (n, 2) int64 array of (seq, seq of the first record with that id),
+    empty for almost every part. Reads only the `seq` and `page_id` columns, so a full
+    dump (23M pages) costs a few hundred MB here, once, before extraction.
+    """
+    seqs, ids = [], []
+    for i in range(len(raw.manifest()["parts"])):
+        t = raw.read_part(i, columns=["seq", "page_id"],
+                          filter=pc.field("error").is_null() & pc.field("page_id").is_valid())
+        seqs.append(t["seq"].to_numpy())
+        ids.append(t["page_id"].to_numpy())
+    part = np.repeat(np.arange(len(seqs)), [len(s) for s in seqs])
+    seq = np.concatenate(seqs) if seqs else np.empty(0, np.int64)
+    page_id = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    order = np.lexsort((seq, page_id))  # by page_id, then input order
+    later = np.zeros(len(order), dtype=bool)
+    later[1:] = page_id[order[1:]] == page_id[order[:-1]]
+    # For each position in `order`, the position of its id's first record.
+    first = np.maximum.accumulate(np.where(later, 0, np.arange(len(order))))
+    dup, first_seq = order[later], seq[order[first[later]]]
+    by_position = np.argsort(dup, kind="stable")
+    dup, first_seq = dup[by_position], first_seq[by_position]
+    pairs = np.stack([seq[dup], first_seq], axis=1).astype(np.int64)
+    bounds = np.searchsorted(part[dup], np.arange(len(seqs) + 1))
+    return [pairs[bounds[i]:bounds[i + 1]] for i in range(len(seqs))]
+
+
+def _sentence_ids_fit(page_id: int) -> bool:
+    # page_id * stride + index is unique while index < stride and the page's whole block of
+    # ids fits in int64 (a JSON-lines id can be any integer).
+    return -_INT64 <= page_id * SENTENCE_ID_STRIDE and (page_id + 1) * SENTENCE_ID_STRIDE <= _INT64
+
+
 def extract_page_rows(
     raw: list[dict],
     *,
+    duplicates: Mapping[int, int] | None = None,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
 ) -> tuple[list[dict], list[dict], Counter, list[dict], dict]:
-    """Plain function over raw records: (pages, sentences, mention counts, quarantine, stats)."""
+    """Plain function over raw records: (pages, sentences, mention counts, quarantine, stats).
+
+    ``duplicates`` maps the seq of a record whose page_id was seen before to the seq of the
+    first record with that id (see `find_duplicate_pages`); those records are quarantined.
+    """
+    duplicates = duplicates or {}
     pages, sentences, quarantine = [], [], []
     mentions: Counter = Counter()
     stats = Counter()
     for r in raw:
         if r["error"]:
             quarantine.append(_quarantined(r, r["error"], r["error_detail"], r["raw"]))
+            continue
+        if r["seq"] in duplicates:
+            quarantine.append(_quarantined(r, "duplicate_page_id", f"page_id {r['page_id']} was first read at seq "
+                                           f"{duplicates[r['seq']]}", _text_bytes(r)))
+            continue
+        if not _sentence_ids_fit(r["page_id"]):
+            quarantine.append(_quarantined(r, "page_id_out_of_range", f"page_id {r['page_id']} * "
+                                           f"{SENTENCE_ID_STRIDE} does not fit a 64-bit sentence id", _text_bytes(r)))
             continue
         base = {
             "page_id": r["page_id"], "title": r["title"], "namespace": r["namespace"],
@@ -106,8 +161,7 @@ def extract_page_rows(
                 text = "\n".join(wikitext.paragraphs(r["text"]))
                 kind, links = wikitext.page_kind(r["title"]), []
         except Exception as exc:  # mwparserfromhell is lenient; anything it raises is bad markup
-            quarantine.append(_quarantined(r, "malformed_markup", f"{type(exc).__name__}: {exc}",
-                                           r["text"].encode("utf-8", "surrogatepass")))
+            quarantine.append(_quarantined(r, "malformed_markup", f"{type(exc).__name__}: {exc}", _text_bytes(r)))
             continue
         if kind != "article":
             pages.append({**base, "kind": kind, "text": text, "status": "filtered", "filter_reason": kind})
@@ -119,6 +173,10 @@ def extract_page_rows(
                     kept.append(s)
                 else:
                     stats["sentences_filtered"] += 1
+        if len(kept) > SENTENCE_ID_STRIDE:
+            quarantine.append(_quarantined(r, "too_many_sentences", f"{len(kept)} sentences, over the "
+                                           f"{SENTENCE_ID_STRIDE} a page's sentence ids can number", _text_bytes(r)))
+            continue
         for alias, tgt in links:
             mentions[(alias, tgt, "anchor")] += 1
         if not kept:
@@ -139,33 +197,44 @@ def _quarantined(r: dict, reason: str, detail: str | None, raw: bytes | None) ->
             "detail": detail, "raw": raw}
 
 
+def _text_bytes(r: dict) -> bytes:
+    """A readable record's text as the raw bytes of its quarantine row."""
+    return (r["text"] or "").encode("utf-8", "surrogatepass")
+
+
 def extract_part(
     raw: Dataset,
     index: int,
     out: PageOutputs,
+    duplicates: np.ndarray,
     *,
     n_buckets: int = 8,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
 ) -> dict:
-    """Process raw part ``index``; a part whose four outputs exist is reused, not redone."""
+    """Process raw part ``index``; a part whose four outputs exist is reused, not redone.
+
+    ``duplicates``: this part's entry of `find_duplicate_pages`. The part's counts are stored
+    in its `pages` part (Parquet metadata), so a resumed run's totals include reused parts.
+    """
     if all(d.has_part(index) for d in out.all()):
         return {"part": index, "reused": True}
     records = raw.read_part(index).to_pylist()
     pages, sentences, mentions, quarantine, stats = extract_page_rows(
-        records, min_sentence_words=min_sentence_words,
-        max_sentence_chars=max_sentence_chars,
+        records, duplicates=dict(np.asarray(duplicates, dtype=np.int64).reshape(-1, 2).tolist()),
+        min_sentence_words=min_sentence_words, max_sentence_chars=max_sentence_chars,
     )
+    counts = {"records": len(records), **stats}
     mention_rows = [
         {"bucket": alias_bucket(alias, n_buckets), "alias": alias, "target": target, "source": src, "count": n}
         for (alias, target, src), n in mentions.items()
     ]
-    # Write order matters only for speed of resume: a part counts as done when all four exist.
+    # A part counts as done when all four exist; `pages` goes last and carries the counts.
     out.sentences.write_part(index, pa.Table.from_pylist(sentences, schema=SENTENCES))
     out.alias_mentions.write_part(index, pa.Table.from_pylist(mention_rows, schema=ALIAS_MENTIONS))
     out.quarantine.write_part(index, pa.Table.from_pylist(quarantine, schema=QUARANTINE))
-    out.pages.write_part(index, pa.Table.from_pylist(pages, schema=PAGES))
-    return {"part": index, "reused": False, "records": len(records), **stats}
+    out.pages.write_part(index, pa.Table.from_pylist(pages, schema=PAGES), metadata={"stats": counts})
+    return {"part": index, "reused": False, **counts}
 
 
 def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
@@ -178,14 +247,16 @@ def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
     return PageOutputs(ds("pages"), ds("sentences"), ds("alias_mentions"), ds("quarantine"))
 
 
-def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, part_stats: list[dict]) -> dict:
+def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict) -> dict:
+    """Manifests of the four outputs, with counts summed from the stored parts (reused or not)."""
     if all(d.is_complete() for d in out.all()):  # a rerun that changed nothing keeps the manifests
         return {d.name: d.manifest() for d in out.all()}
     totals: Counter = Counter()
-    for s in part_stats:
-        totals.update({k: v for k, v in s.items() if isinstance(v, int) and not isinstance(v, bool) and k != "part"})
-    # Parts reused from an interrupted run report no stats: say so rather than undercount.
-    totals["parts_reused"] = sum(1 for s in part_stats if s.get("reused"))
+    for i in range(len(raw.manifest()["parts"])):
+        totals.update(out.pages.part_metadata(i)["stats"])
+    if totals["records"] != raw.manifest()["rows"]:
+        raise AssertionError(f"pages parts account for {totals['records']} records, raw_pages has "
+                             f"{raw.manifest()['rows']}")
     manifests = {}
     for d in out.all():
         manifests[d.name] = d.commit(code_version=CODE_VERSION, params=params,
@@ -203,9 +274,16 @@ def plan_page_outputs_task(raw: Dataset, params: dict) -> PageOutputs:
     return plan_page_outputs(raw, params)
 
 
+@task(name="find-duplicate-pages", cache_policy=NONE)
+def find_duplicate_pages_task(raw: Dataset) -> list[np.ndarray]:
+    duplicates = find_duplicate_pages(raw)
+    get_run_logger().info("%d records repeat an earlier page_id", sum(len(d) for d in duplicates))
+    return duplicates
+
+
 @task(name="extract-part", task_run_name="extract-part-{index}", cache_policy=NONE, retries=1)
-def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict) -> dict:
-    result = extract_part(raw, index, out, n_buckets=params["alias_buckets"],
+def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict, duplicates: np.ndarray) -> dict:
+    result = extract_part(raw, index, out, duplicates, n_buckets=params["alias_buckets"],
                           min_sentence_words=params["min_sentence_words"],
                           max_sentence_chars=params["max_sentence_chars"])
     get_run_logger().info("part %d: %s", index, result)
@@ -213,5 +291,5 @@ def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict) 
 
 
 @task(name="commit-pages", cache_policy=NONE)
-def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict, part_stats: list[dict]) -> dict:
-    return commit_page_outputs(out, raw, params, part_stats)
+def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict) -> dict:
+    return commit_page_outputs(out, raw, params)

@@ -14,7 +14,7 @@ from tasks.corpus_report import (
     datasets_markdown,
     sentence_length_table,
 )
-from tasks.pages import commit_page_outputs, extract_part, plan_page_outputs
+from tasks.pages import commit_page_outputs, extract_part, find_duplicate_pages, plan_page_outputs
 from tasks.raw_pages import write_raw_pages
 from tests.conftest import mediawiki_dump, page_xml
 
@@ -43,8 +43,9 @@ def build_corpus(tmp_path, root: str) -> dict:
     assert stats["parts"] == 3
 
     out = plan_page_outputs(raw, PARAMS)
-    part_stats = [extract_part(raw, i, out, n_buckets=3) for i in range(stats["parts"])]
-    commit_page_outputs(out, raw, PARAMS, part_stats)
+    for i, duplicates in enumerate(find_duplicate_pages(raw)):
+        extract_part(raw, i, out, duplicates, n_buckets=3)
+    commit_page_outputs(out, raw, PARAMS)
 
     aliases = plan_aliases(out.alias_mentions, PARAMS)
     for b in range(3):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -16,6 +17,7 @@ from tasks.pages import (
     commit_page_outputs,
     extract_page_rows,
     extract_part,
+    find_duplicate_pages,
     plan_page_outputs,
     split_sentences,
 )
@@ -224,6 +226,7 @@ def test_alias_bucket_is_stable_and_in_range():
 
 # --- extract_part over datasets ------------------------------------------------------------------
 PARAMS = {"alias_buckets": 4, "min_sentence_words": 3, "max_sentence_chars": 1000}
+NO_DUPLICATES = np.empty((0, 2), dtype=np.int64)
 
 
 def _raw_dataset(root: str) -> Dataset:
@@ -246,7 +249,7 @@ def test_extract_part_writes_four_parts_then_reuses_them(root):
     assert [d.name for d in out.all()] == ["pages", "sentences", "alias_mentions", "quarantine"]
     assert len({d.version for d in out.all()}) == 4
 
-    results = [extract_part(raw_ds, i, out, n_buckets=4) for i in (0, 1)]
+    results = [extract_part(raw_ds, i, out, NO_DUPLICATES, n_buckets=4) for i in (0, 1)]
     assert [r["reused"] for r in results] == [False, False]
     assert [r["records"] for r in results] == [6, 6]
 
@@ -266,16 +269,16 @@ def test_extract_part_writes_four_parts_then_reuses_them(root):
     assert out.quarantine.read_part(0).num_rows == 0  # a part with nothing to quarantine is still written
 
     stamps = {d.name: _stamp(d.part_path(0)) for d in out.all()}
-    assert extract_part(raw_ds, 0, out, n_buckets=4) == {"part": 0, "reused": True}
+    assert extract_part(raw_ds, 0, out, NO_DUPLICATES, n_buckets=4) == {"part": 0, "reused": True}
     assert {d.name: _stamp(d.part_path(0)) for d in out.all()} == stamps
 
     # A part with one of its four outputs missing is done again.
     os.remove(out.pages.part_path(0))
-    again = extract_part(raw_ds, 0, out, n_buckets=4)
+    again = extract_part(raw_ds, 0, out, NO_DUPLICATES, n_buckets=4)
     assert again["reused"] is False
     assert out.pages.read_part(0).to_pylist() == pages[: out.pages.read_part(0).num_rows]
 
-    manifests = commit_page_outputs(out, raw_ds, PARAMS, results)
+    manifests = commit_page_outputs(out, raw_ds, PARAMS)
     assert set(manifests) == {"pages", "sentences", "alias_mentions", "quarantine"}
     assert manifests["pages"]["rows"] + manifests["quarantine"]["rows"] == 12
     assert manifests["sentences"]["rows"] == len(exp_sentences)
@@ -293,3 +296,91 @@ def test_plan_page_outputs_versions(root):
     assert a.sentences.version != plan_page_outputs(other_raw, PARAMS).sentences.version
     assert all(d.root == raw_ds.root for d in a.all())
     assert a.alias_mentions.schema == ALIAS_MENTIONS
+
+
+# --- issue 13: counts after a resume, duplicate page ids -----------------------------------------
+def _extract_all(raw_ds: Dataset, out, parts=None) -> None:
+    for i, duplicates in enumerate(find_duplicate_pages(raw_ds)):
+        if parts is None or i in parts:
+            extract_part(raw_ds, i, out, duplicates, n_buckets=4)
+
+
+def test_a_resumed_run_counts_the_reused_parts(tmp_path):
+    clean_raw = _raw_dataset(str(tmp_path / "clean"))
+    clean = plan_page_outputs(clean_raw, PARAMS)
+    _extract_all(clean_raw, clean)
+    clean_stats = commit_page_outputs(clean, clean_raw, PARAMS)["pages"]["stats"]
+    assert clean_stats["records"] == 12 and clean_stats["sentences_kept"] == 9
+
+    # Killed during `pages`: part 0 done, part 1 only half written, nothing committed.
+    raw_ds = _raw_dataset(str(tmp_path / "resumed"))
+    out = plan_page_outputs(raw_ds, PARAMS)
+    _extract_all(raw_ds, out, parts={0})
+    extract_part(raw_ds, 1, out, NO_DUPLICATES, n_buckets=4)
+    os.remove(out.pages.part_path(1))
+    _extract_all(raw_ds, out)  # the rerun: part 0 reused, part 1 redone
+    manifests = commit_page_outputs(out, raw_ds, PARAMS)
+    assert all(m["stats"] == clean_stats for m in manifests.values())
+
+
+
+def test_find_duplicate_pages_names_later_records_and_the_first_seq(root):
+    d = Dataset(root, "raw_pages", "dups", RAW_PAGES)
+    parts = [[raw(0, 5, "A", "a"), raw(1, 7, "B", "b"), raw(2, 5, "A", "a"), raw(3, 9, "C", None, error="invalid_utf8")],
+             [raw(4, 9, "C", "c"), raw(5, 7, "B", "b"), raw(6, 5, "A", "a"), raw(7, None, None, None, error="malformed_xml")],
+             [raw(8, 1, "D", "d")]]
+    for i, rows in enumerate(parts):
+        d.write_part(i, pa.Table.from_pylist(rows, schema=RAW_PAGES))
+    d.commit(code_version="t", params={}, inputs={})
+    # Unreadable records are quarantined anyway: page 9 is first *read* at seq 4.
+    assert [x.tolist() for x in find_duplicate_pages(d)] == [[[2, 0]], [[5, 1], [6, 0]], []]
+
+
+def test_the_same_source_twice_or_a_repeated_id_gives_no_duplicate_sentence_ids(tmp_path, root):
+    import json
+
+    from tasks.raw_pages import write_raw_pages
+
+    src = tmp_path / "pages.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"id": 1, "title": "Alpha", "text": "Alpha is the first letter. It comes before beta."},
+        {"id": 2, "title": "Beta", "text": "Beta is the second letter."},
+        {"id": 1, "title": "Alpha copy", "text": "A repeated id with other text. It is not the first."},
+    ]) + "\n")
+    raw_ds = Dataset(root, "raw_pages", "twice", RAW_PAGES)
+    raw_stats = write_raw_pages([str(src), str(src)], raw_ds, pages_per_part=2)
+    raw_ds.commit(code_version="t", params={}, inputs={}, stats=raw_stats)
+    out = plan_page_outputs(raw_ds, PARAMS)
+    _extract_all(raw_ds, out)
+    manifests = commit_page_outputs(out, raw_ds, PARAMS)
+
+    sentences = out.sentences.read().to_pylist()
+    ids = [s["sentence_id"] for s in sentences]
+    assert len(ids) == len(set(ids)) == 3
+    pages = out.pages.read().to_pylist()
+    assert sorted(p["page_id"] for p in pages) == [1, 2]
+    quarantine = out.quarantine.read().to_pylist()
+    assert [(q["seq"], q["page_id"], q["reason"], q["detail"]) for q in quarantine] == [
+        (2, 1, "duplicate_page_id", "page_id 1 was first read at seq 0"),
+        (3, 1, "duplicate_page_id", "page_id 1 was first read at seq 0"),
+        (4, 2, "duplicate_page_id", "page_id 2 was first read at seq 1"),
+        (5, 1, "duplicate_page_id", "page_id 1 was first read at seq 0"),
+    ]
+    assert quarantine[0]["raw"] == b"A repeated id with other text. It is not the first."
+    assert manifests["pages"]["rows"] + manifests["quarantine"]["rows"] == raw_ds.manifest()["rows"] == 6
+
+
+def test_page_ids_and_sentence_counts_that_would_collide_are_quarantined(monkeypatch):
+    too_big = 2**63 // SENTENCE_ID_STRIDE
+    records = [raw(0, too_big, "Huge id", "A sentence is here."), raw(1, -too_big, "Lowest id", "A sentence is here."),
+               raw(2, 3, "Long", "One sentence is here. Two sentences are here. Three sentences are here.")]
+    pages, sentences, _, quarantine, _ = extract_page_rows(records)
+    assert [(q["seq"], q["reason"]) for q in quarantine] == [(0, "page_id_out_of_range")]
+    assert quarantine[0]["raw"] == b"A sentence is here."
+    pa.Table.from_pylist(sentences, schema=SENTENCES)  # every id fits int64
+    # A page with more sentences than the stride would run into the next page's ids.
+    monkeypatch.setattr("tasks.pages.SENTENCE_ID_STRIDE", 2)
+    pages, sentences, _, quarantine, _ = extract_page_rows(records[2:])
+    assert (pages, sentences) == ([], [])
+    assert [(q["seq"], q["reason"]) for q in quarantine] == [(2, "too_many_sentences")]
+    assert quarantine[0]["detail"].startswith("3 sentences")
