@@ -22,7 +22,7 @@ from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplic
 from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
-from tasks.raw_pages import plan_raw_pages_task, raw_pages_task
+from tasks.raw_pages import check_input_complete_task, plan_raw_pages_task, raw_pages_task
 from tasks.training_set import commit_training_set_task, plan_training_set_task, training_set_part_task
 from tasks.word_vectors import word_vectors_task
 from tasks.augmentations import (
@@ -47,6 +47,7 @@ def corpus_stages(
     max_sentence_chars: int,
     phrase_params: dict,
     positive_params: dict,
+    allow_incomplete_input: bool = False,
 ) -> dict:
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
@@ -67,6 +68,7 @@ def corpus_stages(
     commit_aliases_task(aliases, pages.alias_mentions, alias_params)
 
     corpus = corpus_report_task(raw, pages.pages, pages.sentences, pages.quarantine, pages.alias_mentions, aliases)
+    check_input_complete_task(raw_manifest, allow_incomplete_input)  # what was read is committed by now
 
     mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
     mined, chunks = plan_occurrences_task(pages.sentences, mining_params)
@@ -126,6 +128,7 @@ def build_corpus(
     pages_per_partition: int = 500,
     max_page_bytes: int = 4 * 1024 * 1024,
     max_pages: Optional[int] = None,
+    allow_incomplete_input: bool = False,
     alias_buckets: int = 8,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
@@ -172,6 +175,8 @@ def build_corpus(
         pages_per_partition: pages per Parquet part and per Dask task.
         max_page_bytes: larger pages are quarantined as too_large.
         max_pages: stop after this many pages (a slice for trying things out).
+        allow_incomplete_input: go on with the pages read from an input that ended early or
+            is corrupt; by default such a run fails once extraction has committed them.
         alias_buckets: reducers for the alias map-reduce.
         min_sentence_words: shorter sentences are dropped.
         max_sentence_chars: longer sentences are dropped.
@@ -226,7 +231,8 @@ def build_corpus(
     }
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,
-               alias_buckets, min_sentence_words, max_sentence_chars, phrase_params, positive_params)
+               alias_buckets, min_sentence_words, max_sentence_chars, phrase_params, positive_params,
+               allow_incomplete_input)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import json
 import logging
 import lzma
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Iterator, Sequence, Union
 
@@ -33,9 +34,12 @@ from storage.schemas import RAW_PAGES
 CODE_VERSION = "raw_pages-2"
 log = logging.getLogger(__name__)
 
-# Dumps put <page> and </page> on lines of their own; lines longer than this are read
-# in pieces so that one giant line cannot take all memory.
+# JSON lines longer than this are read in pieces so that one giant line cannot take all memory.
 _LINE_LIMIT = 1 << 20
+# Reading stops at these: a truncated (EOFError) or corrupt (OSError, zlib.error, LZMAError)
+# compressed stream, or an I/O error; what was read before is kept.
+_READ_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
+_COMPRESSED_RE = re.compile(r"\.(bz2|gz|xz)$")
 _TITLE_RE = re.compile(rb"<title>(.*?)</title>", re.S)
 _ID_RE = re.compile(rb"<id>(\d+)</id>")
 # With several sources, a JSON record without an id gets page_id = (i + 1) * this + its
@@ -50,11 +54,16 @@ class SourceError(ValueError):
     """The input cannot be read at all; raised before any work is done."""
 
 
+class InputIncomplete(RuntimeError):
+    """The input ended early or was corrupt: the pages before that point are committed."""
+
+
 @dataclass
 class ReadStats:
     pages_read: int = 0
     input_complete: bool = True
     input_error: str | None = None
+    input_offset: int = 0  # bytes of the (decompressed) input read
     errors: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -72,7 +81,7 @@ def detect_format(source: str, input_format: str = "auto") -> str:
         if input_format not in ("mediawiki-xml", "jsonl"):
             raise SourceError(f"unknown input_format {input_format!r}: use auto, mediawiki-xml or jsonl")
         return input_format
-    stem = re.sub(r"\.(bz2|gz|xz)$", "", source.lower())
+    stem = _COMPRESSED_RE.sub("", source.lower())
     if stem.endswith((".jsonl", ".ndjson", ".json")):
         return "jsonl"
     return "mediawiki-xml"
@@ -108,6 +117,8 @@ def check_source(source: str, input_format: str = "auto") -> dict:
     """Fail fast with a clear message if the input is missing, unreadable or not a dump."""
     fingerprint = source_fingerprint(source)
     kind = detect_format(source, input_format)
+    if fingerprint["size"] == 0:  # before decompressing: an empty .bz2 is empty, not corrupt
+        raise SourceError(f"input is empty (0 bytes): {source}")
     try:
         with fsspec.open(source, "rb") as raw:
             head = _decompressor(source, raw).read(1 << 16)
@@ -182,52 +193,136 @@ def _parse_page(seq: int, block: bytes, namespaces: dict, max_page_bytes: int, s
     }
 
 
+# <page> and </page> wherever they are: one page per line, several on a line or any
+# indentation all read the same (in well-formed XML the text escapes '<', so a tag is a tag).
+_TAG_RE = re.compile(rb"<(/?)page>")
+_CHUNK = 1 << 20
+_HEADER_LIMIT = 1 << 24
+_END_TAG = b"</mediawiki>"
+
+
+@dataclass
+class _Reached:
+    """How far the stream was read, and the error that stopped it."""
+    offset: int = 0
+    error: BaseException | None = None
+
+
+def _cut_pages(stream: BinaryIO, keep: int, reached: _Reached) -> Iterator[tuple[str, bytes, int]]:
+    """Cut a byte stream at its ``<page>`` and ``</page>`` tags, not by line.
+
+    Yields ``(kind, kept bytes, size)`` per segment; a segment keeps at most ``keep`` bytes
+    (the first one, which holds the header, 16 MB), so a giant page or a run of junk cannot
+    take all memory. Kinds: "page" (``<page>...</page>``), "unclosed" (``<page>...`` cut at
+    the next ``<page>``), "orphan" (``...</page>`` with no ``<page>``: a page whose opening
+    tag is damaged), "between" (bytes up to a ``<page>``: the header, or what lies between
+    two pages), "end" (bytes after the last tag), "truncated" (the page the input ended in).
+    """
+    read = getattr(stream, "read1", stream.read)  # read1: no bytes before an error are lost
+    buf, pos, eof, inside, first = b"", 0, False, False, True
+    seg, size = bytearray(), 0
+
+    def take(end: int) -> None:
+        nonlocal pos, size
+        room = (_HEADER_LIMIT if first else keep) - len(seg)
+        if room > 0:
+            seg.extend(buf[pos:min(end, pos + room)])
+        size += end - pos
+        pos = end
+        if first and size > _HEADER_LIMIT:
+            raise SourceError("no <page> within the first 16 MB: not a MediaWiki pages dump")
+
+    def emit(kind: str) -> tuple[str, bytes, int]:
+        nonlocal seg, size, first
+        out = (kind, bytes(seg), size)
+        seg, size, first = bytearray(), 0, False
+        return out
+
+    while True:
+        m = _TAG_RE.search(buf, pos)
+        if m is None:
+            if eof:
+                take(len(buf))
+                yield emit("truncated" if inside else "end")
+                return
+            take(max(pos, len(buf) - len(b"</page")))  # a tag may straddle two reads
+            try:
+                chunk = read(_CHUNK)
+            except _READ_ERRORS as exc:
+                reached.error, chunk = exc, b""
+            reached.offset += len(chunk)
+            buf, pos, eof = buf[pos:] + chunk, 0, not chunk
+        elif m.group(1):  # </page>
+            take(m.end())
+            yield emit("page" if inside else "orphan")
+            inside = False
+        else:  # <page>
+            take(m.start())
+            yield emit("unclosed" if inside else "between")
+            take(m.end())
+            inside = True
+
+
+def _split_header(first: bytes) -> tuple[bytes, bytes]:
+    """The dump's header (``<mediawiki>`` and ``<siteinfo>``) and what follows it."""
+    end = first.find(b"</siteinfo>")
+    if end >= 0:
+        end += len(b"</siteinfo>")
+    else:
+        start = first.find(b"<mediawiki")
+        end = first.find(b">", start) + 1 if start >= 0 else 0
+    return first[:end], first[end:]
+
+
+def _kept(size: int, data: bytes) -> str:
+    return "" if size <= len(data) else f"; raw keeps its first {len(data)} of {size} bytes"
+
+
 def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> Iterator[dict]:
-    header = bytearray()
+    """One row per ``<page>`` of a MediaWiki export, in any line layout.
+
+    Nothing between the header and ``</mediawiki>`` is skipped: a damaged page, or text that
+    is not whitespace between two pages, is a quarantine row with its bytes (``stray_text``,
+    ``malformed_xml``, ``too_large``, ``truncated_input``).
+    """
+    reached = _Reached()
     namespaces: dict | None = None
-    block: bytearray | None = None
-    size = 0
     seq = 0
-    try:
-        while True:
-            line = stream.readline(_LINE_LIMIT)
-            if not line:
-                break
-            stripped = line.lstrip()
-            if namespaces is None:
-                if stripped.startswith(b"<page>"):
-                    namespaces = _namespace_map(bytes(header))
-                else:
-                    header += line
-                    if len(header) > 1 << 24:
-                        raise SourceError("no <page> within the first 16 MB: not a MediaWiki pages dump")
-                    continue
-            if block is None:
-                if stripped.startswith(b"<page>"):
-                    block, size = bytearray(line), len(line)
+    for kind, data, size in _cut_pages(stream, max_page_bytes, reached):
+        if namespaces is None:
+            header, data = _split_header(data)
+            if kind == "end" and reached.error is None:
+                raise SourceError("the dump holds no <page>")
+            namespaces = _namespace_map(header)
+            size -= len(header)
+        if kind == "page":
+            row = _parse_page(seq, data, namespaces, max_page_bytes, size)
+        elif kind == "unclosed":
+            row = _unreadable(seq, data.rstrip(), "malformed_xml", "<page> without </page>" + _kept(size, data))
+        elif kind == "orphan":
+            row = _unreadable(seq, data.lstrip(), "malformed_xml", "</page> without <page>" + _kept(size, data))
+        elif kind == "truncated":
+            stats.input_complete = False
+            reason = f"{type(reached.error).__name__}: {reached.error}" if reached.error else "input ended inside a <page>"
+            stats.input_error = reason
+            row = _unreadable(seq, data, "truncated_input", reason)
+        else:  # between pages, or after the last one
+            rest = data
+            if kind == "end":
+                ended = data.rfind(_END_TAG)
+                rest = data[:ended] + data[ended + len(_END_TAG):] if ended >= 0 else data
+                if ended < 0 and reached.error is None:
+                    stats.input_complete = False
+                    stats.input_error = "input ended before </mediawiki>"
+            if not rest.strip() and size <= len(data):
                 continue
-            if stripped.startswith(b"<page>"):
-                # The open page never closed: quarantine it and read on from this one.
-                yield _unreadable(seq, bytes(block), "malformed_xml", "<page> without </page>")
-                seq += 1
-                block, size = bytearray(line), len(line)
-                continue
-            size += len(line)
-            if len(block) <= max_page_bytes:
-                block += line
-            if stripped.startswith(b"</page>"):
-                yield _parse_page(seq, bytes(block), namespaces, max_page_bytes, size)
-                seq += 1
-                block = None
-    except (EOFError, OSError, lzma.LZMAError) as exc:
+            row = _unreadable(seq, data.strip(), "stray_text", f"{size} bytes of text outside any <page>" + _kept(size, data))
+        yield row
+        seq += 1
+    if reached.error is not None:
         stats.input_complete = False
-        stats.input_error = f"{type(exc).__name__}: {exc}"
-    if block is not None:
-        stats.input_complete = False
-        stats.input_error = stats.input_error or "input ended inside a <page>"
-        yield _unreadable(seq, bytes(block), "truncated_input", stats.input_error)
-    elif namespaces is None and stats.input_complete:
-        raise SourceError("the dump holds no <page>")
+        stats.input_error = f"{type(reached.error).__name__}: {reached.error}"
+    stats.input_offset = reached.offset
 
 
 # --- JSON lines ------------------------------------------------------------------------
@@ -239,10 +334,12 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
             line = stream.readline(max_page_bytes + 1)
             if not line:
                 break
+            stats.input_offset += len(line)
             if len(line) > max_page_bytes and not line.endswith(b"\n"):
                 total = len(line)
                 while (more := stream.readline(_LINE_LIMIT)):
                     total += len(more)
+                    stats.input_offset += len(more)
                     if more.endswith(b"\n"):
                         break
                 detail = f"record is {total} bytes, over max_page_bytes={max_page_bytes}; raw keeps its first {len(line)} bytes"
@@ -253,7 +350,7 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
                 continue
             yield _json_record(seq, line, id_base)
             seq += 1
-    except (EOFError, OSError, lzma.LZMAError) as exc:
+    except _READ_ERRORS as exc:
         stats.input_complete = False
         stats.input_error = f"{type(exc).__name__}: {exc}"
 
@@ -321,8 +418,20 @@ def check_sources(source: Source, input_format: str = "auto") -> list[dict]:
         except SourceError as exc:
             if len(sources) == 1:
                 raise
-            raise SourceError(f"source {i + 1} of {len(sources)} ({name}): {exc}") from exc
+            raise SourceError(f"{_label(i, sources)}: {exc}") from exc
     return infos
+
+
+def _label(i: int, sources: list[str]) -> str:
+    return f"source {i + 1} of {len(sources)} ({sources[i]})" if len(sources) > 1 else sources[i]
+
+
+def _where(src: ReadStats, info: dict, compressed_at: int, last_title: str | None) -> str:
+    """Where a source broke: the byte offset read, and the last page read whole."""
+    at = f"byte {src.input_offset}"
+    if _COMPRESSED_RE.search(info["url"].lower()):
+        at += f" of the decompressed input (about byte {compressed_at} of {info['size']} compressed)"
+    return f"at {at}, last complete page {last_title!r}" if last_title else f"at {at}, before any complete page"
 
 
 def write_raw_pages(
@@ -372,41 +481,66 @@ def write_raw_pages(
             continue
         first_seq = stats.pages_read
         src = ReadStats()
+        last_title = None  # of the last page read whole, to say where an input broke
         with fsspec.open(info["url"], "rb") as raw:
             stream = _decompressor(info["url"], raw)
             if info["format"] == "mediawiki-xml":
                 rows = iter_xml_pages(stream, max_page_bytes, src)
             else:
                 rows = iter_jsonl_pages(stream, max_page_bytes, src, (i + 1) * SYNTHETIC_ID_BASE if several else 0)
-            for row in rows:
-                row["seq"] = stats.pages_read  # runs on across sources
-                buffer.append(row)
-                stats.pages_read += 1
-                src.pages_read += 1
-                if row["error"]:
-                    stats.errors[row["error"]] = stats.errors.get(row["error"], 0) + 1
-                    src.errors[row["error"]] = src.errors.get(row["error"], 0) + 1
-                if len(buffer) >= pages_per_part:
-                    flush()
-                    if progress:
-                        progress(stats.pages_read, bytes_before + raw.tell(), total_size)
-                if max_pages is not None and stats.pages_read >= max_pages:
-                    break
+            try:
+                for row in rows:
+                    row["seq"] = stats.pages_read  # runs on across sources
+                    buffer.append(row)
+                    stats.pages_read += 1
+                    src.pages_read += 1
+                    if row["error"]:
+                        stats.errors[row["error"]] = stats.errors.get(row["error"], 0) + 1
+                        src.errors[row["error"]] = src.errors.get(row["error"], 0) + 1
+                    if row["title"] and row["error"] != "truncated_input":
+                        last_title = row["title"]
+                    if len(buffer) >= pages_per_part:
+                        flush()
+                        if progress:
+                            progress(stats.pages_read, bytes_before + raw.tell(), total_size)
+                    if max_pages is not None and stats.pages_read >= max_pages:
+                        break
+            except SourceError as exc:  # found while reading, e.g. a dump without any <page>
+                raise SourceError(f"{_label(i, [s['url'] for s in infos])}: {exc}") from exc
             if i == len(infos) - 1:
                 flush()  # the last part; earlier sources' tails share a part with the next source
             if progress:
                 progress(stats.pages_read, bytes_before + raw.tell(), total_size)
+            compressed_at = raw.tell()
         bytes_before += info["size"] or 0
         if not src.input_complete:
+            src.input_error = f"{src.input_error}, {_where(src, info, compressed_at, last_title)}"
             log.warning("input %s ended early: %s; pages before that point are kept", info["url"], src.input_error)
             stats.input_complete = False
             if stats.input_error is None:
-                stats.input_error = f"{info['url']}: {src.input_error}" if several else src.input_error
+                stats.input_error = f"{info['url']}: {src.input_error}"
         per_source.append({"source": info["url"], "format": info["format"], "first_seq": first_seq, **src.as_dict()})
     flush()  # when max_pages stopped reading before the last source
     formats = {info["format"] for info in infos}
     return {**stats.as_dict(), "parts": part, "format": formats.pop() if len(formats) == 1 else "mixed",
             "sources": per_source}
+
+
+def check_input_complete(manifest: dict, allow_incomplete_input: bool = False) -> str | None:
+    """Raise InputIncomplete if the raw_pages ``manifest`` says an input broke, unless allowed.
+
+    Returns the warning to log when the user allowed it, None for a complete input.
+    """
+    stats = manifest["stats"]
+    if stats["input_complete"]:
+        return None
+    broken = [f"{s['source']}: {s['input_error']}" for s in stats["sources"] if not s["input_complete"]]
+    n = stats["pages_read"]
+    said = f"input ended early after {n} pages: {'; '.join(broken)}"
+    if allow_incomplete_input:
+        return f"{said}; continuing with the pages read (allow_incomplete_input=true)"
+    raise InputIncomplete(f"{said}; the {n} pages read are committed (raw_pages {manifest['version']}); "
+                          "rerun with allow_incomplete_input=true to continue with them")
 
 
 # --- Prefect wrappers --------------------------------------------------------------------
@@ -455,7 +589,12 @@ def plan_raw_pages_task(source: Source, storage_root: str, params: dict) -> Data
     return plan_raw_pages(source, storage_root, params)
 
 
-@task(name="raw-pages", cache_policy=NONE, retries=1)
+def _retry_unless_source_error(task, task_run, state) -> bool:
+    """A failed read (a network file system) is worth one retry; an input that cannot be read is not."""
+    return not isinstance(state.result(raise_on_failure=False), SourceError)
+
+
+@task(name="raw-pages", cache_policy=NONE, retries=1, retry_condition_fn=_retry_unless_source_error)
 def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
     logger = get_run_logger()
     if out.is_complete():
@@ -480,3 +619,10 @@ def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
         logger.info("pages per source: %s", ", ".join(f"{s['source']}: {s['pages_read']}" for s in stats["sources"]))
     inputs = {"source": sources[0]} if len(sources) == 1 else {"sources": sources}
     return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)
+
+
+@task(name="check-input-complete", cache_policy=NONE)
+def check_input_complete_task(raw_manifest: dict, allow_incomplete_input: bool) -> None:
+    warning = check_input_complete(raw_manifest, allow_incomplete_input)
+    if warning:
+        get_run_logger().warning(warning)

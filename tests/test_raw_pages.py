@@ -145,18 +145,20 @@ def test_truncated_bz2_keeps_pages_before_the_cut(tmp_path, root):
     last = rows[-1]
     assert last["error"] == "truncated_input" and last["seq"] == complete
     assert last["page_id"] == complete + 1 and last["title"] == f"Page {complete + 1}"
-    assert last["raw"].lstrip().startswith(b"<page>")
-    assert pages[complete].startswith(last["raw"])  # raw is the start of that page, as read
+    assert last["raw"].startswith(b"<page>")
+    assert pages[complete].lstrip().startswith(last["raw"])  # raw is the start of that page, as read
 
 
 def test_truncated_plain_xml_quarantines_the_partial_page(tmp_path, root):
     pages = [page_xml(i, f"Page {i}", f"Text of page {i}.") for i in range(1, 5)]
     dump = mediawiki_dump(*pages)
     cut_at = dump.index(pages[3]) + len(pages[3]) // 2
-    stats, rows, _ = _run(_write(tmp_path, "cut.xml", dump[:cut_at]), root)
-    assert not stats["input_complete"] and stats["input_error"] == "input ended inside a <page>"
+    src = _write(tmp_path, "cut.xml", dump[:cut_at])
+    stats, rows, _ = _run(src, root)
+    assert not stats["input_complete"]
+    assert stats["input_error"] == f"{src}: input ended inside a <page>, at byte {cut_at}, last complete page 'Page 3'"
     assert [r["error"] for r in rows] == [None, None, None, "truncated_input"]
-    assert rows[3]["raw"] == pages[3][: len(pages[3]) // 2]
+    assert rows[3]["raw"] == pages[3][: len(pages[3]) // 2].lstrip()
     assert rows[3]["page_id"] == 4
 
 
@@ -167,7 +169,7 @@ def test_malformed_page_is_quarantined_and_reading_goes_on(tmp_path, root):
     assert stats["input_complete"] and stats["unreadable_by_reason"] == {"malformed_xml": 1}
     assert [(r["seq"], r["page_id"], r["error"]) for r in rows] == [
         (0, 1, None), (1, 5, "malformed_xml"), (2, 6, None), (3, 7, None)]
-    assert rows[1]["raw"] == bad
+    assert rows[1]["raw"] == bad.strip()
     assert rows[1]["text"] is None and rows[1]["error_detail"]
     assert rows[2]["title"] == "After" and rows[2]["text"] == "after"
 
@@ -177,7 +179,7 @@ def test_page_without_closing_tag_does_not_swallow_the_next(tmp_path, root):
     dump = mediawiki_dump(page_xml(1, "A", "a"), unclosed, page_xml(6, "After", "after"), page_xml(7, "After2", "x"))
     stats, rows, _ = _run(_write(tmp_path, "m.xml", dump), root)
     assert [(r["page_id"], r["error"]) for r in rows] == [(1, None), (5, "malformed_xml"), (6, None), (7, None)]
-    assert rows[1]["raw"] == unclosed
+    assert rows[1]["raw"] == unclosed.strip()
     assert stats["input_complete"]
 
 
@@ -194,7 +196,7 @@ def test_invalid_utf8_keeps_raw_bytes(tmp_path, root):
     stats, rows, _ = _run(_write(tmp_path, "u.xml.bz2", bz2.compress(dump)), root)
     assert stats["unreadable_by_reason"] == {"invalid_utf8": 1}
     assert [r["error"] for r in rows] == [None, "invalid_utf8", None]
-    assert rows[1]["raw"] == bad and b"\xe9" in rows[1]["raw"]
+    assert rows[1]["raw"] == bad.strip() and b"\xe9" in rows[1]["raw"]
     assert rows[1]["page_id"] == 5 and rows[1]["title"] == "Bad"
     assert rows[2]["text"] == "after"
 
@@ -218,12 +220,10 @@ def test_giant_page_is_too_large_and_memory_bounded(tmp_path, root):
         (1, None), (5, "too_large"), (6, "too_large"), (7, None), (8, None)]
     assert stats["unreadable_by_reason"] == {"too_large": 2}
     huge, long = rows[1], rows[2]
-    assert f"page is {len(one_line)} bytes" in huge["error_detail"]
-    assert f"page is {len(many_lines)} bytes" in long["error_detail"]
-    assert one_line.startswith(huge["raw"]) and many_lines.startswith(long["raw"])
-    # Only the first bytes are kept: at most the limit plus the line that crossed it.
-    longest_line = max(len(line) for line in many_lines.splitlines(keepends=True))
-    assert len(long["raw"]) <= limit + longest_line < len(many_lines)
+    assert f"page is {len(one_line.strip())} bytes" in huge["error_detail"]
+    assert f"page is {len(many_lines.strip())} bytes" in long["error_detail"]
+    assert one_line.lstrip().startswith(huge["raw"]) and many_lines.lstrip().startswith(long["raw"])
+    assert len(huge["raw"]) == len(long["raw"]) == limit  # only the first bytes are kept
     assert huge["title"] == "Huge" and long["title"] == "Long"
     assert rows[3]["text"] == "x" * 1000
 
