@@ -14,6 +14,10 @@ class CountsDoNotReconcile(AssertionError):
     """pages read != kept + filtered + quarantined: a page was lost or counted twice."""
 
 
+class NoSentences(ValueError):
+    """Every page was filtered or quarantined: nothing downstream (phrases, a training set) can be built."""
+
+
 def _count(ds: Dataset, column: str) -> Counter:
     counts: Counter = Counter()
     for batch in ds.iter_batches(columns=[column]):
@@ -46,6 +50,21 @@ def corpus_counts(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: 
             f" + quarantined {sum(quarantined.values())}"
         )
     return counts
+
+
+def require_sentences(counts: dict) -> None:
+    """Raise NoSentences, saying where the pages went, when the corpus has no sentence."""
+    if counts["sentences"]:
+        return
+
+    def by_reason(c: dict) -> str:
+        return f" ({', '.join(f'{k} {v}' for k, v in c.items())})" if c else ""
+
+    raise NoSentences(
+        f"no sentence was kept: {counts['pages_read']} pages read, {counts['kept']} kept, "
+        f"{sum(counts['filtered'].values())} filtered{by_reason(counts['filtered'])}, "
+        f"{sum(counts['quarantined'].values())} quarantined{by_reason(counts['quarantined'])}; "
+        "phrases and a training set need sentences; see the corpus-counts artifact")
 
 
 _LENGTH_BINS = [1, 6, 11, 16, 21, 31, 41, 61, 101]
@@ -126,5 +145,6 @@ def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarant
     png = distribution_png(counts, lengths)
     create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts, png),
                              key="corpus-datasets", description="Dataset versions written by this run")
+    require_sentences(counts)  # after the artifacts, which show where the pages went
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
             "storage_root": raw.root}

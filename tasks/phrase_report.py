@@ -19,28 +19,32 @@ class PhraseCountsDoNotReconcile(AssertionError):
     pass
 
 
+# Counters a mining run has even when no chunk was mined (a run over no sentences sums to {}).
+_MINING_COUNTERS = ("sentences_in", "sentences_parsed", "sentences_failed", "occurrences_found", "occurrences_kept")
+
+
 def phrase_counts(stats: Dataset, phrases: Dataset) -> dict:
-    mining = dict(stats.manifest()["stats"])
+    mining = {**dict.fromkeys(_MINING_COUNTERS, 0), **stats.manifest()["stats"]}
     check_stats(mining)
     reduce = phrases.manifest()["stats"]
     rows = phrases.manifest()["rows"]
     if reduce["phrases_kept"] != rows or reduce["distinct_phrases"] != rows + reduce["phrases_filtered_below_min_freq"]:
         raise PhraseCountsDoNotReconcile(f"phrases: {rows} rows written, reduce stats say {reduce}")
-    if reduce["occurrences_in"] != mining.get("occurrences_kept", 0):
+    if reduce["occurrences_in"] != mining["occurrences_kept"]:
         raise PhraseCountsDoNotReconcile(
-            f"the reducers saw {reduce['occurrences_in']} occurrences, the mappers kept {mining.get('occurrences_kept')}")
+            f"the reducers saw {reduce['occurrences_in']} occurrences, the mappers kept {mining['occurrences_kept']}")
     return {"mining": mining, "phrases": reduce}
 
 
 def counts_table(counts: dict) -> list[dict]:
     m, p = counts["mining"], counts["phrases"]
     rows = [{"group": "sentences", "what": "in", "count": m["sentences_in"]},
-            {"group": "sentences", "what": "parsed", "count": m.get("sentences_parsed", 0)},
-            {"group": "sentences", "what": "parse failed", "count": m.get("sentences_failed", 0)}]
+            {"group": "sentences", "what": "parsed", "count": m["sentences_parsed"]},
+            {"group": "sentences", "what": "parse failed", "count": m["sentences_failed"]}]
     rows += [{"group": "sentences filtered", "what": k.removeprefix("sentences_filtered_"), "count": v}
              for k, v in m.items() if k.startswith("sentences_filtered_")]
-    rows += [{"group": "occurrences", "what": "found", "count": m.get("occurrences_found", 0)},
-             {"group": "occurrences", "what": "kept", "count": m.get("occurrences_kept", 0)}]
+    rows += [{"group": "occurrences", "what": "found", "count": m["occurrences_found"]},
+             {"group": "occurrences", "what": "kept", "count": m["occurrences_kept"]}]
     rows += [{"group": "occurrences filtered", "what": k.removeprefix("occurrences_filtered_"), "count": v}
              for k, v in m.items() if k.startswith("occurrences_filtered_")]
     rows += [{"group": "phrases", "what": "distinct", "count": p["distinct_phrases"]},
@@ -92,8 +96,8 @@ def datasets_markdown(datasets: list[Dataset], counts: dict, png: bytes | None, 
     lines = ["# Phrase datasets written by this run", "", "| dataset | version | rows | location |", "|---|---|---|---|"]
     lines += [f"| {d.name} | `{d.version}` | {d.manifest()['rows']} | `{d.url}` |" for d in datasets]
     filtered = sum(v for k, v in m.items() if k.startswith("sentences_filtered_"))
-    lines += ["", f"Sentences in **{m['sentences_in']}** = parsed **{m.get('sentences_parsed', 0)}** + filtered "
-              f"**{filtered}** + failed **{m.get('sentences_failed', 0)}**; phrases seen "
+    lines += ["", f"Sentences in **{m['sentences_in']}** = parsed **{m['sentences_parsed']}** + filtered "
+              f"**{filtered}** + failed **{m['sentences_failed']}**; phrases seen "
               f"**{p['distinct_phrases']}** = kept **{p['phrases_kept']}** + below min_freq "
               f"**{p['phrases_filtered_below_min_freq']}**."]
     if examples:

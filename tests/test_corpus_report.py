@@ -109,3 +109,30 @@ def test_sentence_length_histogram(root):
     assert table["101+"]["sentences"] == 1
     assert sum(r["sentences"] for r in table.values()) == len(texts)
     assert table["1-5"]["share"] == "60.0%"
+
+
+def test_a_corpus_without_sentences_is_refused_saying_where_the_pages_went(tmp_path, root):
+    from tasks.corpus_report import NoSentences, require_sentences
+
+    dump = mediawiki_dump(
+        page_xml(1, "Alef", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(2, "Talk:Alpha", "This talk page has a sentence.", ns=1),
+        page_xml(3, "Stub", "{{stub}}"),
+        page_xml(4, "Empty", None),
+    )
+    src = tmp_path / "dump.xml"
+    src.write_bytes(dump)
+    raw = Dataset(root, "raw_pages", "raw1", RAW_PAGES)
+    raw.commit(code_version="t", params={}, inputs={}, stats=write_raw_pages(str(src), raw))
+    out = plan_page_outputs(raw, PARAMS)
+    extract_part(raw, 0, out, find_duplicate_pages(raw)[0], n_buckets=3)
+    commit_page_outputs(out, raw, PARAMS)
+    aliases = plan_aliases(out.alias_mentions, PARAMS)
+    aliases.commit(code_version="t", params=PARAMS, inputs={})
+    counts = corpus_counts(raw, out.pages, out.sentences, out.quarantine, aliases)
+    with pytest.raises(NoSentences) as err:
+        require_sentences(counts)
+    assert str(err.value) == (
+        "no sentence was kept: 4 pages read, 0 kept, 3 filtered (namespace 1, no_sentences 1, redirect 1), "
+        "1 quarantined (empty_page 1); phrases and a training set need sentences; see the corpus-counts artifact")
+    require_sentences({**counts, "sentences": 1})  # one sentence is a corpus

