@@ -203,6 +203,8 @@ class ModelRegistry:
 
     def rollback(self, to: str | None = None, reason: str | None = None) -> dict:
         """Point back at ``to``, or at the model that was current before the current one."""
+        if to is not None:
+            _checked(to)  # a bad argument is named before anything else is said
         ptr = self.pointer()
         if ptr is None:
             raise NoCurrentModel(f"no current model under {self.root}: nothing to roll back")

@@ -190,6 +190,11 @@ def test_a_version_given_to_the_registry_is_never_a_path(root, tmp_path, op):
     assert reg.current_version() == "m1"
 
 
+def test_rollback_names_a_bad_target_first(root):
+    with pytest.raises(InvalidModelVersion, match="'../x' is not a version"):  # not "nothing to roll back"
+        ModelRegistry(root).rollback(to="../x")
+
+
 @pytest.mark.parametrize("field", ["version", "previous"])
 def test_an_edited_pointer_never_leads_outside_the_root(root, tmp_path, field):
     """current.json edited to name a path: neither the current model nor a rollback goes there."""
