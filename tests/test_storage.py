@@ -331,6 +331,17 @@ def test_check_version_names_the_bad_value_and_the_form(bad):
     assert repr(bad) in str(e.value)
 
 
+@settings(max_examples=300)
+@given(st.text(min_size=1, max_size=70))
+def test_whatever_passes_the_check_is_one_directory_below_the_name(text):
+    try:
+        v = check_version("v", text)
+    except ValueError:
+        return
+    assert os.path.dirname(os.path.normpath(f"/root/sentences/{v}")) == "/root/sentences"
+    assert fsspec.core.url_to_fs(f"memory://root/sentences/{v}")[1].rsplit("/", 1) == ["/root/sentences", v]
+
+
 def test_a_dataset_version_never_reaches_outside_its_root(tmp_path):
     other = dataset(str(tmp_path / "other"), "sentences", SENTENCES, "v1")
     other.write_part(0, sentences_table(1, 2))
