@@ -1,6 +1,8 @@
 """tasks.corpus_report: counts read back from the datasets of a small corpus run."""
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -136,3 +138,28 @@ def test_a_corpus_without_sentences_is_refused_saying_where_the_pages_went(tmp_p
         "no sentence was kept: 4 pages read, 0 kept, 3 filtered (namespace 1, no_sentences 1, redirect 1), "
         "1 quarantined (empty_page 1); phrases and a training set need sentences; see the corpus-counts artifact")
     require_sentences({**counts, "sentences": 1})  # one sentence is a corpus
+
+
+def test_the_flow_stops_at_the_corpus_report_when_no_sentence_is_kept(tmp_path, root):
+    """The whole extraction on Dask (duplicate pages found, parts mapped), then a clear failure."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.build_corpus import build_corpus
+    from tasks.corpus_report import NoSentences
+    from tests.test_retrain_flow import latest_artifact
+
+    src = tmp_path / "dump.xml"
+    src.write_bytes(mediawiki_dump(
+        page_xml(1, "Alef", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(2, "Talk:Alpha", "This talk page has a sentence.", ns=1),
+        page_xml(3, "Aleph", "#REDIRECT [[Alpha]]", redirect="Alpha"),
+        page_xml(1, "Alef", "#REDIRECT [[Alpha]]", redirect="Alpha"),  # the same page again
+    ))
+    with prefect_test_harness():
+        with pytest.raises(NoSentences, match=r"^no sentence was kept: 4 pages read, 0 kept, 3 filtered "
+                                              r"\(namespace 1, redirect 2\), 1 quarantined \(duplicate_page_id 1\)"):
+            build_corpus(source=str(src), storage_root=root, pages_per_partition=2, dask_workers=1)
+        art = latest_artifact("corpus-counts")
+    rows = json.loads(art.data) if isinstance(art.data, str) else art.data
+    assert {"group": "quarantined", "what": "duplicate_page_id", "count": 1} in rows
+    assert not (tmp_path / "store" / "phrase_occurrences").exists()  # nothing after the report ran
