@@ -39,7 +39,7 @@ from typing import Iterable, Protocol, Sequence
 __all__ = [
     "DEFAULT_WORDNET_DIR", "LEXNAMES", "WordNetNotFoundError", "WordNetSynonyms", "SynonymSource",
     "wordnet_dir", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
-    "load_fasttext", "FastTextNeighbours", "is_trivial_variant", "REPLACEABLE_POS",
+    "load_fasttext", "fasttext_vectors", "FastTextNeighbours", "is_trivial_variant", "REPLACEABLE_POS",
 ]
 
 DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
@@ -302,21 +302,44 @@ def train_fasttext(sentences: Iterable[list[str]], vector_size: int = 100, windo
                     min_count=min_count, epochs=epochs, seed=seed, workers=workers, sg=sg, **kwargs)
 
 
+_FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")  # 0x2F4F16BA, the first int32 of a fastText .bin
+
+
 def save_fasttext(model, path: str | os.PathLike) -> Path:
-    """gensim's own ``save`` (large arrays may go to sibling ``<path>.*.npy`` files)."""
+    """The model in fastText's own binary format (gensim's ``save_facebook_model``): one
+    file, no pickle, readable by the fastText tool as well."""
+    from gensim.models.fasttext import save_facebook_model
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    model.save(str(path))
+    save_facebook_model(model, str(path))
     return path
 
 
 def load_fasttext(path: str | os.PathLike):
-    """A FastText model saved by ``save_fasttext``, or the KeyedVectors saved by ``wv.save``."""
-    from gensim.models import FastText, KeyedVectors
-    try:
-        return FastText.load(str(path))
-    except AttributeError:  # "Model of type FastTextKeyedVectors can't be loaded by FastText"
-        return KeyedVectors.load(str(path))
+    """The FastTextKeyedVectors of a fastText binary (``save_fasttext``, or a ``.bin`` of the
+    fastText tool). Never gensim's pickle-based ``load``: a model file must not be able to
+    run code in the process that reads it."""
+    from gensim.models.fasttext import load_facebook_vectors
+    from gensim.utils import open as open_uri
+    with open_uri(str(path), "rb") as fh:
+        head = fh.read(4)
+    if head != _FASTTEXT_MAGIC:
+        raise ValueError(f"{path} is not a fastText binary (it starts with {head!r}, not fastText's magic "
+                         f"number {_FASTTEXT_MAGIC!r}); pickled gensim models are not loaded")
+    return load_facebook_vectors(str(path))
+
+
+def fasttext_vectors(words: Sequence[str], vectors, ngrams, min_n: int, max_n: int):
+    """FastTextKeyedVectors from plain arrays: the words' vectors (n, dim) and the n-gram
+    buckets' vectors (bucket, dim; a read-only memory map will do), as a trained model's
+    ``wv.vectors`` and ``wv.vectors_ngrams``. Gives the model's neighbours, for
+    out-of-vocabulary words too (from their n-grams); no pickle involved."""
+    import numpy as np
+    from gensim.models.fasttext import FastTextKeyedVectors
+    kv = FastTextKeyedVectors(ngrams.shape[1], min_n, max_n, ngrams.shape[0])
+    kv.add_vectors(list(words), np.asarray(vectors, dtype=np.float32).reshape(len(words), ngrams.shape[1]))
+    kv.vectors_ngrams = ngrams
+    return kv
 
 
 _NON_ALNUM = re.compile(r"[\W_]+")
@@ -339,8 +362,8 @@ def is_trivial_variant(a: str, b: str) -> bool:
 class FastTextNeighbours:
     """Nearest fastText neighbours of a word above a cosine threshold, as synonyms.
 
-    ``model_or_path``: a gensim FastText model, its KeyedVectors, or a path saved by
-    ``save_fasttext``. Out-of-vocabulary words get fastText's n-gram vector. ``pos`` is
+    ``model_or_path``: a gensim FastText model, its KeyedVectors (e.g. ``fasttext_vectors``),
+    or the path of a fastText binary (``save_fasttext``). Out-of-vocabulary words get fastText's n-gram vector. ``pos`` is
     accepted for the common interface and ignored (fastText has no POS). Stop words get
     no neighbours and are never neighbours; neighbours with no letter, the word itself
     and its trivial variants (``is_trivial_variant``) are dropped. At most ``topn`` are

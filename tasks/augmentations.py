@@ -15,20 +15,21 @@ Parts of speech come from spaCy's tagger on the phrase itself (no sentence conte
 from __future__ import annotations
 
 import json
-import tempfile
 from collections import Counter, defaultdict
 from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
-from storage.schemas import AUGMENTATIONS
+from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
-CODE_VERSION = "augmentations-1"
+CODE_VERSION = "augmentations-2"  # -2: fastText read from Parquet + .npy, not a pickled model
 KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
 
 
@@ -83,11 +84,32 @@ def _wordnet():
 
 @lru_cache(maxsize=1)
 def _fasttext(vectors: Dataset, threshold: float):
-    from pearl_model.synonyms import FastTextNeighbours
-    from tasks.word_vectors import model_path
+    """The fastText neighbours of a word_vectors version (once per worker process), from its
+    Parquet parts and n-gram vectors: the .npy memory-mapped where it lies on a local root,
+    read into memory from a remote one. Nothing is copied to a temporary directory, nothing
+    is unpickled."""
+    from pearl_model.synonyms import FastTextNeighbours, fasttext_vectors
 
-    local = tempfile.mkdtemp(prefix="pearl-fasttext-")  # per worker process, kept while it lives
-    return FastTextNeighbours(model_path(vectors, local), threshold=threshold)
+    ft = vectors.manifest().get("extra", {}).get("fasttext")
+    if not ft:
+        raise ValueError(f"word_vectors {vectors.url} has no fastText n-gram vectors ({WORD_VECTORS_NGRAMS}): "
+                         "written by an older code version; rebuild it")
+    path, url = f"{vectors.path}/{WORD_VECTORS_NGRAMS}", f"{vectors.url}/{WORD_VECTORS_NGRAMS}"
+    try:
+        if isinstance(vectors.fs, LocalFileSystem):
+            ngrams = np.load(path, mmap_mode="r", allow_pickle=False)
+        else:
+            with vectors.fs.open(path, "rb") as fh:
+                ngrams = np.load(fh, allow_pickle=False)
+    except ValueError as e:  # e.g. an object array: it would need unpickling, which is refused
+        raise ValueError(f"{url} is not a plain .npy array ({e})") from None
+    if ngrams.dtype != np.float32 or ngrams.shape != (ft["bucket"], ft["dim"]):
+        raise ValueError(f"{url} holds {ngrams.dtype} {ngrams.shape}; its manifest says float32 "
+                         f"({ft['bucket']}, {ft['dim']})")
+    t = vectors.read(columns=["word", "vector"])
+    flat = pc.list_flatten(t["vector"]).to_numpy()
+    kv = fasttext_vectors(t["word"].to_pylist(), flat, ngrams, min_n=ft["min_n"], max_n=ft["max_n"])
+    return FastTextNeighbours(kv, threshold=threshold)
 
 
 @lru_cache(maxsize=1)

@@ -4,23 +4,28 @@ One task (gensim trains with its own threads, not per partition). The corpus is 
 from the sentences parts on every pass gensim makes, so it is never held in memory.
 Tokens are lowercased words (letters, digits, inner hyphens and apostrophes): the same
 tokenisation `word_tokens` gives everything that later looks words up.
+
+What is kept of the model is what its readers need, with no pickle (a pickle in a shared
+storage root would run code on whoever loads it): the words' vectors in the Parquet parts,
+and the n-gram buckets' vectors (out-of-vocabulary words) as one .npy beside them, written
+under a temporary name and renamed like the parts, and listed in the manifest with n-gram
+lengths (``extra``: ``files``, ``fasttext``).
 """
 from __future__ import annotations
 
+import hashlib
 import re
-import tempfile
 import time
-from pathlib import Path
+import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.datasets import Dataset, dataset_version
-from storage.schemas import WORD_VECTORS
+from storage.schemas import WORD_VECTORS, WORD_VECTORS_NGRAMS
 
-CODE_VERSION = "word-vectors-1"
-MODEL_FILE = "fasttext.model"
+CODE_VERSION = "word-vectors-2"  # -2: n-gram vectors as .npy instead of gensim's pickled model
 _WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
 _ROWS_PER_PART = 50_000
 
@@ -43,7 +48,37 @@ class SentenceCorpus:
                     yield tokens
 
 
-def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
+class _HashingWriter:
+    """A binary file that also hashes what is written to it."""
+
+    def __init__(self, fh):
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self.fh.write(data)
+
+
+def write_array(out: Dataset, name: str, array: np.ndarray) -> dict:
+    """``array`` as ``<out>/<name>`` (.npy, no pickle), streamed to a temporary name and
+    renamed as the parts are; its manifest entry (file, bytes, sha256)."""
+    fs, final = out.fs, f"{out.path}/{name}"
+    tmp = f"{out.path}/.tmp-{uuid.uuid4().hex}-{name}"
+    fs.makedirs(out.path, exist_ok=True)
+    try:
+        with fs.open(tmp, "wb") as fh:
+            writer = _HashingWriter(fh)
+            np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
+        fs.mv(tmp, final)
+    except BaseException:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+        raise
+    return {"file": name, "bytes": fs.size(final), "sha256": writer.sha256.hexdigest()}
+
+
+def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[dict, dict]:
+    """Train, write the parts and the n-gram vectors; (stats, manifest extra)."""
     from pearl_model.synonyms import train_fasttext
 
     t0 = time.perf_counter()
@@ -60,22 +95,12 @@ def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
         out.write_part(part, pa.table({
             "word": words[start:end], "count": counts[start:end],
             "vector": pa.array(list(vectors[start:end]), type=pa.list_(pa.float32()))}, schema=WORD_VECTORS))
-    # gensim saves to local paths only: save in a temp dir, then copy onto the storage.
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save(str(Path(tmp) / MODEL_FILE))
-        for f in sorted(Path(tmp).iterdir()):
-            out.fs.put_file(str(f), f"{out.path}/{f.name}")
-    return {"vocabulary": len(words), "corpus_words": int(model.corpus_total_words),
-            "corpus_sentences": int(model.corpus_count), "train_seconds": round(seconds, 1)}
-
-
-def model_path(vectors: Dataset, local_dir: str) -> str:
-    """The gensim model of a word_vectors version, copied to a local directory (gensim reads local files)."""
-    for f in vectors.fs.ls(vectors.path, detail=False):
-        name = f.rsplit("/", 1)[-1]
-        if name.startswith(MODEL_FILE):
-            vectors.fs.get_file(f, str(Path(local_dir) / name))
-    return str(Path(local_dir) / MODEL_FILE)
+    ngrams = write_array(out, WORD_VECTORS_NGRAMS, np.asarray(wv.vectors_ngrams, dtype=np.float32))
+    stats = {"vocabulary": len(words), "corpus_words": int(model.corpus_total_words),
+             "corpus_sentences": int(model.corpus_count), "train_seconds": round(seconds, 1),
+             "ngram_buckets": int(wv.bucket)}
+    return stats, {"files": [ngrams], "fasttext": {"min_n": wv.min_n, "max_n": wv.max_n, "bucket": int(wv.bucket),
+                                                   "dim": int(wv.vector_size)}}
 
 
 def plan_word_vectors(sentences: Dataset, params: dict) -> Dataset:
@@ -86,8 +111,9 @@ def plan_word_vectors(sentences: Dataset, params: dict) -> Dataset:
 def build_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
     if out.is_complete():
         return out.manifest()
-    stats = train_word_vectors(sentences, out, params)
-    return out.commit(code_version=CODE_VERSION, params=params, inputs={"sentences": sentences.version}, stats=stats)
+    stats, extra = train_word_vectors(sentences, out, params)
+    return out.commit(code_version=CODE_VERSION, params=params, inputs={"sentences": sentences.version}, stats=stats,
+                      extra=extra)
 
 
 def read_vectors(vectors: Dataset) -> tuple[list[str], np.ndarray]:

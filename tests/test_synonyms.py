@@ -18,7 +18,7 @@ from spacy.lang.en.stop_words import STOP_WORDS
 
 from pearl_model import synonyms as syn
 from pearl_model.synonyms import (LEXNAMES, FastTextNeighbours, WordNetNotFoundError,
-                                  WordNetSynonyms, is_trivial_variant, load_fasttext,
+                                  WordNetSynonyms, fasttext_vectors, is_trivial_variant, load_fasttext,
                                   phrase_synonym_variants, save_fasttext, train_fasttext)
 
 WN_DIR = syn.wordnet_dir()
@@ -227,14 +227,39 @@ def test_fasttext_deterministic(ft):
 
 def test_fasttext_save_load_roundtrip(ft, tmp_path):
     path = save_fasttext(ft, tmp_path / "ft" / "model.bin")
+    assert path.read_bytes()[:4] == syn._FASTTEXT_MAGIC  # fastText's binary format, not a pickle
     loaded = load_fasttext(path)
-    assert np.array_equal(loaded.wv.vectors, ft.wv.vectors)
-    assert np.array_equal(loaded.wv.vectors_ngrams, ft.wv.vectors_ngrams)
+    assert np.array_equal(loaded.vectors, ft.wv.vectors)
+    assert np.array_equal(loaded.vectors_ngrams, ft.wv.vectors_ngrams)
     assert FastTextNeighbours(path).synonyms("car") == FastTextNeighbours(ft).synonyms("car")
-    ft.wv.save(str(tmp_path / "ft.kv"))  # KeyedVectors only
-    kv = load_fasttext(tmp_path / "ft.kv")
-    assert np.array_equal(kv.vectors, ft.wv.vectors)
-    assert FastTextNeighbours(kv).synonyms("city") == FastTextNeighbours(ft).synonyms("city")
+    assert FastTextNeighbours(loaded).synonyms("citys") == FastTextNeighbours(ft).synonyms("citys")  # OOV
+
+
+class _Planted:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):  # unpickling creates the marker directory
+        import os
+        return os.mkdir, (self.marker,)
+
+
+def test_fasttext_load_never_unpickles(tmp_path):
+    """Issue 13 item 7: a pickle where a model is expected is refused, not run."""
+    path, marker = tmp_path / "model.bin", tmp_path / "ran"
+    path.write_bytes(pickle.dumps(_Planted(str(marker))))
+    with pytest.raises(ValueError, match="not a fastText binary"):
+        FastTextNeighbours(path)
+    assert not marker.exists()
+
+
+def test_fasttext_vectors_from_arrays(ft):
+    """The words' vectors and the n-gram buckets' vectors are all the neighbours need, OOV words too."""
+    wv = ft.wv
+    kv = fasttext_vectors(wv.index_to_key, wv.vectors.ravel(), np.array(wv.vectors_ngrams), wv.min_n, wv.max_n)
+    for w in ["car", "city", "automobiles", "puppys", "zzq"]:
+        assert kv.most_similar(w, topn=5) == wv.most_similar(w, topn=5), w
+        assert FastTextNeighbours(kv).synonyms(w) == FastTextNeighbours(ft).synonyms(w), w
 
 
 def test_trivial_variants_filtered():
