@@ -31,7 +31,7 @@ from mwxml.element_iterator import ElementIterator
 from storage.datasets import Dataset
 from storage.schemas import RAW_PAGES
 
-CODE_VERSION = "raw_pages-2"
+CODE_VERSION = "raw_pages-3"  # 3: pages cut by tag, not by line
 log = logging.getLogger(__name__)
 
 # JSON lines longer than this are read in pieces so that one giant line cannot take all memory.
@@ -274,8 +274,16 @@ def _split_header(first: bytes) -> tuple[bytes, bytes]:
     return first[:end], first[end:]
 
 
-def _kept(size: int, data: bytes) -> str:
-    return "" if size <= len(data) else f"; raw keeps its first {len(data)} of {size} bytes"
+def _kept(size: int, data: bytes, raw: bytes) -> str:
+    """Says so when a segment was cut to its first bytes (``data``), kept as ``raw``."""
+    return "" if size <= len(data) else f"; raw keeps {len(raw)} of its {size} bytes"
+
+
+def _ended_early(stats: ReadStats, reached: _Reached, otherwise: str) -> str:
+    """Mark the input incomplete; the reason is the read error, if one stopped it."""
+    stats.input_complete = False
+    stats.input_error = f"{type(reached.error).__name__}: {reached.error}" if reached.error else otherwise
+    return stats.input_error
 
 
 def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> Iterator[dict]:
@@ -298,30 +306,34 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
         if kind == "page":
             row = _parse_page(seq, data, namespaces, max_page_bytes, size)
         elif kind == "unclosed":
-            row = _unreadable(seq, data.rstrip(), "malformed_xml", "<page> without </page>" + _kept(size, data))
+            raw = data.rstrip()
+            row = _unreadable(seq, raw, "malformed_xml", "<page> without </page>" + _kept(size, data, raw))
         elif kind == "orphan":
-            row = _unreadable(seq, data.lstrip(), "malformed_xml", "</page> without <page>" + _kept(size, data))
+            raw = data.lstrip()
+            row = _unreadable(seq, raw, "malformed_xml", "</page> without <page>" + _kept(size, data, raw))
         elif kind == "truncated":
-            stats.input_complete = False
-            reason = f"{type(reached.error).__name__}: {reached.error}" if reached.error else "input ended inside a <page>"
-            stats.input_error = reason
-            row = _unreadable(seq, data, "truncated_input", reason)
-        else:  # between pages, or after the last one
-            rest = data
+            ended = data.rfind(_END_TAG) if reached.error is None else -1
+            if ended >= 0:  # the dump did end: its last page lost its </page>
+                row = _unreadable(seq, data[:ended].rstrip(), "malformed_xml", "<page> without </page>")
+            else:
+                row = _unreadable(seq, data, "truncated_input", _ended_early(stats, reached, "input ended inside a <page>"))
+        else:  # between two pages, or after the last one
+            rest, reason, detail = data, "stray_text", f"{size} bytes of text outside any <page>"
             if kind == "end":
                 ended = data.rfind(_END_TAG)
-                rest = data[:ended] + data[ended + len(_END_TAG):] if ended >= 0 else data
-                if ended < 0 and reached.error is None:
-                    stats.input_complete = False
-                    stats.input_error = "input ended before </mediawiki>"
+                if ended >= 0:
+                    rest = data[:ended] + data[ended + len(_END_TAG):]
+                else:  # whatever is here is the start of what the input lost
+                    reason = "truncated_input"
+                    detail = _ended_early(stats, reached, "input ended before </mediawiki>")
             if not rest.strip() and size <= len(data):
                 continue
-            row = _unreadable(seq, data.strip(), "stray_text", f"{size} bytes of text outside any <page>" + _kept(size, data))
+            raw = data.strip()
+            row = _unreadable(seq, raw, reason, detail + _kept(size, data, raw))
         yield row
         seq += 1
-    if reached.error is not None:
-        stats.input_complete = False
-        stats.input_error = f"{type(reached.error).__name__}: {reached.error}"
+    if reached.error is not None and stats.input_complete:  # e.g. after </mediawiki>
+        _ended_early(stats, reached, "")
     stats.input_offset = reached.offset
 
 

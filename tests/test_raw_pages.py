@@ -15,9 +15,12 @@ import pytest
 
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import RAW_PAGES
+from tasks import raw_pages
 from tasks.raw_pages import (
     CODE_VERSION,
+    InputIncomplete,
     SourceError,
+    check_input_complete,
     check_source,
     detect_format,
     plan_raw_pages,
@@ -226,6 +229,142 @@ def test_giant_page_is_too_large_and_memory_bounded(tmp_path, root):
     assert len(huge["raw"]) == len(long["raw"]) == limit  # only the first bytes are kept
     assert huge["title"] == "Huge" and long["title"] == "Long"
     assert rows[3]["text"] == "x" * 1000
+
+
+# --- any line layout; nothing between the header and </mediawiki> is skipped -------------------
+def _one_line(page: bytes) -> bytes:
+    """The page serialised on one line (valid XML): no whitespace between tags, newlines as &#10;."""
+    return re.sub(rb">\s+<", b"><", page.strip()).replace(b"\n", b"&#10;")
+
+
+def _fields(rows: list[dict]) -> list[tuple]:
+    return [(r["page_id"], r["title"], r["namespace"], r["redirect_target"], r["text"], r["error"]) for r in rows]
+
+
+def _relayout(xml: bytes, layout: str) -> bytes:
+    header, pages = xml[: xml.index(b"<page>")], re.findall(rb"<page>.*?</page>", xml, re.S)
+    if layout == "page per line":
+        return header + b"\n".join(_one_line(p) for p in pages) + b"\n</mediawiki>\n"
+    if layout == "all on one line":
+        return header.rstrip() + b"".join(_one_line(p) for p in pages) + b"</mediawiki>"
+    # two pages on each line, tab-indented
+    return header + b"".join(p + (b"\t" if i % 2 == 0 else b"\n\t") for i, p in enumerate(pages)) + b"</mediawiki>"
+
+
+@pytest.mark.parametrize("layout", ["page per line", "all on one line", "two per line"])
+def test_any_line_layout_reads_the_same(tmp_path, root, layout):
+    xml = bz2.open(sample_dump()).read()
+    _, expected, _ = _run(sample_dump(), root, version="as-shipped")
+    stats, rows, _ = _run(_write(tmp_path, "d.xml.bz2", bz2.compress(_relayout(xml, layout), 1)), root)
+    assert stats["pages_read"] == 206 and stats["input_complete"] and stats["unreadable_by_reason"] == {}
+    assert _fields(rows) == _fields(expected)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 7, 64])
+def test_tags_split_across_reads(tmp_path, root, monkeypatch, chunk):
+    """A tag cut in two by the reader's chunks is still found."""
+    pages = [page_xml(i, f"P{i}", f"Text {i}.") for i in range(1, 5)]
+    dump = _relayout(mediawiki_dump(*pages), "two per line") + b"\n"
+    _, expected, _ = _run(_write(tmp_path, "d.xml", dump), root, version="whole")
+    monkeypatch.setattr(raw_pages, "_CHUNK", chunk)
+    stats, rows, _ = _run(_write(tmp_path, "d.xml", dump), root)
+    assert stats["pages_read"] == 4 and stats["input_complete"] and stats["unreadable_by_reason"] == {}
+    assert _fields(rows) == _fields(expected) and [r["page_id"] for r in rows] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("damaged", [0, 2, 4])  # the first page, one in the middle, the last
+def test_a_page_with_a_broken_opening_tag_is_quarantined_not_lost(tmp_path, root, damaged):
+    pages = [page_xml(i, f"Page {i}", f"Text of page {i}.") for i in range(1, 6)]
+    pages[damaged] = pages[damaged].replace(b"<page>", b"<pag>")
+    stats, rows, _ = _run(_write(tmp_path, "d.xml.bz2", bz2.compress(mediawiki_dump(*pages))), root)
+    assert stats["pages_read"] == 5 and stats["input_complete"]
+    assert stats["unreadable_by_reason"] == {"malformed_xml": 1}
+    assert [(r["page_id"], r["error"]) for r in rows] == [
+        (i, "malformed_xml" if i == damaged + 1 else None) for i in range(1, 6)]
+    bad = rows[damaged]
+    assert bad["raw"] == pages[damaged].strip() and bad["title"] == f"Page {damaged + 1}"
+    assert bad["error_detail"] == "</page> without <page>"
+
+
+def test_the_last_page_without_its_closing_tag(tmp_path, root):
+    last = page_xml(2, "Last", "last").replace(b"</page>", b"</pag>")
+    stats, rows, _ = _run(_write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a"), last)), root)
+    assert stats["input_complete"]  # </mediawiki> is there: the dump ended, its last page is damaged
+    assert [(r["page_id"], r["error"]) for r in rows] == [(1, None), (2, "malformed_xml")]
+    assert rows[1]["raw"] == last.strip()
+
+
+def test_text_between_pages_is_quarantined_as_stray_text(tmp_path, root):
+    a, b, c = (page_xml(i, t, f"{t} text.") for i, t in ((1, "A"), (2, "B"), (3, "C")))
+    dump = HEADER + a + b"  words that lost their page\n" + b + b"<junk/>" + c + b" tail \n</mediawiki>\n"
+    stats, rows, _ = _run(_write(tmp_path, "d.xml", dump), root)
+    assert stats["pages_read"] == 6 == len(rows) and stats["input_complete"]
+    assert stats["unreadable_by_reason"] == {"stray_text": 3}
+    assert [(r["title"], r["error"]) for r in rows] == [
+        ("A", None), (None, "stray_text"), ("B", None), (None, "stray_text"), ("C", None), (None, "stray_text")]
+    assert [r["raw"] for r in rows if r["error"]] == [b"words that lost their page", b"<junk/>", b"tail \n</mediawiki>"]
+    between = b"\n  words that lost their page\n  "  # from A's </page> to B's <page>
+    assert rows[1]["error_detail"] == f"{len(between)} bytes of text outside any <page>"
+
+
+def test_giant_stray_text_keeps_only_its_first_bytes(tmp_path, root):
+    junk = b"x" * 10_000
+    dump = mediawiki_dump(page_xml(1, "A", "a"), junk, page_xml(2, "B", "b"))
+    stats, rows, _ = _run(_write(tmp_path, "d.xml", dump), root, max_page_bytes=1000)
+    assert [r["error"] for r in rows] == [None, "stray_text", None]
+    assert junk.startswith(rows[1]["raw"]) and 990 < len(rows[1]["raw"]) <= 1000
+    assert rows[1]["error_detail"].endswith(f"raw keeps {len(rows[1]['raw'])} of its 10003 bytes")
+
+
+def test_plain_xml_cut_between_pages_is_incomplete(tmp_path, root):
+    pages = [page_xml(i, f"Page {i}", f"Text {i}.") for i in range(1, 4)]
+    cut = HEADER + b"".join(pages)  # no </mediawiki>: the input ended early
+    src = _write(tmp_path, "cut.xml", cut)
+    stats, rows, _ = _run(src, root)
+    assert not stats["input_complete"] and stats["unreadable_by_reason"] == {}
+    assert stats["input_error"] == f"{src}: input ended before </mediawiki>, at byte {len(cut)}, last complete page 'Page 3'"
+    # cut inside the next <page> tag: its first bytes are the truncated page
+    stats, rows, _ = _run(_write(tmp_path, "cut.xml", cut + b"  <pa"), root, version="v2")
+    assert [r["error"] for r in rows] == [None, None, None, "truncated_input"] and rows[3]["raw"] == b"<pa"
+    assert not stats["input_complete"]
+
+
+def test_corrupt_bz2_keeps_pages_before_the_damage_and_says_where(tmp_path, root):
+    rnd = random.Random(3)
+    pages = [page_xml(i, f"Page {i}", _words(rnd, 300)) for i in range(1, 121)]
+    compressed = bytearray(bz2.compress(mediawiki_dump(*pages), 1))
+    compressed[len(compressed) // 2] ^= 0xFF  # one flipped byte in the middle
+    src = _write(tmp_path, "flip.xml.bz2", bytes(compressed))
+    stats, rows, _ = _run(src, root)
+    assert not stats["input_complete"]
+    assert stats["input_error"].startswith(f"{src}: OSError: Invalid data stream, at byte ")
+    n = len(rows) - 1
+    assert 0 < n < 120 and [r["page_id"] for r in rows[:n]] == list(range(1, n + 1))
+    assert all(r["error"] is None for r in rows[:n]) and rows[-1]["error"] == "truncated_input"
+    offset = int(re.search(r"at byte (\d+) of the decompressed input", stats["input_error"]).group(1))
+    assert mediawiki_dump(*pages)[:offset].count(b"</page>") == n  # the offset is where reading stopped
+    assert f"last complete page 'Page {n}'" in stats["input_error"]
+    assert stats["sources"][0]["input_error"] == stats["input_error"].removeprefix(f"{src}: ")
+
+
+# --- an input that ended early fails the run, unless allowed -----------------------------------
+def test_check_input_complete(tmp_path, root):
+    rnd = random.Random(7)
+    compressed = bz2.compress(mediawiki_dump(*(page_xml(i, f"Page {i}", _words(rnd, 300)) for i in range(1, 121))), 1)
+    src = _write(tmp_path, "cut.xml.bz2", compressed[: len(compressed) // 2])
+    stats, _, out = _run(src, root)
+    n = stats["pages_read"]
+    with pytest.raises(InputIncomplete) as failed:
+        check_input_complete(out.manifest())
+    message = str(failed.value)
+    assert message.startswith(f"input ended early after {n} pages: {src}: EOFError: Compressed file ended")
+    assert f"(about byte {len(compressed) // 2} of {len(compressed) // 2} compressed), last complete page 'Page {n - 1}'" in message
+    assert message.endswith(f"the {n} pages read are committed (raw_pages v1); "
+                            "rerun with allow_incomplete_input=true to continue with them")
+    warning = check_input_complete(out.manifest(), allow_incomplete_input=True)
+    assert warning.startswith(f"input ended early after {n} pages") and "continuing" in warning
+    _, _, whole = _run(_write(tmp_path, "whole.xml.bz2", compressed), root, version="v2")
+    assert check_input_complete(whole.manifest()) is None
 
 
 # --- inputs that are not dumps ----------------------------------------------------------------
@@ -486,3 +625,80 @@ def test_progress_over_several_sources(tmp_path, root):
     assert all(c[2] == total for c in calls)
     assert calls[-1][:2] == (7, total)
     assert [c[1] for c in calls] == sorted(c[1] for c in calls)
+
+
+# --- the Prefect task and the build-corpus flow ---------------------------------------------------
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+def test_an_unreadable_input_is_not_retried(prefect_harness, tmp_path, root, monkeypatch):
+    from prefect import flow
+
+    calls = []
+    real = raw_pages.write_raw_pages
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    @flow
+    def read(source: str) -> dict:
+        return raw_pages.raw_pages_task(source, Dataset(root, "raw_pages", "v1", RAW_PAGES), {
+            "input_format": "auto", "pages_per_part": 10, "max_page_bytes": 1 << 20, "max_pages": None})
+
+    monkeypatch.setattr(raw_pages, "write_raw_pages", counting)
+    with pytest.raises(SourceError, match="not found"):
+        read(str(tmp_path / "missing.xml.bz2"))
+    assert len(calls) == 1
+
+    def flaky(*args, **kwargs):  # e.g. a network file system that failed once
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("connection reset")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(raw_pages, "write_raw_pages", flaky)
+    assert read(_write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a."))))["rows"] == 1
+    assert len(calls) == 3  # retried once
+
+
+class _PastTheCheck(Exception):
+    """Raised by the first step after extraction: the run went past the input check."""
+
+
+def test_build_corpus_fails_on_an_input_that_ended_early(prefect_harness, tmp_path, root, monkeypatch):
+    import flows.build_corpus as build
+
+    xml = bz2.open(sample_dump()).read()
+    first, second = xml.index(b"<page>"), xml.index(b"</page>") + len(b"</page>")
+    # the first page's opening tag is broken, and stray text follows it
+    damaged = xml[:first] + b"<pag>" + xml[first + len(b"<page>"):second] + b"stray words" + xml[second:]
+    compressed = bz2.compress(damaged, 1)
+    src = _write(tmp_path, "cut.xml.bz2", compressed[: len(compressed) // 6])
+    params = dict(source=src, storage_root=root, pages_per_partition=40, dask_workers=1)
+    with pytest.raises(InputIncomplete, match=r"input ended early after \d+ pages: .*cut\.xml\.bz2: EOFError") as failed:
+        build.build_corpus(**params)
+    assert "rerun with allow_incomplete_input=true" in str(failed.value)
+
+    # What was read is committed, under the version a run with the flag plans too, and
+    # extraction's counts reconcile with the damaged page and the stray text quarantined.
+    raw = plan_raw_pages(src, root, {"input_format": "auto", "pages_per_part": 40,
+                                     "max_page_bytes": 4 * 1024 * 1024, "max_pages": None})
+    manifest = raw.manifest()
+    n = manifest["rows"]
+    assert f"input ended early after {n} pages" in str(failed.value) and f"raw_pages {raw.version}" in str(failed.value)
+    reasons = sorted(r["error"] for r in raw.read(columns=["error"]).to_pylist() if r["error"])
+    assert reasons == ["malformed_xml", "stray_text", "truncated_input"]
+
+    def stop(*args, **kwargs):
+        raise _PastTheCheck
+
+    monkeypatch.setattr(build, "plan_occurrences_task", stop)
+    with pytest.raises(_PastTheCheck):
+        build.build_corpus(**params, allow_incomplete_input=True)
+    assert raw.manifest()["created_at"] == manifest["created_at"]  # reused, not read again
