@@ -78,8 +78,8 @@ def find_duplicate_pages(raw: Dataset) -> list[np.ndarray]:
     """Per raw part, the readable records whose page_id an earlier readable record has.
 
     Each entry is an (n, 2) int64 array of (seq, seq of the first record with that id),
-    empty for almost every part. Reads only the `seq` and `page_id` columns, so a full
-    dump (23M pages) costs a few hundred MB here, once, before extraction.
+    empty for almost every part. Reads only the `seq` and `page_id` columns and sorts them
+    once (23M records, a full dump: 18 s and 1.2 GB here, plus reading the parts).
     """
     seqs, ids = [], []
     for i in range(len(raw.manifest()["parts"])):
@@ -87,20 +87,23 @@ def find_duplicate_pages(raw: Dataset) -> list[np.ndarray]:
                           filter=pc.field("error").is_null() & pc.field("page_id").is_valid())
         seqs.append(t["seq"].to_numpy())
         ids.append(t["page_id"].to_numpy())
-    part = np.repeat(np.arange(len(seqs)), [len(s) for s in seqs])
+    part_ends = np.cumsum([len(s) for s in seqs])
     seq = np.concatenate(seqs) if seqs else np.empty(0, np.int64)
     page_id = np.concatenate(ids) if ids else np.empty(0, np.int64)
+    del seqs, ids
     order = np.lexsort((seq, page_id))  # by page_id, then input order
-    later = np.zeros(len(order), dtype=bool)
-    later[1:] = page_id[order[1:]] == page_id[order[:-1]]
-    # For each position in `order`, the position of its id's first record.
-    first = np.maximum.accumulate(np.where(later, 0, np.arange(len(order))))
-    dup, first_seq = order[later], seq[order[first[later]]]
-    by_position = np.argsort(dup, kind="stable")
-    dup, first_seq = dup[by_position], first_seq[by_position]
-    pairs = np.stack([seq[dup], first_seq], axis=1).astype(np.int64)
-    bounds = np.searchsorted(part[dup], np.arange(len(seqs) + 1))
-    return [pairs[bounds[i]:bounds[i + 1]] for i in range(len(seqs))]
+    sorted_ids = page_id[order]
+    repeats = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1]) + 1  # positions in `order`
+    group_start = np.ones(len(order), dtype=bool)
+    group_start[repeats] = False
+    starts = np.flatnonzero(group_start)
+    first = starts[np.searchsorted(starts, repeats, side="right") - 1]
+    pairs = np.stack([seq[order[repeats]], seq[order[first]]], axis=1).astype(np.int64)
+    rows = order[repeats]  # row numbers in the concatenation, which the parts cut in turn
+    by_row = np.argsort(rows, kind="stable")
+    pairs, rows = pairs[by_row], rows[by_row]
+    bounds = np.searchsorted(rows, np.concatenate([[0], part_ends]))
+    return [pairs[bounds[i]:bounds[i + 1]] for i in range(len(part_ends))]
 
 
 def _sentence_ids_fit(page_id: int) -> bool:
