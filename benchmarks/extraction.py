@@ -64,7 +64,7 @@ def bench_stages(source: str, root: str, workers: int, pages_per_part: int) -> d
 
     from storage.datasets import Dataset
     from storage.schemas import RAW_PAGES
-    from tasks.pages import extract_part, plan_page_outputs
+    from tasks.pages import extract_part, find_duplicate_pages, plan_page_outputs
     from tasks.raw_pages import resolve_source, write_raw_pages
 
     raw = Dataset(root, "raw_pages", "bench", RAW_PAGES)
@@ -75,7 +75,8 @@ def bench_stages(source: str, root: str, workers: int, pages_per_part: int) -> d
         raw.commit(code_version="bench", params={}, inputs={})
         t1 = time.perf_counter()
         outs = plan_page_outputs(raw, {"bench": True})
-        futures = client.map(lambda i: extract_part(raw, i, outs), range(read["parts"]), pure=False)
+        duplicates = find_duplicate_pages(raw)
+        futures = client.map(lambda i, d: extract_part(raw, i, outs, d), range(read["parts"]), duplicates, pure=False)
         stats = client.gather(futures)
         t2 = time.perf_counter()
     sentences = sum(s.get("sentences_kept", 0) for s in stats)
