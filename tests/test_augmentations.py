@@ -157,8 +157,8 @@ def test_fasttext_from_a_remote_root(stores, memory_root, empty_tmpdir):
     local = stores[3]
     remote = vectors_dataset(memory_root)
     assert remote.version == local.version
-    got = aug._fasttext.__wrapped__(remote, 0.5)
-    assert [got.synonyms(w) for w in WORDS] == [aug._fasttext.__wrapped__(local, 0.5).synonyms(w) for w in WORDS]
+    got, want = aug._fasttext.__wrapped__(remote, 0.5), aug._fasttext.__wrapped__(local, 0.5)
+    assert [got.synonyms(w) for w in WORDS] == [want.synonyms(w) for w in WORDS]
     assert list(empty_tmpdir.iterdir()) == []
 
 
