@@ -326,8 +326,10 @@ def test_a_resumed_run_counts_the_reused_parts(tmp_path):
 
 def test_find_duplicate_pages_names_later_records_and_the_first_seq(root):
     d = Dataset(root, "raw_pages", "dups", RAW_PAGES)
-    parts = [[raw(0, 5, "A", "a"), raw(1, 7, "B", "b"), raw(2, 5, "A", "a"), raw(3, 9, "C", None, error="invalid_utf8")],
-             [raw(4, 9, "C", "c"), raw(5, 7, "B", "b"), raw(6, 5, "A", "a"), raw(7, None, None, None, error="malformed_xml")],
+    parts = [[raw(0, 5, "A", "a"), raw(1, 7, "B", "b"), raw(2, 5, "A", "a"),
+              raw(3, 9, "C", None, error="invalid_utf8")],
+             [raw(4, 9, "C", "c"), raw(5, 7, "B", "b"), raw(6, 5, "A", "a"),
+              raw(7, None, None, None, error="malformed_xml")],
              [raw(8, 1, "D", "d")]]
     for i, rows in enumerate(parts):
         d.write_part(i, pa.Table.from_pylist(rows, schema=RAW_PAGES))
