@@ -363,8 +363,9 @@ class FastTextNeighbours:
     """Nearest fastText neighbours of a word above a cosine threshold, as synonyms.
 
     ``model_or_path``: a gensim FastText model, its KeyedVectors (e.g. ``fasttext_vectors``),
-    or the path of a fastText binary (``save_fasttext``). Out-of-vocabulary words get fastText's n-gram vector. ``pos`` is
-    accepted for the common interface and ignored (fastText has no POS). Stop words get
+    or the path of a fastText binary (``save_fasttext``). Out-of-vocabulary words get
+    fastText's n-gram vector. ``pos`` is accepted for the common interface and ignored
+    (fastText has no POS). Stop words get
     no neighbours and are never neighbours; neighbours with no letter, the word itself
     and its trivial variants (``is_trivial_variant``) are dropped. At most ``topn`` are
     returned, by decreasing cosine then alphabetically. Words are matched as given: the
