@@ -175,9 +175,9 @@ def _read_phrases(file: TextIO) -> List[str]:
 @app.command()
 def encode(
     phrases: Optional[List[str]] = typer.Argument(None, help="phrases to embed"),
-    file: Optional[typer.FileText] = typer.Option(None, "--file", "-f", encoding="utf-8",
+    file: Optional[typer.FileText] = typer.Option(None, "--file", "-f", encoding="utf-8", metavar="FILE",
                                                   help="a UTF-8 text file, one phrase a line; - for standard input"),
-    out: Optional[str] = typer.Option(None, "--out", "-o",
+    out: Optional[str] = typer.Option(None, "--out", "-o", metavar="FILE",
                                       help="the file to write; - or none: standard output"),
     fmt: Optional[Format] = typer.Option(None, "--format",
                                          help="npy, jsonl ({\"phrase\", \"vector\"} a line) or tsv (phrase, then "
