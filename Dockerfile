@@ -9,6 +9,7 @@
 # pool. The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
 # deployment was made, so deploy from the image for runs that land here:
 #   docker run --rm -e PREFECT_API_URL=... pearl-pipeline prefect --no-prompt deploy --all
+# (add -e PEARL_SCHEDULE=on to deploy retrain/weekly's Monday schedule on; it is off by default).
 # Datasets land in /app/data (writable by `pearl`): mount a volume there, or give storage_root
 # an object-store URL, to keep them. The benchmark flow reads $PEARL_BENCHMARKS (mount them).
 # Needs BuildKit (Docker's default builder since 23.0) or buildah, which build only the torch
@@ -21,6 +22,7 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PEARL_PROJECT_DIR=/app \
+    PEARL_SCHEDULE=off \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
     PREFECT_CLI_PROMPT=false
 

@@ -18,6 +18,9 @@ export PEARL_WORK_POOL="${PEARL_WORK_POOL:-local-process}"
 export PEARL_GPU_POOL="${PEARL_GPU_POOL:-gpu}"
 # 1: services.sh starts a local worker on the GPU pool too; 0: a GPU machine runs it.
 export PEARL_GPU_WORKER="${PEARL_GPU_WORKER:-1}"
+# on: `prefect deploy` turns retrain/weekly's Monday schedule on (prefect.yaml reads it);
+# off by default, so that a developer's machine does not train every week.
+export PEARL_SCHEDULE="${PEARL_SCHEDULE:-off}"
 
 export PREFECT_HOME="$PEARL_PROJECT_DIR/.prefect"
 export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"

@@ -4,6 +4,7 @@
 #
 #   bash scripts/run.sh                          # the whole sample dump into data/
 #   bash scripts/run.sh --param max_pages=50     # extra arguments go to `prefect deployment run`
+#   PEARL_SCHEDULE=on bash scripts/run.sh        # deploy retrain/weekly's schedule on (default off)
 #
 # Exits non-zero if the flow run does not complete. The server and worker keep running
 # afterwards (UI at http://127.0.0.1:4200); `bash scripts/services.sh stop` stops them.
@@ -19,6 +20,9 @@ bash scripts/services.sh start
 
 echo "[run] deploying prefect.yaml" >&2
 prefect --no-prompt deploy --all
+# prefect.yaml gives the schedule PEARL_SCHEDULE (scripts/env.sh: off unless set).
+echo "[run] retrain/weekly's schedule (Mondays 03:00 UTC) is $PEARL_SCHEDULE;" \
+    "PEARL_SCHEDULE=on or off before this script sets it" >&2
 
 echo "[run] running build-corpus/wiki" >&2
 exec prefect deployment run build-corpus/wiki --watch "$@"

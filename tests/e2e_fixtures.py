@@ -27,7 +27,9 @@ FAST_SERVICES = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     """One server (UI on), the CPU and GPU process pools with a worker each, prefect.yaml deployed."""
-    s = Stack(tmp_path_factory.mktemp("e2e"), ui=True, pools=(POOL, GPU_POOL), env=FAST_SERVICES)
+    # PEARL_SCHEDULE=on: deployed as in production, with retrain/weekly's schedule on.
+    s = Stack(tmp_path_factory.mktemp("e2e"), ui=True, pools=(POOL, GPU_POOL),
+              env={**FAST_SERVICES, "PEARL_SCHEDULE": "on"})
     try:
         s.start()
         # `prefect deploy` from the repo root reads prefect.yaml (as scripts/run.sh does).
