@@ -6,9 +6,12 @@ split in many files, or a dump plus JSON lines), read in the given order into on
 dataset. Reading is sequential (a bz2 stream cannot be split), so this stage only cuts
 the input into partitions; the CPU-heavy cleaning runs on those partitions in parallel.
 
-mwxml parses each page, but the stream is cut into ``<page>`` blocks here first:
-mwxml's whole-stream iterparse cannot go on after one bad byte or one broken tag, and
-a user with a 20 GB dump wants that page quarantined and the other millions kept.
+mwxml parses each page, but the stream is cut into ``<page>`` blocks here first, by
+their tags (not by line, so any layout of a well-formed export reads): mwxml's
+whole-stream iterparse cannot go on after one bad byte or one broken tag, and a user
+with a 20 GB dump wants that page quarantined and the other millions kept. Nothing is
+skipped: what lies outside any page is quarantined too, and an input that ended early
+is marked so (``check_input_complete`` then fails the run unless that is allowed).
 """
 from __future__ import annotations
 

@@ -389,6 +389,20 @@ def test_unreadable_source_fails_before_any_part(tmp_path, root, name):
     assert not os.path.exists(out.path)
 
 
+def test_an_empty_bz2_is_empty_not_corrupt(tmp_path, root):
+    out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
+    for name, data in (("zero-bytes.xml.bz2", b""), ("empty-stream.xml.bz2", bz2.compress(b""))):
+        src = _write(tmp_path, name, data)
+        with pytest.raises(SourceError, match=r"input is empty.*: " + re.escape(src)):
+            write_raw_pages(src, out)
+
+
+def test_a_dump_without_pages_is_named(tmp_path, root):
+    src = _write(tmp_path, "no-pages.xml", HEADER + FOOTER)
+    with pytest.raises(SourceError, match=re.escape(src) + ": the dump holds no <page>"):
+        write_raw_pages(src, Dataset(root, "raw_pages", "v1", RAW_PAGES))
+
+
 def test_missing_file_and_directory(tmp_path, root):
     out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
     with pytest.raises(SourceError, match="not found"):
