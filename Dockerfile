@@ -7,7 +7,8 @@
 #
 # The worker runs as the unprivileged user `pearl` (uid 1000); PEARL_WORKER_POOL picks another
 # pool. The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
-# deployment was made, so deploy from the image for runs that land here:
+# deployment was made, so deploy from the image for runs that land here (`deploy` stops at
+# train/pearl-gpu while the `gpu` pool does not exist: start the GPU worker first):
 #   docker run --rm -e PREFECT_API_URL=... pearl-pipeline prefect --no-prompt deploy --all
 # (add -e PEARL_SCHEDULE=on to deploy retrain/weekly's Monday schedule on; it is off by default).
 # Datasets land in /app/data (writable by `pearl`): mount a volume there, or give storage_root
@@ -42,8 +43,8 @@ ARG TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
 RUN pip install --no-deps --index-url "$TORCH_CPU_INDEX" "$(grep -E '^torch==' requirements.lock)"
 ENV PEARL_WORKER_POOL=local-process
 
-# GPU: PyPI's torch, the CUDA build, with the CUDA libraries it pins (the host needs only the
-# NVIDIA driver and container toolkit: `docker run --gpus all`).
+# GPU: PyPI's torch, the CUDA 13 build, with the CUDA libraries it pins: the host needs only an
+# NVIDIA driver for CUDA 13 (580 or newer) and the container toolkit (`docker run --gpus all`).
 FROM base AS torch-gpu
 RUN pip install -c requirements.lock "$(grep -E '^torch==' requirements.lock)"
 ENV PEARL_WORKER_POOL=gpu
