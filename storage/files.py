@@ -33,6 +33,15 @@ DEFAULT_CACHE = Path("~/.cache/pearl_model/storage")
 _TMP = ".tmp-"
 
 
+def _relative_file(name: object, fileset: "FileSet") -> str:
+    """A manifest's file name, refused when it would land outside the version directory:
+    manifests on a shared root are input from whoever can write there."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts):
+        raise ValueError(f"{fileset.url}: manifest file name {name!r} is not a relative path inside the version")
+    return name
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -142,7 +151,7 @@ class FileSet(Versioned):
             marker.unlink()  # a different upload of this version: download again
         fs = self.fs
         for entry in manifest["files"]:
-            dest = target / entry["file"]
+            dest = target / _relative_file(entry["file"], self)
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f"{_TMP}{uuid.uuid4().hex}-{dest.name}")
             try:

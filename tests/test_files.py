@@ -143,3 +143,16 @@ def test_default_cache_dir(memory_root, tmp_path, monkeypatch):
     local = f.local_copy()
     assert local == tmp_path / "home" / ".cache" / "pearl_model" / "storage" / "m" / f.version
     assert (local / "config.json").read_text() == '{"dim": 8}'
+
+
+@pytest.mark.parametrize("bad", ["../../escaped.txt", "/tmp/abs.txt", "sub/../../x", "a//b", ""])
+def test_local_copy_never_writes_outside_its_cache(memory_root, tmp_path, bad):
+    f = plan_fileset(memory_root, "m", "t-1", PARAMS, INPUTS)
+    upload(f, model_dir(tmp_path))
+    manifest = f.manifest()
+    manifest["files"][0]["file"] = bad  # a tampered manifest on a shared root
+    f.fs.pipe_file(f"{f.path}/_manifest.json", json.dumps(manifest).encode())
+    cache = tmp_path / "deep" / "cache"
+    with pytest.raises(ValueError, match="is not a relative path inside the version"):
+        f.local_copy(cache_dir=cache)
+    assert not (tmp_path / "deep" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
