@@ -3,6 +3,7 @@ flow on it names its dashboard in the flow run's log and a `dask-dashboard` link
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import psutil
 import pytest
@@ -27,12 +28,15 @@ def test_local_cluster_listens_on_loopback_only(monkeypatch):
     before, others = listening([me]), {p.pid for p in me.children(recursive=True)}
     with dask_task_runner(n_workers=1) as runner:
         link = runner.client.dashboard_link  # starts the cluster as a flow run does
+        page = urllib.request.urlopen(link, timeout=30).read().decode()
         workers = [p for p in me.children(recursive=True) if p.pid not in others]
         opened = (listening([me]) - before) | listening(workers)
     assert workers, "the local cluster started no worker process"
     assert len(opened) >= 3, opened  # scheduler, dashboard, worker (and its nanny)
     assert {ip for ip, _ in opened} == {"127.0.0.1"}, opened
     assert link.startswith("http://127.0.0.1:")
+    # The dashboard draws its pages with bokeh; without it /status is one line asking for it.
+    assert "bokeh>=" not in page and "Dask needs" not in page, page[:300]
 
 
 def test_dashboard_address_is_an_explicit_switch(monkeypatch):
