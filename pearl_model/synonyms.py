@@ -39,7 +39,8 @@ from typing import Iterable, Protocol, Sequence
 __all__ = [
     "DEFAULT_WORDNET_DIR", "LEXNAMES", "WordNetNotFoundError", "WordNetSynonyms", "SynonymSource",
     "wordnet_dir", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
-    "load_fasttext", "fasttext_vectors", "FastTextNeighbours", "is_trivial_variant", "REPLACEABLE_POS",
+    "load_fasttext", "fasttext_vectors", "FastTextNeighbours", "is_trivial_variant", "edit_similarity",
+    "REPLACEABLE_POS",
 ]
 
 DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
@@ -349,6 +350,13 @@ def _core(word: str) -> str:
     return _NON_ALNUM.sub("", word.casefold())
 
 
+def edit_similarity(a: str, b: str) -> float:
+    """rapidfuzz's normalised Indel similarity of the casefolded words (``fuzz.ratio / 100``,
+    the measure the hard negatives use): 1.0 equal, 0.0 nothing in common."""
+    from rapidfuzz.distance import Indel
+    return Indel.normalized_similarity(a.casefold(), b.casefold())
+
+
 def is_trivial_variant(a: str, b: str) -> bool:
     """True when a and b differ only by case, punctuation/underscores/hyphens/spaces, or
     a plural ending: after casefolding and removing every non-alphanumeric character,
@@ -370,14 +378,20 @@ class FastTextNeighbours:
     and its trivial variants (``is_trivial_variant``) are dropped. At most ``topn`` are
     returned, by decreasing cosine then alphabetically. Words are matched as given: the
     caller lowercases like the training corpus did.
+
+    ``max_edit_similarity``: neighbours spelt at least this much like the word
+    (``edit_similarity``) are dropped. A fastText model trained on a small corpus ranks
+    spelling neighbours first ("existing" -> "exiting", "recipe" -> "recife"), and those
+    mostly mean something else. None keeps them.
     """
 
-    def __init__(self, model_or_path, threshold: float = 0.7, topn: int = 10):
+    def __init__(self, model_or_path, threshold: float = 0.7, topn: int = 10,
+                 max_edit_similarity: float | None = None):
         model = model_or_path
         if isinstance(model, (str, os.PathLike)):
             model = load_fasttext(model)
         self.wv = getattr(model, "wv", model)
-        self.threshold, self.topn = threshold, topn
+        self.threshold, self.topn, self.max_edit_similarity = threshold, topn, max_edit_similarity
 
     def synonyms(self, word: str, pos: str | None = None) -> list[str]:
         if not word.strip() or _is_stop(word) or not any(c.isalpha() for c in word):
@@ -388,5 +402,6 @@ class FastTextNeighbours:
             return []
         pool.sort(key=lambda wc: (-wc[1], wc[0]))
         out = [w for w, c in pool if c >= self.threshold and any(ch.isalpha() for ch in w)
-               and not _is_stop(w) and not is_trivial_variant(word, w)]
+               and not _is_stop(w) and not is_trivial_variant(word, w)
+               and (self.max_edit_similarity is None or edit_similarity(word, w) < self.max_edit_similarity)]
         return out[: self.topn]

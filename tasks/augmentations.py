@@ -2,15 +2,22 @@
 
 One task per phrases part. For every phrase, positives of the kinds that cannot be made
 on the fly during training:
-  wordnet     one token replaced by a WordNet synonym of its part of speech;
+  wordnet     one token replaced by a WordNet synonym of its part of speech, from the
+              word's first `wordnet_max_senses` senses (sense order: most frequent first);
   fasttext    one token replaced by a fastText neighbour (cosine >= a threshold) from the
-              model trained on this corpus;
+              model trained on this corpus, not spelt like the word
+              (`fasttext_max_edit_similarity`);
   alias       other names of the article the phrase names (the phrase equals its title
-              or one of its aliases, ignoring case): its title, redirects and link anchors,
-              most frequent first;
+              or one of its trusted aliases, ignoring case): its title, redirects and the
+              link anchors that are frequent and unambiguous (`alias_min_anchor_count`,
+              `alias_min_anchor_share`), most frequent first; `source` says which;
   paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given.
+`min_cosine` (kind -> threshold) keeps a token-replacement positive only when the backbone
+(E5) puts it at least that close to its phrase: the phrase-level check that the word was
+replaced in the sense the phrase uses. Only the kinds in `kinds` are written.
 Character edits and token swaps are drawn on the fly by the training loop instead.
 Parts of speech come from spaCy's tagger on the phrase itself (no sentence context).
+Measured precision per kind: benchmarks/positives_precision.py, README "Positives".
 """
 from __future__ import annotations
 
@@ -29,29 +36,56 @@ from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
-CODE_VERSION = "augmentations-2"  # -2: fastText read from Parquet + .npy, not a pickled model
+# -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor filters
+CODE_VERSION = "augmentations-3"
 KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
 
 
-def alias_positives(keys: set[str], aliases: Dataset, limit: int) -> dict[str, list[tuple[str, str]]]:
-    """Other names of the articles these phrase keys name: key -> [(name, source)], by count."""
+def anchor_totals(aliases: Dataset, anchors: set[str]) -> Counter:
+    """How often each anchor text links anywhere (all its targets summed)."""
+    if not anchors:
+        return Counter()
+    t = aliases.read(columns=["alias", "count"],
+                     filter=(pads.field("source") == "anchor") & pads.field("alias").isin(sorted(anchors)))
+    totals = Counter()
+    for alias, n in zip(t["alias"].to_pylist(), t["count"].to_pylist()):
+        totals[alias] += n
+    return totals
+
+
+def alias_positives(keys: set[str], aliases: Dataset, limit: int, min_anchor_count: int = 1,
+                    min_anchor_share: float = 0.0) -> dict[str, list[tuple[str, str]]]:
+    """Other names of the articles these phrase keys name: key -> [(name, source)], by count.
+
+    Redirects and titles are names of their article. A link anchor is one only when it links
+    to that article at least `min_anchor_count` times and in at least `min_anchor_share` of
+    all its links ("Trenton" mostly links to the city, not to the Battle of Trenton; a
+    one-off anchor is often a shortened mention, "Islamic" for Islamic philosophy). An
+    untrusted anchor neither names its article for a phrase nor becomes a positive.
+    """
     if not keys:
         return {}
     lowered = sorted({k.lower() for k in keys})
     hits = aliases.read(columns=["alias", "title"], filter=pc.utf8_lower(pads.field("alias")).isin(lowered)
                         | pc.utf8_lower(pads.field("title")).isin(lowered))
-    named: dict[str, set[str]] = defaultdict(set)  # phrase key -> titles it names
-    for alias, title in zip(hits["alias"].to_pylist(), hits["title"].to_pylist()):
-        for name in (alias, title):
-            if phrase_key(name) in keys:  # casefold check; utf8_lower only narrowed the scan
-                named[phrase_key(name)].add(title)
-    titles = sorted({t for ts in named.values() for t in ts})
+    titles = sorted({t for a, t in zip(hits["alias"].to_pylist(), hits["title"].to_pylist())
+                     if phrase_key(a) in keys or phrase_key(t) in keys})  # casefold; utf8_lower only narrowed
     if not titles:
         return {}
     names = aliases.read(columns=["alias", "title", "source", "count"], filter=pads.field("title").isin(titles))
+    rows = list(zip(*(names[c].to_pylist() for c in ("alias", "title", "source", "count"))))
+    filtering = min_anchor_count > 1 or min_anchor_share > 0
+    totals = anchor_totals(aliases, {a for a, _, s, _ in rows if s == "anchor"}) if filtering else Counter()
+    named: dict[str, set[str]] = defaultdict(set)  # phrase key -> titles it names
     by_title: dict[str, Counter] = defaultdict(Counter)
     source: dict[tuple[str, str], str] = {}
-    for alias, title, src, n in zip(*(names[c].to_pylist() for c in ("alias", "title", "source", "count"))):
+    for alias, title, src, n in rows:
+        if phrase_key(title) in keys:
+            named[phrase_key(title)].add(title)
+        if src == "anchor" and filtering and (n < min_anchor_count or n < min_anchor_share * totals[alias]):
+            continue
+        if phrase_key(alias) in keys:
+            named[phrase_key(alias)].add(title)
         by_title[title][alias] += n
         source.setdefault((title, alias), src)
     out = {}
@@ -76,14 +110,21 @@ def _tagger(model: str):
 
 
 @lru_cache(maxsize=1)
-def _wordnet():
+def _wordnet(max_senses: int | None = None):
     from pearl_model.synonyms import WordNetSynonyms
 
-    return WordNetSynonyms()
+    return WordNetSynonyms(max_senses=max_senses)
 
 
 @lru_cache(maxsize=1)
-def _fasttext(vectors: Dataset, threshold: float):
+def _encoder(backbone: str, cache_dir: str | None):
+    from pearl_model.encoder import PhraseEncoder
+
+    return PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir)
+
+
+@lru_cache(maxsize=1)
+def _fasttext(vectors: Dataset, threshold: float, max_edit_similarity: float | None = None):
     """The fastText neighbours of a word_vectors version (once per worker process), from its
     Parquet parts and n-gram vectors: the .npy memory-mapped where it lies on a local root,
     read into memory from a remote one. Nothing is copied to a temporary directory, nothing
@@ -109,7 +150,7 @@ def _fasttext(vectors: Dataset, threshold: float):
     t = vectors.read(columns=["word", "vector"])
     flat = pc.list_flatten(t["vector"]).to_numpy()
     kv = fasttext_vectors(t["word"].to_pylist(), flat, ngrams, min_n=ft["min_n"], max_n=ft["max_n"])
-    return FastTextNeighbours(kv, threshold=threshold)
+    return FastTextNeighbours(kv, threshold=threshold, max_edit_similarity=max_edit_similarity)
 
 
 @lru_cache(maxsize=1)
@@ -132,19 +173,51 @@ def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> 
     return out
 
 
+POOL = 3  # candidates per kept positive when the backbone filters them
+
+
+def keep_close(variants: dict[str, dict[str, list[str]]], encode, min_cosine: dict[str, float],
+               limit: int, stats: Counter) -> dict[str, dict[str, list[str]]]:
+    """Variants at cosine >= min_cosine[kind] from their phrase (`encode`: texts -> unit
+    vectors), in their order, at most `limit` per phrase and kind; kinds without a
+    threshold are only cut to `limit`. `stats` counts what the threshold dropped."""
+    texts = sorted({t for phrase, by in variants.items() for k, vs in by.items() if k in min_cosine
+                    for t in (phrase, *vs)})
+    vec = dict(zip(texts, encode(texts))) if texts else {}
+    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for phrase, by in variants.items():
+        for kind, vs in by.items():
+            if kind in min_cosine:
+                kept = [v for v in vs if float(vec[phrase] @ vec[v]) >= min_cosine[kind]]
+                stats[f"{kind}_dropped_below_min_cosine"] += len(vs) - len(kept)
+                vs = kept
+            if vs[:limit]:
+                out[phrase][kind] = vs[:limit]
+    return out
+
+
 def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, params: dict) -> tuple[pa.Table, dict]:
     table = phrases.read_part(index, columns=["phrase", "phrase_key"]) if phrases.has_part(index) else \
         pa.table({"phrase": pa.array([], pa.string()), "phrase_key": pa.array([], pa.string())})
     texts, keys = table["phrase"].to_pylist(), table["phrase_key"].to_pylist()
-    limit = params["max_per_kind"]
-    sources = {"wordnet": _wordnet(), "fasttext": _fasttext(vectors, params["fasttext_threshold"])}
-    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit)
-    alias = alias_positives(set(keys), aliases, limit)
+    limit, kinds, stats = params["max_per_kind"], params.get("kinds", KINDS), Counter(phrases_in=len(texts))
+    min_cosine = {k: c for k, c in (params.get("min_cosine") or {}).items() if c is not None and k in kinds}
+    sources = {}
+    if "wordnet" in kinds:
+        sources["wordnet"] = _wordnet(params.get("wordnet_max_senses"))
+    if "fasttext" in kinds:
+        sources["fasttext"] = _fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
+    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit * POOL if min_cosine else limit)
+    if min_cosine:
+        syn = keep_close(syn, lambda t: _encoder(params["backbone"], params.get("cache_dir")).encode(t, normalize=True),
+                         min_cosine, limit, stats)
+    alias = alias_positives(set(keys), aliases, limit, params.get("alias_min_anchor_count", 1),
+                            params.get("alias_min_anchor_share", 0.0)) if "alias" in kinds else {}
     para = {}
-    if params.get("paraphrase_options"):
+    if params.get("paraphrase_options") and "paraphrase" in kinds:
         para = dict(zip(texts, _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
                         .paraphrases(texts)))
-    rows, stats = [], Counter(phrases_in=len(texts))
+    rows = []
     for text, key in zip(texts, keys):
         found = {"wordnet": [(p, "wordnet-3.0") for p in syn.get(text, {}).get("wordnet", [])],
                  "fasttext": [(p, f"fasttext:{vectors.version}") for p in syn.get(text, {}).get("fasttext", [])],
@@ -171,7 +244,22 @@ def write_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset,
     return {"part": index, "reused": False, **stats}
 
 
+def check_params(params: dict) -> None:
+    """Refuse filter settings that cannot work before any part is augmented."""
+    unknown = set(params.get("kinds", KINDS)) - set(KINDS)
+    if unknown or not params.get("kinds", KINDS):
+        raise ValueError(f"positive_kinds must be a non-empty subset of {list(KINDS)}, got {params.get('kinds')}")
+    for kind, c in (params.get("min_cosine") or {}).items():
+        if c is not None and not -1 <= c <= 1:
+            raise ValueError(f"{kind}_min_cosine must be a cosine in [-1, 1], got {c}")
+    if not 0 <= params.get("alias_min_anchor_share", 0.0) <= 1:
+        raise ValueError(f"alias_min_anchor_share must be in [0, 1], got {params['alias_min_anchor_share']}")
+    if params.get("wordnet_max_senses") is not None and params["wordnet_max_senses"] < 1:
+        raise ValueError(f"wordnet_max_senses must be >= 1 or none, got {params['wordnet_max_senses']}")
+
+
 def plan_augmentations(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> Dataset:
+    check_params(params)
     inputs = {"phrases": phrases.version, "aliases": aliases.version, "word_vectors": vectors.version}
     return Dataset(phrases.root, "augmentations", dataset_version("augmentations", CODE_VERSION, params, inputs),
                    AUGMENTATIONS)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import os
 import pickle
 import shutil
@@ -194,3 +195,83 @@ def test_word_vectors_without_ngrams_are_refused(stores):
     old.commit(code_version="word-vectors-1", params={}, inputs={})
     with pytest.raises(ValueError, match="no fastText n-gram vectors.*rebuild"):
         aug._fasttext.__wrapped__(old, 0.7)
+
+
+def trenton_aliases(root: str) -> Dataset:
+    d = Dataset(root, "aliases", "trenton", ALIASES)
+    rows = [("Trenton", "Trenton, New Jersey", "anchor", 9),
+            ("Trenton", "Battle of Trenton", "anchor", 2),  # ambiguous: 2 of the anchor's 11 links
+            ("Battle at Trenton", "Battle of Trenton", "redirect", 1),
+            ("Islamic", "Islamic philosophy", "anchor", 1),  # a one-off shortened mention
+            ("Falsafa", "Islamic philosophy", "redirect", 1),
+            ("Islamic thought", "Islamic philosophy", "anchor", 4)]
+    d.write_part(0, pa.Table.from_pylist([{"alias": a, "title": t, "source": s, "count": n} for a, t, s, n in rows],
+                                         schema=ALIASES))
+    d.commit(code_version="t", params={}, inputs={})
+    return d
+
+
+def test_ambiguous_and_rare_anchors_are_not_names(tmp_path):
+    aliases = trenton_aliases(str(tmp_path))
+    keys = {"trenton", "battle of trenton", "islamic philosophy", "islamic"}
+    everything = aug.alias_positives(keys, aliases, limit=5)
+    assert ("Trenton", "anchor") in everything["battle of trenton"] and "islamic" in everything
+    got = aug.alias_positives(keys, aliases, limit=5, min_anchor_count=2, min_anchor_share=0.5)
+    assert got["battle of trenton"] == [("Battle at Trenton", "redirect")]  # the redirect kept, the anchor not
+    assert got["trenton"] == [("Trenton, New Jersey", "title")]  # not the battle: few of its links go there
+    assert got["islamic philosophy"] == [("Islamic thought", "anchor"), ("Falsafa", "redirect")]
+    assert "islamic" not in got  # its only link is a one-off: it names nothing
+
+
+def unit(*xs: float) -> np.ndarray:
+    v = np.array(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_backbone_cosine_keeps_close_variants_only():
+    space = {"the existing law": unit(1, 0, 0), "the exiting law": unit(0.2, 1, 0), "the current law": unit(1, 0.1, 0),
+             "the present law": unit(1, 0.2, 0), "the old law": unit(1, 0, 0.1), "the ancient law": unit(0, 0, 1)}
+    variants = {"the existing law": {"fasttext": ["the exiting law", "the current law", "the present law"],
+                                     "wordnet": ["the old law", "the ancient law"]}}
+    stats = Counter()
+    got = aug.keep_close(variants, lambda texts: np.stack([space[t] for t in texts]), {"fasttext": 0.9}, 1, stats)
+    # the spelling neighbour is far by the backbone: dropped; wordnet has no threshold: only cut to the limit
+    assert got == {"the existing law": {"fasttext": ["the current law"], "wordnet": ["the old law"]}}
+    assert stats["fasttext_dropped_below_min_cosine"] == 1
+    got = aug.keep_close(variants, lambda texts: np.stack([space[t] for t in texts]), {"wordnet": 0.9}, 3, stats)
+    assert got["the existing law"]["wordnet"] == ["the old law"]
+
+
+class FakeEncoder:
+    """Unit vectors that put every text close to one another except those containing `far`."""
+
+    def __init__(self, far: str):
+        self.far = far
+
+    def encode(self, texts, normalize=True):
+        return np.stack([unit(0, 1) if self.far in t else unit(1, 0.05 * len(t)) for t in texts])
+
+
+def test_part_with_filters_and_kinds(stores, monkeypatch):
+    root, phrases, aliases, vectors = stores
+    monkeypatch.setattr(aug, "_encoder", lambda backbone, cache_dir: FakeEncoder("automobile"))
+    params = {**PARAMS, "min_cosine": {"wordnet": 0.9}, "backbone": "fake", "wordnet_max_senses": 1,
+              "kinds": ["wordnet", "alias"]}
+    table, stats = aug.augment_part(phrases, 0, aliases, vectors, params)
+    rows = table.to_pylist()
+    assert {r["kind"] for r in rows} == {"wordnet", "alias"}  # fasttext not asked for
+    wordnet = [r["positive"] for r in rows if r["phrase"] == "the old car" and r["kind"] == "wordnet"]
+    assert wordnet and "the old automobile" not in wordnet  # far by the (fake) backbone
+    assert stats["wordnet_dropped_below_min_cosine"] >= 1
+    plain, _ = aug.augment_part(phrases, 0, aliases, vectors, {**PARAMS, "kinds": ["wordnet"]})
+    assert "the old automobile" in plain["positive"].to_pylist()
+
+
+@pytest.mark.parametrize("bad, names", [
+    ({"kinds": ["wordnet", "synonyms"]}, "positive_kinds"), ({"kinds": []}, "positive_kinds"),
+    ({"min_cosine": {"fasttext": 1.5}}, "fasttext_min_cosine"),
+    ({"alias_min_anchor_share": -0.1}, "alias_min_anchor_share"), ({"wordnet_max_senses": 0}, "wordnet_max_senses")])
+def test_filter_settings_that_cannot_work_are_refused(stores, bad, names):
+    _, phrases, aliases, vectors = stores
+    with pytest.raises(ValueError, match=names):
+        aug.plan_augmentations(phrases, aliases, vectors, {**PARAMS, **bad})

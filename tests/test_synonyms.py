@@ -280,3 +280,20 @@ def test_fasttext_source_in_phrase_variants(ft):
     toks = [("the", "DET", True), ("red", "ADJ", False), ("car", "NOUN", False)]
     out = phrase_synonym_variants(toks, FastTextNeighbours(ft), 3)
     assert "the red automobile" in out and all(v.startswith("the ") for v in out)
+
+
+def test_spelling_neighbours_dropped():
+    """A neighbour spelt like the word ("existing" -> "exiting") is dropped with max_edit_similarity."""
+    from gensim.models import KeyedVectors
+
+    from pearl_model.synonyms import edit_similarity
+    words = ["existing", "exiting", "existent", "current", "present"]
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=16)
+    kv = KeyedVectors(16)
+    kv.add_vectors(words, np.stack([base + 0.01 * rng.normal(size=16) for _ in words]))
+    assert edit_similarity("existing", "Exiting") == pytest.approx(14 / 15)
+    assert sorted(FastTextNeighbours(kv, threshold=0.9).synonyms("existing")) == ["current", "existent", "exiting",
+                                                                                  "present"]
+    assert sorted(FastTextNeighbours(kv, threshold=0.9, max_edit_similarity=0.7).synonyms("existing")) == [
+        "current", "present"]
