@@ -44,7 +44,7 @@ def read_training_set(path: Path) -> tuple[list[T.Example], list[T.Example]]:
     rows = [r for f in files for r in pq.read_table(f, columns=["phrase", "label_id", "positives", "negatives",
                                                                   "split"]).to_pylist()]
     return (T.examples_from_rows(r for r in rows if r["split"] == "train"),
-            T.examples_from_rows(r for r in rows if r["split"] != "train"))
+            T.examples_from_rows(r for r in rows if r["split"] == "validation"))
 
 
 def sync(device: torch.device) -> None:

@@ -49,6 +49,7 @@ def retrain(
     eval_seeds: list[int] = [0, 1, 2],
     average_tolerance: float = 0.5,
     dataset_tolerance: float = 3.0,
+    alias_tolerance: Optional[float] = None,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
@@ -69,6 +70,8 @@ def retrain(
         average_tolerance: promote only if the benchmark average is not lower than the current
             model's by more than this many points (x100 scores).
         dataset_tolerance: ... and no dataset drops by more than this many points.
+        alias_tolerance: an extra check when given: the candidate's top-1 on the corpus's held-out
+            aliases must not drop in training (exported vs before) by more than this many points.
         dask_address: an existing Dask scheduler for the corpus and the evaluation; none starts
             a local cluster.
         dask_workers: workers of the local cluster.
@@ -103,7 +106,8 @@ def retrain(
                                   dask_address=dask_address, dask_workers=dask_workers)
 
         stage.at("promotion-gate")
-        decision = gate_task(storage_root, candidate, current, evaluation, average_tolerance, dataset_tolerance)
+        decision = gate_task(storage_root, candidate, current, evaluation, average_tolerance, dataset_tolerance,
+                             alias_tolerance)
     return {"corpus": built["versions"], "model": version, "current_before": current and current["version"],
             "evaluation": evaluation and evaluation["version"], **decision}
 

@@ -40,12 +40,15 @@ def train(
     lr_decay: float = 0.98,
     lr_decay_every: int = 2000,
     temperature: float = 0.07,
-    type_loss_weight: float = 1.0,
+    type_loss_weight: Annotated[float, Field(ge=0)] = 1.0,
+    positive_kinds: Optional[Annotated[list[str], Field(min_length=1)]] = None,
     max_steps: Optional[int] = None,
-    average_weight: float = 0.5,
+    average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
     seed: int = 0,
     device: str = "auto",
     checkpoint_every: int = 500,
+    alias_holdout_pairs: Annotated[int, Field(ge=0)] = 2000,
+    alias_holdout_titles: Annotated[int, Field(ge=0)] = 10_000,
     evaluate_model: bool = True,
     benchmark_datasets: Optional[list[str]] = None,
     benchmark_dir: Optional[str] = None,
@@ -64,12 +67,17 @@ def train(
         char_proj_dim: the character vector's projection (paper: 96 for small).
         epochs / batch_size / hard_negatives / lr / lr_decay / lr_decay_every / temperature:
             the paper's 2, 512, 2, 3e-5, 0.98, 2000, 0.07.
-        type_loss_weight: weight of the 95-type cross entropy beside InfoNCE.
+        type_loss_weight: weight of the 95-type cross entropy beside InfoNCE (>= 0; 0: off).
+        positive_kinds: the positive kinds drawn (char, swap_tokens, wordnet, fasttext, alias,
+            paraphrase); none: all. An empty list, or a kind no training phrase has, is refused.
         max_steps: stop after this many steps (tiny runs).
-        average_weight: the fine-tuned backbone's share in the averaged weights (paper: 0.5).
+        average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         seed: data order, augmentation draws and new layers' init.
         device: auto (CUDA when present), cpu, cuda or cuda:N.
         checkpoint_every: steps between checkpoints.
+        alias_holdout_pairs / alias_holdout_titles: the training set's held-out aliases scored as
+            alias -> title retrieval (before training, after each epoch, exported), at most this
+            many aliases among at most this many titles (theirs + distractors); 0 pairs: not scored.
         evaluate_model: score the model and the backbone on the benchmark afterwards.
         benchmark_datasets: a subset of the benchmark (none: all 9).
         benchmark_dir: the benchmark files (default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS).
@@ -85,9 +93,13 @@ def train(
     params = {"backbone": backbone, "char_proj_dim": char_proj_dim, "epochs": epochs, "batch_size": batch_size,
               "hard_negatives": hard_negatives, "lr": lr, "lr_decay": lr_decay, "lr_decay_every": lr_decay_every,
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
-              "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every}
+              "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
+              **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
-    train_model_task(training_set, char["fileset"], model, {**params, "device": device, "cache_dir": cache_dir})
+    # The retrieval caps change what is measured, not the weights: not part of the model version.
+    train_model_task(training_set, char["fileset"], model, {**params, "device": device, "cache_dir": cache_dir,
+                                                            "alias_holdout_pairs": alias_holdout_pairs,
+                                                            "alias_holdout_titles": alias_holdout_titles})
     report = training_report_task(model)
     if not evaluate_model:
         return {"model": report}

@@ -11,6 +11,11 @@ Positives: per anchor and step one *kind* is drawn uniformly among those that ap
 (when the phrase has two tokens), and each cached kind the training set holds for it
 (wordnet, fasttext, alias, paraphrase); then one text of that kind. Character operators
 count as one kind so that typos do not crowd out the semantic positives four to one.
+``positive_kinds`` restricts the draw to some kinds (an ablation leaves one out).
+
+Validation, before training and after each epoch: the loss terms on the validation phrases
+and, given an :class:`AliasRetrieval` (aliases held out of training), alias -> title
+retrieval among the candidate titles with the model's ``encode()``: top-1 and MRR.
 
 Reproducible: batch i of epoch e is a pure function of (seed, e, i) (its own RNG), the
 model's dropout draws from the global torch RNG, which checkpoints save, so a run resumed
@@ -72,16 +77,22 @@ class TrainConfig:
     bucket_window: int = 50          # length-sort anchors within windows of this many batches
     num_workers: int | None = None   # DataLoader workers; None: 4 on CUDA, 0 on CPU
     max_length: int | None = None    # token cap (None: the backbone's)
+    positive_kinds: tuple[str, ...] | None = None  # kinds drawn (None: every kind that applies)
 
     def check(self) -> None:
-        if self.batch_size < 2:
-            raise ValueError("batch_size must be >= 2 (InfoNCE needs in-batch negatives)")
-        if self.epochs < 1 or self.hard_negatives < 0 or self.lr_decay_every < 1 or self.log_every < 1:
-            raise ValueError("need epochs >= 1, hard_negatives >= 0, lr_decay_every >= 1, log_every >= 1")
-        if not (self.lr > 0 and self.temperature > 0 and 0 < self.lr_decay <= 1 and self.type_loss_weight >= 0):
-            raise ValueError("need lr > 0, temperature > 0, 0 < lr_decay <= 1, type_loss_weight >= 0")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1 or None")
+        """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
+        rules = [("batch_size", self.batch_size >= 2, ">= 2 (InfoNCE needs in-batch negatives)"),
+                 ("epochs", self.epochs >= 1, ">= 1"), ("hard_negatives", self.hard_negatives >= 0, ">= 0"),
+                 ("lr_decay_every", self.lr_decay_every >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
+                 ("lr", self.lr > 0, "> 0"), ("temperature", self.temperature > 0, "> 0"),
+                 ("lr_decay", 0 < self.lr_decay <= 1, "in (0, 1]"),
+                 ("type_loss_weight", self.type_loss_weight >= 0, ">= 0 (0 switches the type loss off)"),
+                 ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None")]
+        for name, ok, rule in rules:
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+        if self.positive_kinds is not None and not self.positive_kinds:
+            raise ValueError("positive_kinds is empty: no positive kind left to draw (None draws every kind)")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -124,9 +135,23 @@ def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None) -> l
     return out
 
 
-def positive_kinds(ex: Example) -> list[str]:
-    kinds = [k for k in ("char", "swap_tokens") if _on_the_fly_applies(ex.phrase, k)]
-    return kinds + sorted(ex.cached)
+ON_THE_FLY_KINDS = ("char", "swap_tokens")
+
+
+def positive_kinds(ex: Example, allowed: Sequence[str] | None = None) -> list[str]:
+    kinds = [k for k in ON_THE_FLY_KINDS if _on_the_fly_applies(ex.phrase, k)] + sorted(ex.cached)
+    return kinds if allowed is None else [k for k in kinds if k in allowed]
+
+
+def check_positive_kinds(allowed: Sequence[str] | None, examples: Sequence[Example]) -> None:
+    """A kind no training phrase has is a typo or a kind the corpus lacks: refused, not ignored."""
+    if allowed is None:
+        return
+    present = set(ON_THE_FLY_KINDS) | {k for e in examples for k in e.cached}
+    unknown = sorted(set(allowed) - present)
+    if unknown:
+        raise ValueError(f"positive_kinds names {unknown}, which no training phrase has; "
+                         f"kinds present: {sorted(present)}")
 
 
 def _on_the_fly_applies(phrase: str, kind: str) -> bool:
@@ -135,9 +160,9 @@ def _on_the_fly_applies(phrase: str, kind: str) -> bool:
     return can_change(phrase, kind)
 
 
-def draw_positive(ex: Example, rng: random.Random) -> tuple[str, str]:
-    """(kind, text): one kind uniformly among those that apply, then one of its texts."""
-    kinds = positive_kinds(ex)
+def draw_positive(ex: Example, rng: random.Random, allowed: Sequence[str] | None = None) -> tuple[str, str]:
+    """(kind, text): one kind uniformly among those that apply (and are allowed), then one of its texts."""
+    kinds = positive_kinds(ex, allowed)
     if not kinds:
         return "identity", ex.phrase
     kind = rng.choice(kinds)
@@ -172,9 +197,9 @@ class StepBatches(torch.utils.data.Dataset):
     """Map-style: item i is the whole tokenised batch i of one epoch (collated in the worker)."""
 
     def __init__(self, examples: Sequence[Example], plan: list[np.ndarray], batcher, seed: int, epoch: int,
-                 hard_negatives: int):
+                 hard_negatives: int, kinds: Sequence[str] | None = None):
         self.examples, self.plan, self.batcher = examples, plan, batcher
-        self.seed, self.epoch, self.k = seed, epoch, hard_negatives
+        self.seed, self.epoch, self.k, self.kinds = seed, epoch, hard_negatives, kinds
 
     def __len__(self) -> int:
         return len(self.plan)
@@ -185,7 +210,7 @@ class StepBatches(torch.utils.data.Dataset):
         anchors = [e.phrase for e in exs]
         positives, kinds = [], []
         for e in exs:
-            kind, text = draw_positive(e, rng)
+            kind, text = draw_positive(e, rng, self.kinds)
             positives.append(text)
             kinds.append(kind)
         negatives = []
@@ -219,6 +244,29 @@ def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tenso
     return nce + type_loss_weight * ce, parts
 
 
+@dataclass(frozen=True)
+class AliasRetrieval:
+    """Held-out aliases, each to be found among ``titles``: ``gold[i]`` indexes alias i's title."""
+    aliases: tuple[str, ...]
+    titles: tuple[str, ...]
+    gold: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.aliases) != len(self.gold) or not all(0 <= g < len(self.titles) for g in self.gold):
+            raise ValueError("every alias needs the index of its title among the titles")
+
+
+def alias_retrieval(encode: Callable[[list[str]], np.ndarray], task: AliasRetrieval) -> dict[str, float]:
+    """Top-1 accuracy and MRR of alias -> title by cosine (``encode`` returns unit vectors)."""
+    if not task.aliases:
+        return {}
+    a, t = encode(list(task.aliases)), encode(list(task.titles))
+    sims = a @ t.T
+    gold = np.asarray(task.gold)
+    rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(axis=1)  # titles strictly closer than gold
+    return {"alias_top1": float(np.mean(rank == 0)), "alias_mrr": float(np.mean(1.0 / (rank + 1)))}
+
+
 def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * cfg.lr_decay ** (step // cfg.lr_decay_every)
 
@@ -245,7 +293,7 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
-                    history: list[dict], cfg: TrainConfig, keep: int = 2) -> Path:
+                    history: list[dict], cfg: TrainConfig, keep: int = 2, validation: list[dict] = ()) -> Path:
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -263,7 +311,8 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.op
         rng.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
     save_file(rng, str(tmp / "rng.safetensors"))
     (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step, "config": asdict(cfg),
-                                                "optimizer": opt_meta, "history": history}))
+                                                "optimizer": opt_meta, "history": history,
+                                                "validation": list(validation)}))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -283,7 +332,9 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
     return path if (path / "state.json").is_file() else None
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> tuple[int, list[dict]]:
+def load_checkpoint(path: str | Path, model: torch.nn.Module,
+                    opt: torch.optim.Optimizer) -> tuple[int, list[dict], list[dict]]:
+    """Restore model, optimiser and RNG states; returns (step, history, validation records so far)."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -298,7 +349,7 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, opt: torch.optim.O
     cuda_states = [rng[k] for k in sorted(k for k in rng if k.startswith("cuda."))]
     if cuda_states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda_states[:torch.cuda.device_count()])
-    return int(state["step"]), list(state["history"])
+    return int(state["step"]), list(state["history"]), list(state.get("validation", []))
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
@@ -313,7 +364,7 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
 class TrainResult:
     steps: int
     history: list[dict]            # one record per log interval
-    validation: list[dict]         # before training (step 0, unless resumed), then after each epoch
+    validation: list[dict]         # before training (step 0), then after each epoch (a resumed run's included)
     resumed_from: int | None
     seconds: float                 # wall time, validation included
     anchors_per_s: float           # over the training steps (checkpoint writes included, validation not)
@@ -354,14 +405,18 @@ def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int)
 
 
 def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: Sequence[Example] = (),
-          checkpoint_dir: str | Path | None = None, resume: bool = True,
+          retrieval: AliasRetrieval | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
           on_log: Callable[[dict], None] | None = None) -> TrainResult:
-    """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place."""
+    """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place.
+
+    At the validation points the records get the validation loss terms (``validation``) and
+    the held-out alias retrieval scores (``retrieval``: ``val_alias_top1``, ``val_alias_mrr``)."""
     cfg.check()
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
     if len(examples) < 2:
         raise ValueError(f"need at least 2 training phrases, got {len(examples)}")
+    check_positive_kinds(cfg.positive_kinds, examples)
     device = resolve_device(cfg.device)
     batcher = model.batcher
     if cfg.max_length is not None:
@@ -376,10 +431,10 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     if cfg.max_steps is not None:
         total = min(total, cfg.max_steps)
 
-    step, history, resumed_from = 0, [], None
+    step, history, validation_records, resumed_from = 0, [], [], None
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
-        step, history = load_checkpoint(ckpt, model, opt)
+        step, history, validation_records = load_checkpoint(ckpt, model, opt)
         resumed_from = step
         log.info("resumed from %s (step %d of %d)", ckpt, step, total)
     last_good = str(ckpt) if ckpt else None
@@ -387,10 +442,21 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
+    def validate(epoch: int) -> dict:
+        rec = {"epoch": epoch, "step": step}
+        if validation:
+            rec |= evaluate_loss(model, validation, cfg, batcher, device)
+        if retrieval is not None:
+            scores = alias_retrieval(lambda xs: model.encode(xs, batch_size=max(cfg.batch_size, 64)), retrieval)
+            rec |= {f"val_{k}": v for k, v in scores.items()}
+            log.info("held-out alias retrieval at step %d: %s", step, scores)
+        return rec
+
+    checks = bool(validation) or retrieval is not None
     t_start = time.perf_counter()
-    trained_anchors, validation_records, val_seconds, kinds_drawn = 0, [], 0.0, Counter()
-    if validation and resumed_from is None:  # the starting point, for the curves
-        validation_records.append({"epoch": -1, "step": 0, **evaluate_loss(model, validation, cfg, batcher, device)})
+    trained_anchors, val_seconds, kinds_drawn = 0, 0.0, Counter()
+    if checks and resumed_from is None:  # the starting point, for the curves
+        validation_records.append(validate(-1))
         val_seconds = time.perf_counter() - t_start
     window_t, window_anchors, window_loss = time.perf_counter(), 0, []
     epoch_starts = np.cumsum([0] + [len(p) for p in plans])
@@ -398,7 +464,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         first, last = int(epoch_starts[epoch]), int(epoch_starts[epoch + 1])
         if step >= last or step >= total:
             continue
-        ds = StepBatches(examples, plans[epoch], batcher, cfg.seed, epoch, cfg.hard_negatives)
+        ds = StepBatches(examples, plans[epoch], batcher, cfg.seed, epoch, cfg.hard_negatives, cfg.positive_kinds)
         for batch in _loader(ds, cfg, device, step - first):
             if step >= total:
                 break
@@ -433,15 +499,16 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 if on_log:
                     on_log(rec)
             if checkpoint_dir is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
-        if validation and step >= min(last, total):
+                last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints,
+                                                validation_records))
+        if checks and step >= min(last, total) and not any(v["step"] == step for v in validation_records):
             t_val = time.perf_counter()
-            validation_records.append({"epoch": epoch, "step": step,
-                                       **evaluate_loss(model, validation, cfg, batcher, device)})
+            validation_records.append(validate(epoch))
             val_seconds += time.perf_counter() - t_val
             window_t += time.perf_counter() - t_val  # the next throughput window excludes validation
     if checkpoint_dir is not None and (not last_good or not last_good.endswith(f"step-{step:07d}")):
-        last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints))
+        last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints,
+                                        validation_records))
     seconds = time.perf_counter() - t_start
     train_seconds = seconds - val_seconds
     model.eval()
@@ -461,7 +528,8 @@ def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=
     was_training = model.training
     model.eval()
     plan = plan_epoch([len(e.phrase) for e in examples], cfg.batch_size, cfg.seed, _EVAL_EPOCH, cfg.bucket_window)
-    ds = StepBatches(examples, plan, batcher or model.batcher, cfg.seed, _EVAL_EPOCH, cfg.hard_negatives)
+    ds = StepBatches(examples, plan, batcher or model.batcher, cfg.seed, _EVAL_EPOCH, cfg.hard_negatives,
+                     cfg.positive_kinds)
     sums: dict[str, float] = {}
     weight = 0
     for i in range(len(ds)):

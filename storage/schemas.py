@@ -212,6 +212,17 @@ TRAINING_SET = pa.schema(
     ]
 )
 
+# Aliases held out of training (articles chosen by a hash of the title): the corpus's own
+# validation signal, alias -> title retrieval. Same columns as `aliases`, one part per aliases part.
+HELDOUT_ALIASES = pa.schema(
+    [
+        pa.field("alias", pa.string(), nullable=False),
+        pa.field("title", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # redirect|anchor
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -230,4 +241,5 @@ ALL = {
     "negative_candidates": NEGATIVE_CANDIDATES,
     "negatives": NEGATIVES,
     "training_set": TRAINING_SET,
+    "heldout_aliases": HELDOUT_ALIASES,
 }

@@ -7,6 +7,10 @@ the current model's by more than ``average_tolerance`` and no dataset drops by m
 storage root is promoted (there is nothing to compare with). Whatever the decision, the
 candidate is registered with its scores and the decision; only a promotion moves the
 registry's current pointer, and it names the version it replaces (compare-and-swap).
+
+An extra check, off unless ``alias_tolerance`` is given: the candidate's top-1 on the corpus's
+held-out aliases (alias -> title retrieval, independent of the benchmark), exported model
+against the same model before training, must not drop by more than that many points.
 """
 from __future__ import annotations
 
@@ -75,6 +79,22 @@ def decide(candidate: dict[str, float], current: dict[str, float] | None, averag
     return GateDecision(promote, reasons, lines, round(cand_common, 2), round(cur_avg, 2))
 
 
+def alias_check(stats: dict, tolerance: float) -> str | None:
+    """Why the candidate fails the held-out alias check (None when it passes). ``stats``: the
+    model's training summary; its scores are fractions, the tolerance is in points (x100)."""
+    if tolerance < 0:
+        raise ValueError("alias_tolerance is a drop in points and cannot be negative")
+    before = stats.get("val_alias_top1_before")
+    after = stats.get("alias_top1_exported", stats.get("val_alias_top1"))
+    if before is None or after is None:
+        return "the candidate has no held-out alias scores (before and after training) to check"
+    change = 100 * (after - before)
+    if change < -tolerance:
+        return (f"held-out alias top-1 drops by {-change:.2f} points in training ({100 * before:.2f} -> "
+                f"{100 * after:.2f}), more than the alias tolerance of {tolerance:g}")
+    return None
+
+
 def decision_markdown(decision: GateDecision, candidate: str, current: str | None, outcome: str) -> str:
     title = {"promoted": "Promoted", "kept": "Not promoted: the current model stays",
              "unchanged": "Unchanged: the candidate is already the current model"}[outcome]
@@ -112,7 +132,8 @@ def scores_by_model(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 def gate(storage_root: str, candidate: str, current: str | None, scores: dict[str, dict[str, float]],
          candidate_key: str, current_key: str | None, eval_version: str | None, average_tolerance: float,
-         dataset_tolerance: float, run: dict | None = None) -> tuple[GateDecision, str]:
+         dataset_tolerance: float, run: dict | None = None,
+         alias_tolerance: float | None = None) -> tuple[GateDecision, str]:
     """Decide, register the candidate with its scores and the decision, promote when it passes.
     Returns the decision and the outcome (promoted, kept, unchanged)."""
     reg = ModelRegistry(storage_root)
@@ -125,6 +146,11 @@ def gate(storage_root: str, candidate: str, current: str | None, scores: dict[st
     cand_scores = scores.get(candidate_key, {})
     cur_scores = scores.get(current_key) if current_key is not None else None
     decision = decide(cand_scores, cur_scores, average_tolerance, dataset_tolerance)
+    if alias_tolerance is not None:
+        failed = alias_check(reg.model(candidate).manifest().get("stats") or {}, alias_tolerance)
+        if failed:
+            decision.promote = False
+            decision.reasons.insert(0, failed)
     benchmark = {"eval_results": eval_version, "scores": {d: round(v, 4) for d, v in cand_scores.items()},
                  "average": decision.candidate_average, "compared_with": current}
     outcome = "promoted" if decision.promote else "kept"
@@ -177,7 +203,7 @@ def current_model_task(storage_root: str) -> dict | None:
 
 @task(name="promotion-gate", cache_policy=NONE)
 def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluation: dict | None,
-              average_tolerance: float, dataset_tolerance: float) -> dict:
+              average_tolerance: float, dataset_tolerance: float, alias_tolerance: float | None = None) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.context import get_run_context
 
@@ -192,7 +218,7 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
     run = {"flow_run_id": str(ctx.task_run.flow_run_id)} if getattr(ctx, "task_run", None) else None
     decision, outcome = gate(storage_root, candidate["version"], current and current["version"], scores,
                              candidate["dir"], current and current["dir"], evaluation and evaluation["version"],
-                             average_tolerance, dataset_tolerance, run)
+                             average_tolerance, dataset_tolerance, run, alias_tolerance)
     from prefect.logging import get_run_logger
 
     get_run_logger().info("%s: candidate %s, current before %s: %s", outcome, candidate["version"],

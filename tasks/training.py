@@ -7,27 +7,54 @@ that was interrupted resumes from its last checkpoint (checkpoints live under
 The exported directory (a transformers backbone + the character branch and head +
 a sentence-transformers configuration; see `pearl_model.export`) is uploaded as a FileSet,
 with the training log beside the weights.
+
+The corpus's own validation signal: the training set's `heldout_aliases` (aliases of articles
+kept out of training) are scored as alias -> title retrieval among the held-out titles and
+hash-chosen distractor titles, before training, after each epoch and on the exported
+(averaged) model; the scores go in the summary, the training log and `training-curves`.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 
 from storage.datasets import Dataset, check_version, latest_version, resolve_root
 from storage.files import FileSet, plan_fileset
-from storage.schemas import TRAINING_SET
+from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
-CODE_VERSION = "train-1"
+CODE_VERSION = "train-2"  # -2: held-out alias retrieval, positive_kinds
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 
 # TrainConfig fields a deployment may set (the rest keep pearl_model.training's defaults).
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
-                "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length")
+                "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
+                "positive_kinds")
+
+
+def train_config(params: dict):
+    """The TrainConfig of a parameter set, checked, and `average_weight` checked: bad values are
+    refused before any data or weights are loaded, with the parameter's name."""
+    from pearl_model.training import TrainConfig
+
+    fields = {k: params[k] for k in TRAIN_FIELDS if k in params}
+    if fields.get("positive_kinds") is not None:
+        fields["positive_kinds"] = tuple(fields["positive_kinds"])
+    cfg = TrainConfig(device=params.get("device", "auto"), **fields)
+    cfg.check()
+    w = params.get("average_weight", 0.5)
+    if not 0 <= w <= 1:
+        raise ValueError(f"average_weight must be in [0, 1] (the fine-tuned backbone's share), got {w!r}")
+    for name in ("alias_holdout_pairs", "alias_holdout_titles"):
+        if params.get(name, 0) < 0:
+            raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
+    return cfg
 
 
 class TrainingSetMissing(FileNotFoundError):
@@ -63,8 +90,53 @@ def load_examples(training_set: Dataset):
     rows = table.to_pylist()
     counts: Counter = Counter()
     train = examples_from_rows((r for r in rows if r["split"] == "train"), counts)
-    val = examples_from_rows((r for r in rows if r["split"] != "train"), counts)
+    val = examples_from_rows((r for r in rows if r["split"] == "validation"), counts)  # "heldout": neither
     return train, val, dict(counts)
+
+
+def heldout_of(training_set: Dataset) -> Dataset | None:
+    """The held-out aliases the training set was built without (None for a training set from before them)."""
+    version = training_set.manifest()["inputs"].get("heldout_aliases")
+    return Dataset(training_set.root, "heldout_aliases", version, HELDOUT_ALIASES) if version else None
+
+
+def _hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def distractor_titles(aliases: Dataset, exclude: set[str], k: int) -> list[str]:
+    """The ``k`` titles with the smallest crc32 (stable as the corpus grows), read batch by batch."""
+    best: set[tuple[int, str]] = set()
+    for batch in aliases.iter_batches(columns=["title"]):
+        titles = {t for t in batch.column(0).to_pylist() if t not in exclude}
+        best = set(heapq.nsmallest(k, best | {(_hash(t), t) for t in titles}))
+    return [t for _, t in sorted(best)]
+
+
+def retrieval_task(heldout: Dataset, max_pairs: int, max_titles: int):
+    """An AliasRetrieval of at most ``max_pairs`` held-out pairs (hash-chosen) among at most
+    ``max_titles`` candidate titles: theirs, then distractors. An alias whose text is another
+    candidate's title cannot be scored fairly and is left out. None when nothing is left."""
+    from pearl_model.phrases.mining import phrase_key
+    from pearl_model.training import AliasRetrieval
+
+    t = heldout.read(columns=["alias", "title"])
+    pairs = sorted(zip(t["alias"].to_pylist(), t["title"].to_pylist()), key=lambda p: (_hash(f"{p[0]}\t{p[1]}"), p))
+    chosen, titles = [], {}
+    for alias, title in pairs:
+        if len(chosen) >= max_pairs or (title not in titles and len(titles) >= max_titles):
+            continue
+        titles.setdefault(title, len(titles))
+        chosen.append((alias, title))
+    if not chosen:
+        return None
+    aliases = Dataset(heldout.root, "aliases", heldout.manifest()["inputs"]["aliases"], ALIASES)
+    candidates = list(titles) + distractor_titles(aliases, set(titles), max_titles - len(titles))
+    index = {title: i for i, title in enumerate(candidates)}
+    keys = {phrase_key(title): title for title in candidates}
+    kept = [(a, ti) for a, ti in chosen if keys.get(phrase_key(a), ti) == ti]
+    return AliasRetrieval(tuple(a for a, _ in kept), tuple(candidates), tuple(index[ti] for _, ti in kept)) \
+        if kept else None
 
 
 def plan_model(training_set: Dataset, char_encoder: FileSet, params: dict) -> FileSet:
@@ -86,30 +158,45 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
         return out.manifest()
     import torch
 
-    from pearl_model.export import export_pearl
-    from pearl_model.training import TrainConfig, backbone_state, build_model, resolve_device, train
+    from pearl_model.export import export_pearl, load_pearl
+    from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
+    cfg = train_config(params)
     train_ex, val_ex, read_counts = load_examples(training_set)
     if len(train_ex) < 2:
         raise ValueError(f"training_set {training_set.version} has {len(train_ex)} training phrases: too few to train")
-    cfg = TrainConfig(device=params["device"], **{k: params[k] for k in TRAIN_FIELDS if k in params})
+    heldout = heldout_of(training_set)
+    retrieval = (retrieval_task(heldout, params.get("alias_holdout_pairs", 2000),
+                                params.get("alias_holdout_titles", 10_000))
+                 if heldout is not None and params.get("alias_holdout_pairs", 2000) else None)
+    if retrieval is None:
+        log.warning("no held-out aliases to score (training set %s): no alias retrieval signal", training_set.version)
     device = resolve_device(cfg.device)
     model = build_model(params["backbone"], char_encoder.local_copy(), char_proj_dim=params["char_proj_dim"],
                         seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"))
     original = backbone_state(model)
-    res = train(model, train_ex, cfg, validation=val_ex, checkpoint_dir=checkpoint_dir(out), on_log=on_log)
+    res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
+                on_log=on_log)
+    first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
     summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
                "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
                "device": str(device), "resumed_from_step": res.resumed_from,
                "positives_drawn": res.positive_kinds, **read_counts,
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
-               **(res.validation[-1] if res.validation else {})}
+               **(res.validation[-1] if res.validation else {}),
+               **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
+               **({"alias_holdout_pairs": len(retrieval.aliases), "alias_holdout_titles": len(retrieval.titles)}
+                  if retrieval else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],
             "params": params, "summary": summary}
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
                             average_weight=params["average_weight"], metadata=meta)
+        if retrieval is not None:  # what is promoted is the averaged model: score it too
+            exported = load_pearl(path, device=str(device))
+            summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
+            del exported
         (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation}))
         manifest = out.upload(path, code_version=CODE_VERSION, params=params,
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
@@ -128,7 +215,8 @@ def curves_png(history: list[dict], validation: list[dict]) -> bytes:
     from tasks.figures import png_bytes, pyplot
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    aliases = [(v["step"], v["val_alias_top1"], v["val_alias_mrr"]) for v in validation if "val_alias_top1" in v]
+    fig, axes = plt.subplots(1, 4 if aliases else 3, figsize=(17 if aliases else 13, 3.6))
     steps = [r["step"] for r in history]
     for key, style in (("loss", "-"), ("infonce", "--"), ("type_ce", ":")):
         axes[0].plot(steps, [r[key] for r in history], style, label=key)
@@ -142,7 +230,26 @@ def curves_png(history: list[dict], validation: list[dict]) -> bytes:
     axes[1].set(xlabel="step", ylabel="learning rate", title="learning rate")
     axes[2].plot(steps, [r["anchors_per_s"] for r in history])
     axes[2].set(xlabel="step", ylabel="anchors / s", title="throughput")
+    if aliases:  # beside the validation loss: the corpus's own signal, independent of the benchmark
+        steps_a, top1, mrr = zip(*aliases)
+        axes[3].plot(steps_a, top1, "o-", label="top-1")
+        axes[3].plot(steps_a, mrr, "s--", label="MRR")
+        axes[3].set(xlabel="step", ylabel="score", title="held-out aliases -> titles")
+        axes[3].legend(fontsize=7)
     return png_bytes(fig)
+
+
+def alias_lines(validation: list[dict], stats: dict) -> str:
+    """The held-out alias retrieval scores as a markdown table (empty without any)."""
+    rows = [(f"step {v['step']}" + (" (before training)" if v["step"] == 0 else ""), v["val_alias_top1"],
+             v["val_alias_mrr"]) for v in validation if "val_alias_top1" in v]
+    if "alias_top1_exported" in stats:
+        rows.append(("exported (averaged)", stats["alias_top1_exported"], stats["alias_mrr_exported"]))
+    if not rows:
+        return ""
+    head = (f"\n\n## Held-out aliases -> titles ({stats.get('alias_holdout_pairs')} aliases among "
+            f"{stats.get('alias_holdout_titles')} titles)\n\n| when | top-1 | MRR |\n|---|---|---|\n")
+    return head + "\n".join(f"| {w} | {t:.3f} | {m:.3f} |" for w, t, m in rows)
 
 
 # --- Prefect wrappers --------------------------------------------------------------------
@@ -205,7 +312,8 @@ def training_report_task(out: FileSet) -> dict:
         create_markdown_artifact(
             key="training-curves",
             markdown="# Training curves\n\n" + markdown_image(curves_png(logs["history"], logs["validation"]),
-                                                             "loss, learning rate and throughput"),
+                                                             "loss, learning rate, throughput, held-out aliases")
+            + alias_lines(logs["validation"], stats),
             description=f"model {out.version}")
     create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
                          description=f"PEARL model trained on training_set {man['inputs']['training_set']}")

@@ -179,3 +179,70 @@ def test_training_module_imports_no_pipeline_code():
     code = ("import sys, pearl_model.training; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_alias_retrieval_top1_and_mrr():
+    vecs = {"a0": [1, 0], "a1": [0, 1], "a2": [0.9, 0.1], "T0": [1, 0], "T1": [0.8, 0.6], "T2": [0, 1]}
+
+    def encode(texts):
+        return np.array([vecs[t] for t in texts], dtype=np.float32)
+
+    task = T.AliasRetrieval(("a0", "a1", "a2"), ("T0", "T1", "T2"), (0, 1, 2))
+    # a0 finds T0 first; a1 ranks T1 second (T2 closer); a2: T0 (0.9) > T1 (0.78) > T2 (0.1): third
+    assert T.alias_retrieval(encode, task) == pytest.approx({"alias_top1": 1 / 3, "alias_mrr": (1 + 1 / 2 + 1 / 3) / 3})
+    assert T.alias_retrieval(encode, T.AliasRetrieval((), ("T0",), ())) == {}
+    with pytest.raises(ValueError, match="index of its title"):
+        T.AliasRetrieval(("a0",), ("T0",), (1,))
+
+
+def tiny_retrieval() -> T.AliasRetrieval:
+    titles = ("new york times", "river bank", "green house", "north lake", "old market", "blue sky")
+    return T.AliasRetrieval(("the times", "bank of the river", "a green house"), titles, (0, 1, 2))
+
+
+def test_held_out_alias_retrieval_is_logged_before_training_after_each_epoch_and_kept_on_resume(parts, tmp_path):
+    exs = toy_examples()
+    res = T.train(make_model(parts), exs, cfg(epochs=2), validation=exs[:16], retrieval=tiny_retrieval())
+    assert [v["step"] for v in res.validation] == [0, 6, 12]
+    for v in res.validation:
+        assert 0 <= v["val_alias_top1"] <= v["val_alias_mrr"] <= 1 and "val_loss" in v
+    # the scores are the model's: recomputed with its encode() after training, they match the last record
+    model = make_model(parts)
+    T.train(model, exs, cfg(epochs=2), retrieval=tiny_retrieval())
+    last = T.alias_retrieval(model.encode, tiny_retrieval())
+    assert last["alias_mrr"] == pytest.approx(res.validation[-1]["val_alias_mrr"], abs=1e-6)
+
+    # retrieval alone (no validation phrases) still gives the validation points
+    alone = T.train(make_model(parts), exs, cfg(epochs=1), retrieval=tiny_retrieval())
+    assert [sorted(v) for v in alone.validation] == [["epoch", "step", "val_alias_mrr", "val_alias_top1"]] * 2
+
+    # an interrupted run keeps the 'before' record through its checkpoint
+    cut = T.train(make_model(parts), exs, cfg(epochs=2, max_steps=8, checkpoint_every=4), retrieval=tiny_retrieval(),
+                  checkpoint_dir=tmp_path)
+    resumed = T.train(make_model(parts), exs, cfg(epochs=2, checkpoint_every=4), retrieval=tiny_retrieval(),
+                      checkpoint_dir=tmp_path)
+    assert resumed.resumed_from == 8 and [v["step"] for v in resumed.validation] == [0, 6, 12]
+    assert resumed.validation[:2] == cut.validation[:2]
+
+
+def test_positive_kinds_restrict_the_draws():
+    ex = T.Example("new york", 0, {"alias": ("NYC",), "wordnet": ("new yorkshire",)})
+    rng = random.Random(0)
+    assert {T.draw_positive(ex, rng, ("alias",))[0] for _ in range(50)} == {"alias"}
+    assert {T.draw_positive(ex, rng, ("char", "wordnet"))[0] for _ in range(100)} == {"char", "wordnet"}
+    assert T.draw_positive(ex, rng, ("fasttext",)) == ("identity", "new york")  # no allowed kind applies
+
+
+def test_ablation_parameters_that_cannot_work_are_refused_naming_the_parameter(parts):
+    exs = toy_examples()
+    model = make_model(parts)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for bad, message in [({"type_loss_weight": -0.1}, r"^type_loss_weight must be >= 0"),
+                         ({"positive_kinds": ()}, r"^positive_kinds is empty: no positive kind left"),
+                         ({"positive_kinds": ("fastext",)}, r"^positive_kinds names \['fastext'\]"),
+                         ({"lr_decay": 1.5}, r"^lr_decay must be in \(0, 1\]")]:
+        with pytest.raises(ValueError, match=message):
+            T.train(model, exs, cfg(**bad))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # refused before any step
+    res = T.train(model, exs, cfg(epochs=1, positive_kinds=("wordnet",)))
+    assert set(res.positive_kinds) == {"wordnet", "identity"}  # phrases without a wordnet positive: themselves

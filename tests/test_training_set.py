@@ -1,6 +1,8 @@
 """tasks.training_set: phrases + augmentations + negatives joined part by part."""
 from __future__ import annotations
 
+import zlib
+
 import pyarrow as pa
 
 from storage.datasets import Dataset
@@ -58,3 +60,75 @@ def test_split_is_a_stable_hash_of_the_phrase():
     assert split == [ts.split_of(k, 0.05) for k in keys]
     assert 0.03 < split.count("validation") / len(keys) < 0.07
     assert all(ts.split_of(k, 0.0) == "train" for k in keys[:100])
+
+
+def alias(a, title, source="redirect", count=3):
+    return {"alias": a, "title": title, "source": source, "count": count}
+
+
+TITLES = [f"Article {i}" for i in range(40)]
+
+
+def test_held_out_titles_are_a_stable_salted_hash_share():
+    chosen = [ts.title_held_out(t, 0.25) for t in TITLES * 1]
+    assert chosen == [ts.title_held_out(t, 0.25) for t in TITLES]
+    many = [f"Title {i}" for i in range(4000)]
+    assert 0.03 < sum(ts.title_held_out(t, 0.05) for t in many) / 4000 < 0.07
+    assert not any(ts.title_held_out(t, 0.0) for t in many) and all(ts.title_held_out(t, 1.0) for t in many)
+    # not the phrase split's hash: held-out articles are not all validation phrases
+    held = [t for t in many if ts.title_held_out(t, 0.05)]
+    assert sum(ts.split_of(t.casefold(), 0.05) == "validation" for t in held) < len(held) / 2
+
+
+def test_held_out_aliases_never_appear_in_the_training_set(root):
+    """A tiny corpus: every article has a redirect and an anchor; the held-out articles' pairs
+    go to heldout_aliases and neither side of them is an anchor or a positive in training."""
+    held = [t for t in TITLES if ts.title_held_out(t, 0.3)]
+    kept = [t for t in TITLES if not ts.title_held_out(t, 0.3)]
+    assert len(held) >= 3 and len(kept) >= 3
+    rows = [alias(f"AKA {t}", t) for t in TITLES] + [alias(f"the {t.lower()}", t, "anchor", 1) for t in TITLES]
+    rows.append(alias("the thing", held[0], "anchor"))  # ambiguous: names two articles
+    rows.append(alias("the thing", kept[0], "anchor"))
+    from storage.schemas import ALIASES
+
+    # partitioned by alias text, as the aliases stage writes them
+    aliases = ds(root, "aliases", ALIASES, [[r for r in rows if zlib.crc32(r["alias"].encode()) % 2 == i]
+                                            for i in range(2)])
+    hparams = {"alias_holdout_fraction": 0.3}
+    heldout = ts.plan_heldout_aliases(aliases, hparams)
+    hman = ts.build_heldout_aliases(aliases, heldout, hparams)
+    pairs = {(r["alias"], r["title"]) for r in heldout.read().to_pylist()}
+    assert pairs == {(f"AKA {t}", t) for t in held} | {(f"the {t.lower()}", t) for t in held}
+    assert hman["stats"] == {"pairs": 2 * len(held), "ambiguous_aliases_not_held_out": 1, "titles": len(held)}
+
+    # Phrases: every title and alias; positives naming other articles' names, as augmentations makes them.
+    names = [(t, a) for t in TITLES for a in (t, f"AKA {t}", f"the {t.lower()}")]
+    phrases = ds(root, "phrases", PHRASES, [[phrase(a) for _, a in names] + [phrase("the thing")]])
+    aug_rows = [{"phrase_key": a.lower(), "phrase": a, "kind": "alias", "positive": b, "source": "redirect", "rank": i}
+                for t, a in names for i, (t2, b) in enumerate(n for n in names if n[0] == t and n[1] != a)]
+    aug_rows += [{"phrase_key": "the thing", "phrase": "the thing", "kind": "alias", "positive": t, "source": "title",
+                  "rank": i} for i, t in enumerate((held[0], kept[0]))]
+    aug = ds(root, "augmentations", AUGMENTATIONS, [aug_rows])
+    negs = ds(root, "negatives", NEGATIVES, [[]])
+    params = {"validation_fraction": 0.2, "alias_holdout_fraction": 0.3}
+    out = ts.plan_training_set(phrases, aug, negs, params, heldout)
+    ts.write_part(phrases, aug, negs, 0, out, params, heldout)
+    man = ts.commit_training_set(out, phrases, aug, negs, params, heldout)
+    assert man["inputs"]["heldout_aliases"] == heldout.version
+    assert out.version != ts.plan_training_set(phrases, aug, negs, params).version
+
+    table = out.read().to_pylist()
+    assert len(table) == man["rows"] == len(names) + 1  # one row per phrase: nothing lost
+    secret = {x.lower() for pair in pairs for x in pair}
+    trained = [r for r in table if r["split"] != "heldout"]
+    assert {r["phrase_key"] for r in table if r["split"] == "heldout"} == secret
+    assert not secret & {r["phrase_key"] for r in trained}
+    assert not secret & {p["text"].lower() for r in trained for p in r["positives"]}
+    assert man["stats"]["phrases_heldout"] == len(secret)
+    assert man["stats"]["phrases_train"] + man["stats"].get("phrases_validation", 0) == len(trained)
+    # the kept articles keep their alias positives; "the thing" keeps the kept article only
+    assert {p["text"] for r in trained if r["phrase"] == kept[1] for p in r["positives"]} == {
+        f"AKA {kept[1]}", f"the {kept[1].lower()}"}
+    assert [p["text"] for r in trained if r["phrase"] == "the thing" for p in r["positives"]] == [kept[0]]
+    removed = sum(1 for r in aug_rows if r["positive"].lower() in secret and r["phrase_key"] not in secret)
+    assert man["stats"]["positives_held_out"] == removed == 1  # only "the thing" -> held[0] crossed over
