@@ -11,9 +11,10 @@ reuses the extraction.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from prefect import flow, unmapped
+from pydantic import Field
 
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
@@ -23,7 +24,9 @@ from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, p
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
 from tasks.raw_pages import check_input_complete_task, plan_raw_pages_task, raw_pages_task
-from tasks.training_set import commit_training_set_task, plan_training_set_task, training_set_part_task
+from tasks.training_set import (
+    commit_training_set_task, heldout_aliases_task, plan_training_set_task, training_set_part_task,
+)
 from tasks.word_vectors import word_vectors_task
 from tasks.augmentations import (
     augment_part_task, augmentation_report_task, commit_augmentations_task, plan_augmentations_task,
@@ -106,15 +109,16 @@ def corpus_stages(
     negative_report = negatives_report_task(negs, positives)
 
     split_params = positive_params["training_set"]
-    training = plan_training_set_task(phrases, positives, negs.negatives, split_params)
+    heldout = heldout_aliases_task(aliases, {"alias_holdout_fraction": split_params["alias_holdout_fraction"]})
+    training = plan_training_set_task(phrases, positives, negs.negatives, split_params, heldout)
     training_set_part_task.map(unmapped(phrases), unmapped(positives), unmapped(negs.negatives), parts,
-                               unmapped(training), unmapped(split_params)).result()
-    published = commit_training_set_task(training, phrases, positives, negs.negatives, split_params)
+                               unmapped(training), unmapped(split_params), unmapped(heldout)).result()
+    published = commit_training_set_task(training, phrases, positives, negs.negatives, split_params, heldout)
     return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
             "training_set": {"rows": published["rows"], **published["stats"]},
             "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
                          "augmentations": positives.version, **negative_report["versions"],
-                         "training_set": training.version}}
+                         "heldout_aliases": heldout.version, "training_set": training.version}}
 
 
 MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
@@ -158,6 +162,7 @@ def build_corpus(
     negative_max_block: int = 256,
     negative_buckets: int = 8,
     validation_fraction: float = 0.05,
+    alias_holdout_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05,
     backbone_cache_dir: Optional[str] = None,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
@@ -210,6 +215,8 @@ def build_corpus(
             with its nearest in length only (the pairs left out are counted).
         negative_buckets: reducers of candidate generation.
         validation_fraction: share of phrases (by a hash of the phrase) in the validation split.
+        alias_holdout_fraction: share of articles (by a hash of the title) whose unambiguous
+            aliases are held out of training and scored by `train` as alias -> title retrieval.
         backbone_cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
         dask_address: an existing Dask scheduler (tcp://host:8786); none starts a local cluster.
         dask_workers: worker processes of the local cluster.
@@ -228,7 +235,7 @@ def build_corpus(
                       "threshold": negative_min_edit_similarity, "max_candidates": negative_max_candidates,
                       "margin": negative_margin, "k": negatives_per_phrase, "max_block": negative_max_block,
                       "block_buckets": negative_buckets, "phrase_buckets": phrase_buckets},
-        "training_set": {"validation_fraction": validation_fraction},
+        "training_set": {"validation_fraction": validation_fraction, "alias_holdout_fraction": alias_holdout_fraction},
     }
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,
