@@ -90,3 +90,38 @@ def test_gate_registers_every_candidate_and_moves_the_pointer_only_on_promotion(
 
     d, outcome = gate(root, "m3", "m3", {}, "d3", "d3", None, 0.5, 3.0)
     assert outcome == "unchanged" and reg.current_version() == "m3"
+
+
+def model_with_alias_scores(root, version, tmp_path, before, after):
+    from storage.files import FileSet
+
+    src = tmp_path / f"src-{version}"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(b"0" * 16)
+    stats = {"steps": 3} if before is None else {"val_alias_top1_before": before, "val_alias_top1": after + 0.1,
+                                                 "alias_top1_exported": after}
+    FileSet(root, "models", version).upload(src, code_version="train-2", params={}, inputs={"training_set": "ts1"},
+                                            stats=stats)
+
+
+def test_alias_check_is_off_by_default_and_blocks_a_drop_beyond_its_tolerance(root, tmp_path):
+    from tasks.promotion import alias_check
+
+    assert alias_check({"val_alias_top1_before": 0.50, "alias_top1_exported": 0.49}, 2.0) is None
+    reason = alias_check({"val_alias_top1_before": 0.50, "alias_top1_exported": 0.45}, 2.0)
+    assert reason.startswith("held-out alias top-1 drops by 5.00 points in training (50.00 -> 45.00)")
+    assert "no held-out alias scores" in alias_check({"val_loss": 1.0}, 2.0)
+    with pytest.raises(ValueError, match="alias_tolerance"):
+        alias_check({}, -1)
+
+    reg = ModelRegistry(root)
+    model_with_alias_scores(root, "m1", tmp_path, 0.50, 0.30)  # benchmark fine, aliases collapse
+    model_with_alias_scores(root, "m2", tmp_path, 0.50, 0.52)
+    d, outcome = gate(root, "m1", None, {"d1": {"bird": 60.0}}, "d1", None, "ev1", 0.5, 3.0)
+    assert outcome == "promoted"  # without alias_tolerance the check is off
+    d, outcome = gate(root, "m1", None, {"d1": {"bird": 60.0}}, "d1", None, "ev1", 0.5, 3.0, alias_tolerance=1.0)
+    assert outcome == "kept" and d.reasons[0].startswith("held-out alias top-1 drops by 20.00 points")
+    assert reg.current_version() == "m1"  # promoted by the first call, not moved by the second
+    d, outcome = gate(root, "m2", "m1", {"d2": {"bird": 60.5}, "d1": {"bird": 60.0}}, "d2", "d1", "ev2", 0.5, 3.0,
+                      alias_tolerance=1.0)
+    assert outcome == "promoted" and reg.current_version() == "m2"

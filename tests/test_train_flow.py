@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 
 from pearl_model.evaluation import data  # noqa: E402
 from storage.datasets import Dataset  # noqa: E402
-from storage.schemas import AUGMENTATIONS, TRAINING_SET, WORD_VECTORS  # noqa: E402
+from storage.schemas import ALIASES, AUGMENTATIONS, HELDOUT_ALIASES, TRAINING_SET, WORD_VECTORS  # noqa: E402
 
 BENCH = data.default_benchmark_dir()
 WORDS = sorted(set(("the new york times post review bank river city red car green house big small old paper news "
@@ -55,10 +55,28 @@ def tiny_corpus(root: str) -> str:
         rows.append({"phrase": phrase, "phrase_key": f"{phrase}#{i}", "label": "NP-OTHER", "label_id": i % 7,
                      "frequency": 2, "positives": [{"kind": "wordnet", "text": phrase + " news"}] if i % 2 else [],
                      "negatives": [" ".join(r.sample(WORDS, 2))], "split": "validation" if i % 10 == 0 else "train"})
+    heldout = tiny_heldout(root)
     ts = Dataset(root, "training_set", "ts1", TRAINING_SET)
     ts.write_part(0, pa.Table.from_pylist(rows, schema=TRAINING_SET))
-    ts.commit(code_version="t", params={}, inputs={"augmentations": aug.version})
+    ts.commit(code_version="t", params={}, inputs={"augmentations": aug.version, "heldout_aliases": heldout.version})
     return ts.version
+
+
+HELD = [("the times", "new york times"), ("river side", "river bank"), ("glass house", "green house")]
+
+
+def tiny_heldout(root: str) -> Dataset:
+    """aliases (3 held-out articles + 5 others) -> heldout_aliases, linked as build-corpus links them."""
+    others = ["north lake", "old market", "blue sky", "big city", "red car"]
+    rows = [{"alias": a, "title": t, "source": "redirect", "count": 2} for a, t in HELD]
+    rows += [{"alias": f"the {t}", "title": t, "source": "anchor", "count": 2} for t in others]
+    aliases = Dataset(root, "aliases", "al1", ALIASES)
+    aliases.write_part(0, pa.Table.from_pylist(rows, schema=ALIASES))
+    aliases.commit(code_version="t", params={}, inputs={})
+    heldout = Dataset(root, "heldout_aliases", "ho1", HELDOUT_ALIASES)
+    heldout.write_part(0, pa.Table.from_pylist(rows[:3], schema=HELDOUT_ALIASES))
+    heldout.commit(code_version="t", params={}, inputs={"aliases": aliases.version})
+    return heldout
 
 
 @pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
@@ -91,6 +109,12 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
         assert [r["step"] for r in log["history"]][-1] == 7
         assert all(np.isfinite(r["loss"]) for r in log["history"])
         assert [v["step"] for v in log["validation"]] == [0, 7]  # before training, after the epoch
+        # the held-out aliases, scored among their 3 titles + 5 distractors at both points and exported
+        assert all(0 <= v["val_alias_top1"] <= v["val_alias_mrr"] <= 1 for v in log["validation"])
+        assert man["stats"]["alias_holdout_pairs"] == 3 and man["stats"]["alias_holdout_titles"] == 8
+        assert man["stats"]["val_alias_top1_before"] == log["validation"][0]["val_alias_top1"]
+        assert man["stats"]["val_alias_mrr"] == log["validation"][-1]["val_alias_mrr"]
+        assert 1 / 8 <= man["stats"]["alias_mrr_exported"] <= 1
 
         pearl = load_pearl(model.local_copy())
         v = pearl.encode(["red car", "new york times"])
@@ -115,6 +139,50 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
         again = train(**{**kw, "evaluate_model": False})
         assert again["model"]["version"] == version
         assert model.manifest()["created_at"] == man["created_at"]
+
+
+def test_retrieval_task_caps_pairs_and_titles_and_drops_aliases_that_are_titles(tmp_path):
+    from tasks.training import heldout_of, retrieval_task, resolve_training_set
+
+    root = str(tmp_path / "store")
+    tiny_corpus(root)
+    heldout = heldout_of(resolve_training_set(root, "ts1"))
+    full = retrieval_task(heldout, 2000, 10_000)
+    assert sorted(zip(full.aliases, (full.titles[g] for g in full.gold))) == sorted(HELD)
+    assert len(full.titles) == 8 and set(t for _, t in HELD) <= set(full.titles)
+    assert retrieval_task(heldout, 2000, 10_000) == full  # hash-chosen: the same every time
+    small = retrieval_task(heldout, 2, 4)
+    assert len(small.aliases) == 2 and len(small.titles) == 4
+    assert set(small.aliases) <= {a for a, _ in HELD} and [small.titles[g] for g in small.gold] == [
+        t for a in small.aliases for aa, t in HELD if aa == a]
+    assert retrieval_task(heldout, 0, 10) is None
+    # an alias spelt like another candidate's title cannot be scored fairly: left out
+    clash = Dataset(root, "heldout_aliases", "ho2", HELDOUT_ALIASES)
+    clash.write_part(0, pa.Table.from_pylist([{"alias": "Blue Sky", "title": "river bank", "source": "anchor",
+                                               "count": 1}, *[{"alias": a, "title": t, "source": "redirect",
+                                                               "count": 1} for a, t in HELD[:1]]],
+                                             schema=HELDOUT_ALIASES))
+    clash.commit(code_version="t", params={}, inputs={"aliases": "al1"})
+    assert retrieval_task(clash, 10, 10).aliases == ("the times",)
+
+
+def test_ablation_parameters_that_cannot_work_are_refused_before_training(tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.train import train
+    from tasks.training import train_config
+
+    assert train_config({"type_loss_weight": 0, "average_weight": 1.0, "positive_kinds": ["alias"]}).type_loss_weight == 0
+    for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"average_weight": -0.1}, "average_weight"),
+                      ({"type_loss_weight": -1}, "type_loss_weight"), ({"positive_kinds": []}, "positive_kinds"),
+                      ({"alias_holdout_pairs": -1}, "alias_holdout_pairs")]:
+        with pytest.raises(ValueError, match=rf"^{name}"):
+            train_config(bad)
+    with prefect_test_harness():  # the flow refuses them on its parameters, before any task runs
+        for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"type_loss_weight": -0.5}, "type_loss_weight"),
+                          ({"positive_kinds": []}, "positive_kinds")]:
+            with pytest.raises(Exception, match=name):
+                train(storage_root=str(tmp_path / "empty"), evaluate_model=False, **bad)
 
 
 def test_train_flow_without_a_training_set_says_what_to_run(tmp_path):
