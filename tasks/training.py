@@ -288,6 +288,12 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
 
     manifest = train_model(training_set, char_encoder, out, params, on_log=on_log)
     update_progress_artifact(progress, 100.0)
+    for v in training_log(out)["validation"]:  # validation loss and held-out alias retrieval, side by side
+        logger.info("validation at step %d: %s", v["step"],
+                    ", ".join(f"{k} {x:.4f}" for k, x in v.items() if k.startswith("val_")))
+    if "alias_top1_exported" in manifest["stats"]:
+        logger.info("held-out aliases, exported model: top-1 %.4f, MRR %.4f",
+                    manifest["stats"]["alias_top1_exported"], manifest["stats"]["alias_mrr_exported"])
     return manifest
 
 

@@ -172,7 +172,8 @@ def test_ablation_parameters_that_cannot_work_are_refused_before_training(tmp_pa
     from flows.train import train
     from tasks.training import train_config
 
-    assert train_config({"type_loss_weight": 0, "average_weight": 1.0, "positive_kinds": ["alias"]}).type_loss_weight == 0
+    ok = train_config({"type_loss_weight": 0, "average_weight": 1.0, "positive_kinds": ["alias"]})
+    assert ok.type_loss_weight == 0 and ok.positive_kinds == ("alias",)
     for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"average_weight": -0.1}, "average_weight"),
                       ({"type_loss_weight": -1}, "type_loss_weight"), ({"positive_kinds": []}, "positive_kinds"),
                       ({"alias_holdout_pairs": -1}, "alias_holdout_pairs")]:
