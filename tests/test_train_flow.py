@@ -195,3 +195,17 @@ def test_train_flow_without_a_training_set_says_what_to_run(tmp_path):
     with prefect_test_harness():
         with pytest.raises(TrainingSetMissing, match="build-corpus"):
             train(storage_root=str(tmp_path / "empty"), evaluate_model=False)
+
+
+def test_training_curves_show_the_held_out_aliases():
+    from tasks.training import alias_lines, curves_png
+
+    hist = [{"step": s, "loss": 2.0, "infonce": 1.5, "type_ce": 0.5, "lr": 1e-3, "anchors_per_s": 9.0} for s in (1, 2)]
+    val = [{"step": 0, "epoch": -1, "val_loss": 2.5, "val_alias_top1": 0.25, "val_alias_mrr": 0.5},
+           {"step": 2, "epoch": 0, "val_loss": 2.0, "val_alias_top1": 0.5, "val_alias_mrr": 0.625}]
+    md = alias_lines(val, {"alias_holdout_pairs": 4, "alias_holdout_titles": 9, "alias_top1_exported": 0.75,
+                           "alias_mrr_exported": 0.8})
+    assert "(4 aliases among 9 titles)" in md
+    assert "| step 0 (before training) | 0.250 | 0.500 |" in md and "| exported (averaged) | 0.750 | 0.800 |" in md
+    assert alias_lines([{"step": 0, "val_loss": 1.0}], {}) == ""
+    assert curves_png(hist, val)[:8] == b"\x89PNG\r\n\x1a\n"
