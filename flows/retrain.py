@@ -13,9 +13,10 @@ corpus and the evaluation stay on the CPU pool.
 from __future__ import annotations
 
 import inspect
-from typing import Optional, Union
+from typing import Annotated, Optional, Union
 
 from prefect import flow
+from pydantic import Field
 
 from flows.build_corpus import build_corpus
 from flows.evaluate import evaluate
@@ -49,7 +50,7 @@ def retrain(
     eval_seeds: list[int] = [0, 1, 2],
     average_tolerance: float = 0.5,
     dataset_tolerance: float = 3.0,
-    alias_tolerance: Optional[float] = None,
+    alias_tolerance: Optional[Annotated[float, Field(ge=0)]] = None,
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
 ) -> dict:
