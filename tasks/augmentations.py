@@ -12,9 +12,11 @@ on the fly during training:
               link anchors that are frequent and unambiguous (`alias_min_anchor_count`,
               `alias_min_anchor_share`), most frequent first; `source` says which;
   paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given.
-`min_cosine` (kind -> threshold) keeps a token-replacement positive only when the backbone
-(E5) puts it at least that close to its phrase: the phrase-level check that the word was
-replaced in the sense the phrase uses. Only the kinds in `kinds` are written.
+`min_cosine` (kind -> threshold) keeps a replacement word only when the backbone (E5) puts
+it at least that close to the word it replaces (`CloseSynonyms`). Measured on labelled
+positives, the word-level cosine separates synonyms from wrong senses and look-alikes; the
+phrase-level one does not (the rest of the phrase is shared and dominates it). Only the
+kinds in `kinds` are written.
 Character edits and token swaps are drawn on the fly by the training loop instead.
 Parts of speech come from spaCy's tagger on the phrase itself (no sentence context).
 Measured precision per kind: benchmarks/positives_precision.py, README "Positives".
@@ -42,14 +44,15 @@ KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
 
 
 def anchor_totals(aliases: Dataset, anchors: set[str]) -> Counter:
-    """How often each anchor text links anywhere (all its targets summed)."""
+    """How often each anchor text links anywhere (all its targets summed), by casefolded
+    text: phrases match names ignoring case, so "SI" and "Si" are one ambiguous name."""
     if not anchors:
         return Counter()
-    t = aliases.read(columns=["alias", "count"],
-                     filter=(pads.field("source") == "anchor") & pads.field("alias").isin(sorted(anchors)))
+    t = aliases.read(columns=["alias", "count"], filter=(pads.field("source") == "anchor")
+                     & pc.utf8_lower(pads.field("alias")).isin(sorted({a.lower() for a in anchors})))
     totals = Counter()
     for alias, n in zip(t["alias"].to_pylist(), t["count"].to_pylist()):
-        totals[alias] += n
+        totals[alias.casefold()] += n
     return totals
 
 
@@ -82,7 +85,7 @@ def alias_positives(keys: set[str], aliases: Dataset, limit: int, min_anchor_cou
     for alias, title, src, n in rows:
         if phrase_key(title) in keys:
             named[phrase_key(title)].add(title)
-        if src == "anchor" and filtering and (n < min_anchor_count or n < min_anchor_share * totals[alias]):
+        if src == "anchor" and filtering and (n < min_anchor_count or n < min_anchor_share * totals[alias.casefold()]):
             continue
         if phrase_key(alias) in keys:
             named[phrase_key(alias)].add(title)
@@ -161,38 +164,20 @@ def _paraphraser(options: str):
 
 
 def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> dict[str, dict[str, list[str]]]:
-    from pearl_model.synonyms import phrase_synonym_variants
+    from pearl_model.synonyms import REPLACEABLE_POS, phrase_synonym_variants
 
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
-    for phrase, doc in zip(phrases, tagger.pipe(phrases, batch_size=512)):
+    docs = list(tagger.pipe(phrases, batch_size=512))
+    for source in sources.values():
+        if hasattr(source, "prefetch"):  # one batch of backbone vectors for the part's words
+            source.prefetch({(q, t.pos_) for doc in docs for t in doc for q in {t.text, t.text.lower()}
+                             if t.pos_ in REPLACEABLE_POS})
+    for phrase, doc in zip(phrases, docs):
         tokens = [(t.text, t.pos_, t.is_stop) for t in doc if not t.is_space]
         for kind, source in sources.items():
             variants = phrase_synonym_variants(tokens, source, limit, phrase=phrase)
             if variants:
                 out[phrase][kind] = variants
-    return out
-
-
-POOL = 3  # candidates per kept positive when the backbone filters them
-
-
-def keep_close(variants: dict[str, dict[str, list[str]]], encode, min_cosine: dict[str, float],
-               limit: int, stats: Counter) -> dict[str, dict[str, list[str]]]:
-    """Variants at cosine >= min_cosine[kind] from their phrase (`encode`: texts -> unit
-    vectors), in their order, at most `limit` per phrase and kind; kinds without a
-    threshold are only cut to `limit`. `stats` counts what the threshold dropped."""
-    texts = sorted({t for phrase, by in variants.items() for k, vs in by.items() if k in min_cosine
-                    for t in (phrase, *vs)})
-    vec = dict(zip(texts, encode(texts))) if texts else {}
-    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
-    for phrase, by in variants.items():
-        for kind, vs in by.items():
-            if kind in min_cosine:
-                kept = [v for v in vs if float(vec[phrase] @ vec[v]) >= min_cosine[kind]]
-                stats[f"{kind}_dropped_below_min_cosine"] += len(vs) - len(kept)
-                vs = kept
-            if vs[:limit]:
-                out[phrase][kind] = vs[:limit]
     return out
 
 
@@ -207,10 +192,13 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
         sources["wordnet"] = _wordnet(params.get("wordnet_max_senses"))
     if "fasttext" in kinds:
         sources["fasttext"] = _fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
-    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit * POOL if min_cosine else limit)
     if min_cosine:
-        syn = keep_close(syn, lambda t: _encoder(params["backbone"], params.get("cache_dir")).encode(t, normalize=True),
-                         min_cosine, limit, stats)
+        from pearl_model.synonyms import CloseSynonyms
+
+        encode = _encoder(params["backbone"], params.get("cache_dir")).encode
+        sources = {k: CloseSynonyms(src, encode, min_cosine[k]) if k in min_cosine else src
+                   for k, src in sources.items()}
+    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit)
     alias = alias_positives(set(keys), aliases, limit, params.get("alias_min_anchor_count", 1),
                             params.get("alias_min_anchor_share", 0.0)) if "alias" in kinds else {}
     para = {}

@@ -297,3 +297,24 @@ def test_spelling_neighbours_dropped():
                                                                                   "present"]
     assert sorted(FastTextNeighbours(kv, threshold=0.9, max_edit_similarity=0.7).synonyms("existing")) == [
         "current", "present"]
+
+
+def test_backbone_keeps_close_synonyms_only():
+    """CloseSynonyms: a synonym (or neighbour) far from the word by the encoder is dropped."""
+    space = {"existing": (1, 0, 0), "exiting": (0.2, 1, 0), "current": (1, 0.1, 0), "present": (1, 0.3, 0)}
+
+    class Source:
+        def synonyms(self, word, pos=None):
+            return ["exiting", "current", "present"] if word == "existing" else []
+
+    calls = []
+
+    def encode(texts):
+        calls.append(list(texts))
+        return np.stack([np.array(space[t]) / np.linalg.norm(space[t]) for t in texts])
+
+    close = syn.CloseSynonyms(Source(), encode, min_cosine=0.9)
+    close.prefetch([("existing", "VERB")])
+    assert close.replacements("existing", "VERB") == ["current", "present"]  # "exiting" is a look-alike
+    assert calls == [["current", "existing", "exiting", "present"]]  # one batch, nothing encoded again
+    assert syn.CloseSynonyms(Source(), encode, min_cosine=0.99).synonyms("existing") == ["current"]
