@@ -1,8 +1,9 @@
 """Precision of the cached positives per kind, on a hand-labelled sample, and each kind's share of training draws.
 
     # 1. draw 100 random positives per kind (seeded) from an augmentations version, to label
+    #    (--training-set V: also 100 per on-the-fly kind, char and swap_tokens)
     python benchmarks/positives_precision.py sample /work/corpus14 <augmentations version> \\
-        benchmarks/labels/positives_before.tsv [--prefill benchmarks/labels/positives_before.tsv]
+        benchmarks/labels/positives_after.tsv [--prefill benchmarks/labels/positives_before.tsv]
     # 2. label: fill the `label` column with 1 (same meaning) or 0; the rule is at the top of the file
     # 3. precision per kind + share of draws, before and after, into one JSON
     python benchmarks/positives_precision.py report /work/corpus14 \\
@@ -69,12 +70,36 @@ def draw_sample(aug: Dataset, n: int, seed: int) -> list[dict]:
     return out
 
 
+def draw_on_the_fly(phrases: list[str], n: int, seed: int) -> list[dict]:
+    """n positives per on-the-fly kind (char, swap_tokens) as the training loop makes them,
+    of random phrases it applies to."""
+    from pearl_model.augment import CHAR_OPS, augment, can_change
+
+    rng, out = random.Random(seed), []
+    for kind in ("char", "swap_tokens"):
+        for phrase in rng.sample(phrases, len(phrases)):
+            ops = [op for op in sorted(CHAR_OPS) if can_change(phrase, op)] if kind == "char" else \
+                [kind] if can_change(phrase, kind) else []
+            if ops:
+                out.append({"kind": kind, "source": "on the fly", "phrase": phrase,
+                            "positive": augment(phrase, rng.choice(ops), rng)})
+            if sum(r["kind"] == kind for r in out) == n:
+                break
+    return out
+
+
 @app.command()
 def sample(root: str, version: str, out: str, n: int = 100, seed: int = 0,
-           prefill: list[str] = typer.Option([], help="labels files whose labels are copied to the same pairs")):
+           prefill: list[str] = typer.Option([], help="labels files whose labels are copied to the same pairs"),
+           training_set: str = typer.Option(None, help="also draw n on-the-fly positives per kind (char, "
+                                                       "swap_tokens) of this training set's train phrases")):
     aug = Dataset(root, "augmentations", version, AUGMENTATIONS)
     known = {(r["kind"], r["phrase"], r["positive"]): r["label"] for p in prefill for r in read_labels(p)}
     rows = draw_sample(aug, n, seed)
+    if training_set:
+        ts = Dataset(root, "training_set", training_set, TRAINING_SET)
+        phrases = sorted(ts.read(columns=["phrase"], filter=pc.field("split") == "train")["phrase"].to_pylist())
+        rows += draw_on_the_fly(phrases, n, seed)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", encoding="utf-8", newline="") as fh:
         fh.write(RULE + f"# augmentations {version} on {root}, {n} per kind, seed {seed}\n")
@@ -145,6 +170,7 @@ def report(root: str, before: str = typer.Option(...), after: str = typer.Option
            training_set: str = typer.Option(None, help="default: the latest training_set version on the root"),
            after_kinds: str = typer.Option(None, help="comma-separated cached kinds the default trains on "
                                                       "(when a labelled kind is left out of the default)"),
+           on_the_fly: str = typer.Option(None, help="labels of on-the-fly positives (sample --training-set)"),
            out: str = "benchmarks/results/positives_precision.json"):
     training_set = training_set or latest_version(root, "training_set")
     result = {"rule": RULE.replace("# ", "").replace("\n", " ").strip(), "root": root}
@@ -158,6 +184,9 @@ def report(root: str, before: str = typer.Option(...), after: str = typer.Option
             raise typer.BadParameter(f"{path}: {missing} rows are not labelled yet")
         result[name] = {"labels": path, "precision": precision(rows),
                         "draws": shares_for(root, _version_of(path), training_set, kinds)}
+    if on_the_fly:
+        result["on_the_fly"] = {"labels": on_the_fly, "precision": precision(read_labels(on_the_fly)),
+                                "note": "the same before and after: made by the training loop, not cached"}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: {kind: v["precision"] for kind, v in result[k]["precision"].items()}
