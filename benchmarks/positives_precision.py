@@ -171,11 +171,14 @@ def report(root: str, before: str = typer.Option(...), after: str = typer.Option
            after_kinds: str = typer.Option(None, help="comma-separated cached kinds the default trains on "
                                                       "(when a labelled kind is left out of the default)"),
            on_the_fly: str = typer.Option(None, help="labels of on-the-fly positives (sample --training-set)"),
+           extra: list[str] = typer.Option([], help="NAME=PATH: another labelled sample, e.g. an intermediate "
+                                                    "round of filters"),
            out: str = "benchmarks/results/positives_precision.json"):
     training_set = training_set or latest_version(root, "training_set")
     result = {"rule": RULE.replace("# ", "").replace("\n", " ").strip(), "root": root}
     for name, path, kinds in (("before", before, None),
-                              ("after", after, after_kinds.split(",") if after_kinds else None)):
+                              ("after", after, after_kinds.split(",") if after_kinds else None),
+                              *((*e.split("=", 1), None) for e in extra)):
         if path is None:
             continue
         rows = read_labels(path)
@@ -190,7 +193,7 @@ def report(root: str, before: str = typer.Option(...), after: str = typer.Option
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: {kind: v["precision"] for kind, v in result[k]["precision"].items()}
-                      for k in ("before", "after") if k in result}, indent=1))
+                      for k in result if isinstance(result[k], dict) and "draws" in result[k]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -243,7 +243,9 @@ def phrase_synonym_variants(phrase_tokens: Sequence[tuple[str, str, bool]], sour
     replaceable when its POS is in ``REPLACEABLE_POS`` (not PROPN, NUM, PUNCT, ...), it is
     not a stop word (its flag or spaCy's STOP_WORDS) and it has a letter and no digit.
     Synonyms come from ``source.replacements`` when it has one (WordNet: no inflected
-    tokens replaced), else ``source.synonyms``; a synonym that is a stop word is skipped;
+    tokens replaced), else ``source.synonyms``; a synonym that is a stop word is skipped,
+    and so is one that holds the word itself ("art" -> "fine art", "mission" -> "foreign
+    mission": WordNet's lemma for a narrower thing);
     a Title-case token is looked up lowercased (PROPN is never replaced, so it is a common
     word at the start of a sentence or title) and its case (Title, UPPER) is carried over.
 
@@ -266,7 +268,8 @@ def phrase_synonym_variants(phrase_tokens: Sequence[tuple[str, str, bool]], sour
                 or not any(c.isalpha() for c in text) or any(c.isdigit() for c in text)):
             continue
         query = text.lower() if text.istitle() else text  # sentence-initial "Fox" is "fox"
-        syns = [_match_case(text, s) for s in get(query, pos) if s.strip() and not _is_stop(s)]
+        syns = [_match_case(text, s) for s in get(query, pos) if s.strip() and not _is_stop(s)
+                and query.casefold() not in s.casefold().split()]
         if syns:
             candidates.append((i, syns))
     out, seen = [], {phrase}

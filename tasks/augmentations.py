@@ -38,8 +38,9 @@ from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
-# -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor filters
-CODE_VERSION = "augmentations-3"
+# -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor
+# filters; -4: a synonym holding the word itself is skipped ("art" -> "fine art")
+CODE_VERSION = "augmentations-4"
 KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
 
 

@@ -318,3 +318,13 @@ def test_backbone_keeps_close_synonyms_only():
     assert close.replacements("existing", "VERB") == ["current", "present"]  # "exiting" is a look-alike
     assert calls == [["current", "existing", "exiting", "present"]]  # one batch, nothing encoded again
     assert syn.CloseSynonyms(Source(), encode, min_cosine=0.99).synonyms("existing") == ["current"]
+
+
+def test_synonym_holding_the_word_is_skipped():
+    """WordNet lists narrower things in a word's synset ("art" -> "fine art"): not a synonym."""
+    class Source:
+        def synonyms(self, word, pos=None):
+            return ["fine art", "artistic production"] if word == "art" else []
+
+    toks = [("conceptual", "ADJ", False), ("art", "NOUN", False)]
+    assert phrase_synonym_variants(toks, Source(), 3) == ["conceptual artistic production"]
