@@ -212,9 +212,10 @@ def build_corpus(
         fasttext_threshold: fastText neighbours at least this similar become synonyms.
         positives_per_kind: cached positives kept per phrase and kind.
         positive_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
-            none: wordnet, alias and paraphrase. fastText neighbours are left out: 2 of 100
-            labelled were right, and none of those left by the filters below
-            (benchmarks/positives_precision.py, README "Positives").
+            none: wordnet and paraphrase. Left out, on labelled samples of the sample + ovos
+            corpus: fastText neighbours (2 of 100 right, none of those the filters below
+            leave) and aliases (42 of 100; 63 of 100 with the anchor filters: its 206 linked
+            pages give too few link counts). benchmarks/positives_precision.py, README "Positives".
         wordnet_max_senses: WordNet synonyms from the word's first N senses only (most
             frequent first; none: all senses, which gives "strong" -> "impregnable").
         wordnet_min_cosine / fasttext_min_cosine: a replacement word is kept only when the
