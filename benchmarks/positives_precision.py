@@ -185,8 +185,14 @@ def report(root: str, before: str = typer.Option(...), after: str = typer.Option
         missing = sum(1 for r in rows if r["label"] == "")
         if missing:
             raise typer.BadParameter(f"{path}: {missing} rows are not labelled yet")
-        result[name] = {"labels": path, "precision": precision(rows),
-                        "draws": shares_for(root, _version_of(path), training_set, kinds)}
+        prec, draws = precision(rows), shares_for(root, _version_of(path), training_set, kinds)
+        on_the_fly_prec = precision(read_labels(on_the_fly)) if on_the_fly else {}
+        known = {**on_the_fly_prec, **prec}
+        result[name] = {"labels": path, "precision": prec, "draws": draws,
+                        "params": Dataset(root, "augmentations", _version_of(path), AUGMENTATIONS).manifest()["params"],
+                        # expected share of all training draws whose positive is wrong, over the labelled kinds
+                        "wrong_share_of_draws": round(sum(v["share_of_draws"] * (1 - known[k]["precision"])
+                                                          for k, v in draws["kinds"].items() if k in known), 4)}
     if on_the_fly:
         result["on_the_fly"] = {"labels": on_the_fly, "precision": precision(read_labels(on_the_fly)),
                                 "note": "the same before and after: made by the training loop, not cached"}

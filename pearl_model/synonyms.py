@@ -431,12 +431,15 @@ class CloseSynonyms:
         return (getattr(self.source, "replacements", None) or self.source.synonyms)(word, pos)
 
     def prefetch(self, queries: Iterable[tuple[str, str | None]]) -> None:
-        """Vectors of these words and their synonyms; replaces the previous batch."""
-        texts = sorted({t for w, p in queries for t in (w, *self._candidates(w, p))})
+        """Vectors of these words and their synonyms (words with none are skipped); replaces
+        the previous batch."""
+        texts = sorted({t for w, p in queries for c in [self._candidates(w, p)] if c for t in (w, *c)})
         self._vectors = dict(zip(texts, self.encode(texts))) if texts else {}
 
     def replacements(self, word: str, pos: str | None = None) -> list[str]:
         candidates = self._candidates(word, pos)
+        if not candidates:
+            return []
         missing = sorted({word, *candidates} - self._vectors.keys())
         if missing:
             self._vectors.update(zip(missing, self.encode(missing)))

@@ -328,3 +328,15 @@ def test_synonym_holding_the_word_is_skipped():
 
     toks = [("conceptual", "ADJ", False), ("art", "NOUN", False)]
     assert phrase_synonym_variants(toks, Source(), 3) == ["conceptual artistic production"]
+
+
+def test_backbone_filter_encodes_nothing_for_words_without_synonyms():
+    calls = []
+
+    class Source:
+        def synonyms(self, word, pos=None):
+            return []
+
+    close = syn.CloseSynonyms(Source(), lambda texts: calls.append(texts), min_cosine=0.9)
+    close.prefetch([("the", "DET"), ("xq", "NOUN")])
+    assert close.replacements("xq") == [] and calls == []
