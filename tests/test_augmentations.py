@@ -252,7 +252,7 @@ def test_part_with_filters_and_kinds(stores, monkeypatch):
 
 
 @pytest.mark.parametrize("bad, names", [
-    ({"kinds": ["wordnet", "synonyms"]}, "positive_kinds"), ({"kinds": []}, "positive_kinds"),
+    ({"kinds": ["wordnet", "synonyms"]}, "cached_kinds"), ({"kinds": []}, "cached_kinds"),
     ({"min_cosine": {"fasttext": 1.5}}, "fasttext_min_cosine"),
     ({"alias_min_anchor_share": -0.1}, "alias_min_anchor_share"), ({"wordnet_max_senses": 0}, "wordnet_max_senses")])
 def test_filter_settings_that_cannot_work_are_refused(stores, bad, names):
