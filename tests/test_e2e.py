@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 CORPUS_DATASETS = ["raw_pages", "pages", "sentences", "alias_mentions", "aliases", "quarantine"]
 PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
 POSITIVE_DATASETS = ["word_vectors", "augmentations", "phrase_embeddings", "negative_blocks",
-                     "negative_candidates", "negatives", "training_set"]
+                     "negative_candidates", "negatives", "heldout_aliases", "training_set"]
 DATASETS = CORPUS_DATASETS + PHRASE_DATASETS + POSITIVE_DATASETS
 
 
@@ -112,6 +112,12 @@ def test_first_run_writes_reconciled_datasets(first):
     assert ts.num_rows == mans["phrases"]["rows"] == result["training_set"]["rows"]
     assert {"train", "validation"} <= set(ts.column("split").to_pylist()) <= {"train", "validation", "heldout"}
     assert sum(1 for x in ts.column("negatives").to_pylist() if x) == negs["phrases_with_negative"]
+    # Neither side of a held-out alias pair is trained on (README "Held-out aliases").
+    held = {t for pair in zip(tables["heldout_aliases"].column("alias").to_pylist(),
+                              tables["heldout_aliases"].column("title").to_pylist()) for t in pair}
+    trained = {p for p, split in zip(ts.column("phrase").to_pylist(), ts.column("split").to_pylist())
+               if split != "heldout"}
+    assert not held & trained
     assert json.loads((root / "training_set" / "_latest.json").read_text())["version"] == versions["training_set"]
 
 
