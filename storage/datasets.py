@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -137,21 +138,8 @@ class Dataset(Versioned):
         table = conform(table, self.schema)
         if metadata is not None:
             table = table.replace_schema_metadata({PART_METADATA: json.dumps(metadata, sort_keys=True)})
-        fs = self.fs
-        fs.makedirs(self.path, exist_ok=True)
-        final = self.part_path(index)
-        tmp = f"{self.path}/.tmp-{index:05d}-{uuid.uuid4().hex}.parquet"
-        try:
-            pq.write_table(table, tmp, filesystem=fs, compression="zstd")
-            fs.mv(tmp, final)
-        except BaseException:
-            # A failed write leaves no half-written temp file behind (a killed process
-            # still can: such files are never listed as parts).
-            try:
-                fs.rm(tmp)
-            except Exception:
-                pass
-            raise
+        with atomic_path(self.fs, self.part_path(index)) as tmp:
+            pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
         return table.num_rows
 
     def part_metadata(self, index: int) -> dict | None:
@@ -258,6 +246,26 @@ def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, versio
     _atomic_write_text(fs, f"{path.rsplit('/', 1)[0]}/{LATEST}",
                        json.dumps({"version": version, "created_at": manifest["created_at"]}))
     return manifest
+
+
+@contextmanager
+def atomic_path(fs: fsspec.AbstractFileSystem, final: str) -> Iterator[str]:
+    """A temporary name beside ``final`` to write to; renamed to ``final`` when the block
+    ends, so a file that exists is whole. A failed write leaves no temporary file behind
+    (a killed process still can: ``.tmp-`` files are never listed or read)."""
+    parent, base = final.rsplit("/", 1)
+    fs.makedirs(parent, exist_ok=True)
+    # Not the final name with a prefix: nothing that lists parts by name may ever match it.
+    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}{Path(base).suffix}"
+    try:
+        yield tmp
+        fs.mv(tmp, final)
+    except BaseException:
+        try:
+            fs.rm(tmp)
+        except Exception:
+            pass
+        raise
 
 
 def _atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:

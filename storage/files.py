@@ -25,7 +25,7 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from storage.datasets import MANIFEST, Versioned, dataset_version, publish_manifest
+from storage.datasets import MANIFEST, Versioned, atomic_path, dataset_version, publish_manifest
 
 __all__ = ["FileSet", "plan_fileset", "DEFAULT_CACHE"]
 
@@ -98,18 +98,8 @@ class FileSet(Versioned):
         entries = []
         for rel, src in files:
             final = f"{self.path}/{rel}"
-            parent, base = final.rsplit("/", 1)
-            fs.makedirs(parent, exist_ok=True)
-            tmp = f"{parent}/{_TMP}{uuid.uuid4().hex}-{base}"
-            try:
+            with atomic_path(fs, final) as tmp:
                 fs.put_file(str(src), tmp)
-                fs.mv(tmp, final)
-            except BaseException:
-                try:
-                    fs.rm(tmp)
-                except Exception:
-                    pass
-                raise
             size = src.stat().st_size
             if fs.size(final) != size:
                 raise OSError(f"{final}: stored {fs.size(final)} bytes, expected {size}")

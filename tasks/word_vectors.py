@@ -16,13 +16,12 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.datasets import Dataset, dataset_version
+from storage.datasets import Dataset, atomic_path, dataset_version
 from storage.schemas import WORD_VECTORS, WORD_VECTORS_NGRAMS
 
 CODE_VERSION = "word-vectors-2"  # -2: n-gram vectors as .npy instead of gensim's pickled model
@@ -62,19 +61,11 @@ class _HashingWriter:
 def write_array(out: Dataset, name: str, array: np.ndarray) -> dict:
     """``array`` as ``<out>/<name>`` (.npy, no pickle), streamed to a temporary name and
     renamed as the parts are; its manifest entry (file, bytes, sha256)."""
-    fs, final = out.fs, f"{out.path}/{name}"
-    tmp = f"{out.path}/.tmp-{uuid.uuid4().hex}-{name}"
-    fs.makedirs(out.path, exist_ok=True)
-    try:
-        with fs.open(tmp, "wb") as fh:
-            writer = _HashingWriter(fh)
-            np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
-        fs.mv(tmp, final)
-    except BaseException:
-        if fs.exists(tmp):
-            fs.rm(tmp)
-        raise
-    return {"file": name, "bytes": fs.size(final), "sha256": writer.sha256.hexdigest()}
+    final = f"{out.path}/{name}"
+    with atomic_path(out.fs, final) as tmp, out.fs.open(tmp, "wb") as fh:
+        writer = _HashingWriter(fh)
+        np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
+    return {"file": name, "bytes": out.fs.size(final), "sha256": writer.sha256.hexdigest()}
 
 
 def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[dict, dict]:
