@@ -100,7 +100,7 @@ def _pearl_config(model: PearlModel, averaged_with: float | None, metadata: dict
     return {
         "format": FORMAT,
         "backbone_dim": model.backbone_dim, "char_dim": model.char_dim,
-        "char_proj_dim": int(model.char_proj.out_features), "dim": model.dim,
+        "char_proj_dim": int(model.char_proj.out_features) if model.char_proj is not None else 0, "dim": model.dim,
         "n_labels": n_labels, "labels": list(LABELS) if n_labels == len(LABELS) else None,
         "pooling": "mean", "query_prefix": b.prefix, "max_length": int(b.max_length),
         "max_words": int(b.max_words), "max_chars": int(b.max_chars),
@@ -130,8 +130,9 @@ def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = N
     model.backbone.save_pretrained(out, state_dict=state, safe_serialization=True)
     model.batcher.tokenizer.save_pretrained(out)
     char_io.save(model.char_encoder, model.batcher.char_vocab, out / CHAR_DIR)
-    head = {"char_proj.weight": model.char_proj.weight, "char_proj.bias": model.char_proj.bias,
-            "type_head.weight": model.type_head.weight, "type_head.bias": model.type_head.bias}
+    head = {"type_head.weight": model.type_head.weight, "type_head.bias": model.type_head.bias}
+    if model.char_proj is not None:
+        head |= {"char_proj.weight": model.char_proj.weight, "char_proj.bias": model.char_proj.bias}
     save_file({k: v.detach().float().cpu().contiguous() for k, v in head.items()}, str(out / HEAD_FILE),
               metadata={"format": FORMAT})
     _write_json(out / "pearl_backbone.json", {"pooling": "mean", "query_prefix": config["query_prefix"],
@@ -246,14 +247,17 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
         head = load_file(str(path / HEAD_FILE))
     except (OSError, ValueError) as e:
         raise PearlExportError(f"cannot load the PEARL export at {path}: {e}") from e
-    if sorted(head) != sorted(_HEAD_KEYS):
-        raise PearlExportError(f"{path}/{HEAD_FILE} holds {sorted(head)}, expected {list(_HEAD_KEYS)}")
+    expected = _HEAD_KEYS if config["char_proj_dim"] else _HEAD_KEYS[2:]  # 0: no character branch
+    if sorted(head) != sorted(expected):
+        raise PearlExportError(f"{path}/{HEAD_FILE} holds {sorted(head)}, expected {list(expected)}")
     batcher = Batcher(tokenizer, vocab, config["query_prefix"], config["max_length"], config["max_words"],
                       config["max_chars"])
     model = PearlModel(backbone, char, char_proj_dim=config["char_proj_dim"], n_labels=config["n_labels"],
                        batcher=batcher)
     try:
-        model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("char_proj.")})
+        if model.char_proj is not None:
+            model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items()
+                                             if k.startswith("char_proj.")})
         model.type_head.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("type_head.")})
     except RuntimeError as e:
         raise PearlExportError(f"{path}/{HEAD_FILE} does not fit {CONFIG_FILE}: {e}") from e

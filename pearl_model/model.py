@@ -91,12 +91,13 @@ class PearlModel(nn.Module):
     def __init__(self, backbone: nn.Module, char_encoder: CharEncoder, char_proj_dim: int = 96,
                  n_labels: int = len(LABELS), batcher: Batcher | None = None):
         super().__init__()
-        if char_proj_dim < 1 or n_labels < 1:
-            raise ValueError("char_proj_dim and n_labels must be >= 1")
+        if char_proj_dim < 0 or n_labels < 1:
+            raise ValueError("char_proj_dim must be >= 0 (0: no character branch) and n_labels >= 1")
         self.backbone, self.char_encoder = backbone, char_encoder
         self.backbone_dim = int(backbone.config.hidden_size)
         self.char_dim = int(char_encoder.config["out_dim"])
-        self.char_proj = nn.Linear(self.char_dim, char_proj_dim)
+        # char_proj_dim 0 switches the character branch off: the vector is the backbone's alone.
+        self.char_proj = nn.Linear(self.char_dim, char_proj_dim) if char_proj_dim else None
         self.dim = self.backbone_dim + char_proj_dim
         self.type_head = nn.Linear(self.dim, n_labels)
         self.batcher = batcher
@@ -138,6 +139,8 @@ class PearlModel(nn.Module):
         """(embeddings (B, backbone_dim + char_proj_dim), type_logits (B, n_labels)), unnormalised."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sem = mean_pool(hidden, attention_mask).float()
+        if self.char_proj is None:
+            return sem, self.type_head(sem)
         char = self.char_proj(self.char_vectors(char_ids, word_mask).float())
         emb = torch.cat([sem, char], dim=-1)
         return emb, self.type_head(emb)

@@ -78,6 +78,9 @@ class TrainConfig:
     num_workers: int | None = None   # DataLoader workers; None: 4 on CUDA, 0 on CPU
     max_length: int | None = None    # token cap (None: the backbone's)
     positive_kinds: tuple[str, ...] | None = None  # kinds drawn (None: every kind that applies)
+    type_loss_on: str = "anchors"    # anchors | both (the anchors' and their positives' type cross entropy)
+    freeze_embeddings: bool = False  # the backbone's embedding matrix kept as is (cheaper Adam steps)
+    freeze_layers: int = 0           # the lowest N transformer layers kept as is
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
@@ -87,7 +90,9 @@ class TrainConfig:
                  ("lr", self.lr > 0, "> 0"), ("temperature", self.temperature > 0, "> 0"),
                  ("lr_decay", 0 < self.lr_decay <= 1, "in (0, 1]"),
                  ("type_loss_weight", self.type_loss_weight >= 0, ">= 0 (0 switches the type loss off)"),
-                 ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None")]
+                 ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None"),
+                 ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
+                 ("freeze_layers", self.freeze_layers >= 0, ">= 0")]
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
@@ -226,17 +231,19 @@ class StepBatches(torch.utils.data.Dataset):
 # --- loss -----------------------------------------------------------------------------
 
 def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tensor, temperature: float,
-               type_loss_weight: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               type_loss_weight: float, type_loss_on: str = "anchors") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """InfoNCE of anchors vs (positives ++ negatives) + weighted type cross entropy.
 
     ``emb`` rows: B anchors, B positives (row B+i belongs to anchor i), then negatives.
+    ``type_loss_on="both"``: the positives carry their anchor's type too (the authors' code).
     """
     b = labels.shape[0]
     emb = F.normalize(emb.float(), dim=-1)
     logits = emb[:b] @ emb[b:].T / temperature
     target = torch.arange(b, device=emb.device)
     nce = F.cross_entropy(logits, target)
-    ce = F.cross_entropy(type_logits[:b].float(), labels)
+    typed = 2 * b if type_loss_on == "both" else b
+    ce = F.cross_entropy(type_logits[:typed].float(), labels.repeat(typed // b))
     with torch.no_grad():
         parts = {"infonce": nce.detach(), "type_ce": ce.detach(),
                  "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
@@ -265,6 +272,22 @@ def alias_retrieval(encode: Callable[[list[str]], np.ndarray], task: AliasRetrie
     gold = np.asarray(task.gold)
     rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(axis=1)  # titles strictly closer than gold
     return {"alias_top1": float(np.mean(rank == 0)), "alias_mrr": float(np.mean(1.0 / (rank + 1)))}
+
+
+def freeze(backbone, embeddings: bool, layers: int) -> None:
+    """Keep the embedding matrix and/or the lowest ``layers`` transformer layers as they are
+    (BERT-like backbones: ``embeddings``, ``encoder.layer``); named in the error otherwise."""
+    if not embeddings and not layers:
+        return
+    blocks = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if (embeddings and not hasattr(backbone, "embeddings")) or (layers and blocks is None):
+        raise ValueError(f"freeze_embeddings/freeze_layers: {type(backbone).__name__} has no BERT-like "
+                         "`embeddings` / `encoder.layer` to freeze")
+    if layers > len(blocks or ()):
+        raise ValueError(f"freeze_layers is {layers}, but the backbone has {len(blocks)} layers")
+    for module in ([backbone.embeddings] if embeddings else []) + list(blocks or ())[:layers]:
+        for p in module.parameters():
+            p.requires_grad_(False)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -424,7 +447,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         batcher = Batcher(batcher.tokenizer, batcher.char_vocab, batcher.prefix, cfg.max_length,
                           batcher.max_words, batcher.max_chars)
     model.to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    freeze(model.backbone, cfg.freeze_embeddings, cfg.freeze_layers)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     lengths = [len(e.phrase) for e in examples]
     plans = [plan_epoch(lengths, cfg.batch_size, cfg.seed, e, cfg.bucket_window) for e in range(cfg.epochs)]
     total = sum(len(p) for p in plans)
@@ -473,7 +497,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             inputs, labels = _to(batch, device), batch["labels"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 emb, logits = model(**inputs)
-            loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight)
+            loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step} (epoch {epoch}); the run stopped "
                                     f"before updating the weights. Last good checkpoint: {last_good or 'none'}")
@@ -537,7 +561,7 @@ def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=
         labels = batch["labels"].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and cfg.bf16):
             emb, logits = model(**_to(batch, device))
-        loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight)
+        loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on)
         n = labels.shape[0]
         for k, v in (parts | {"loss": loss}).items():
             sums[k] = sums.get(k, 0.0) + float(v) * n

@@ -34,14 +34,14 @@ def parts(tmp_path_factory):
     return d, tok, cfg
 
 
-def make_model(parts, seed: int = 0) -> PearlModel:
+def make_model(parts, seed: int = 0, char_proj_dim: int = 8) -> PearlModel:
     d, tok, cfg = parts
     torch.manual_seed(seed)
     bert = transformers.BertModel(cfg, add_pooling_layer=False)
     vocab = CharVocab.build(WORDS)
     char = CharEncoder(len(vocab), 12, char_dim=8, kernel_sizes=(2, 3), n_filters=8, hidden=16, max_len=12)
     enc = PhraseEncoder(bert, tok, BackboneInfo("tiny", str(d), "local", max_length=16, dim=32))
-    return PearlModel.from_parts(enc, char, char_proj_dim=8, char_vocab=vocab)
+    return PearlModel.from_parts(enc, char, char_proj_dim=char_proj_dim, char_vocab=vocab)
 
 
 def toy_examples(n: int = 48, seed: int = 0) -> list[T.Example]:

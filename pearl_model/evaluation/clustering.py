@@ -32,8 +32,9 @@ def kmeans_nmi(vectors: np.ndarray, labels: list[str], k: int | None = None, see
     return float(normalized_mutual_info_score(labels, clusters))
 
 
-def evaluate_clustering(encoder, benchmark_dir, name: str, batch_size: int | None = None) -> list[dict]:
-    names, types = load_entities(benchmark_dir, name)
+def evaluate_clustering(encoder, benchmark_dir, name: str, batch_size: int | None = None,
+                        split: str = "test") -> list[dict]:
+    names, types = load_entities(benchmark_dir, name, split)
     raw = encode_unique(encoder, names, normalize=False, batch_size=batch_size)
     k = len(ENTITY_TYPES[name])
     return [row(encoder, TASK, name, "nmi", 100 * kmeans_nmi(raw, types, k)),

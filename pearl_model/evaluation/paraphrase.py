@@ -91,17 +91,24 @@ def pair_features(encoder, p1: list[str], p2: list[str], normalize: bool = False
 
 
 def evaluate_ppdb(encoder, benchmark_dir, filtered: bool = False, seeds=(0, 1, 2), split_seed: int = 0,
-                  normalize: bool = False, batch_size: int | None = None, **probe_kw) -> list[dict]:
-    """Rows per seed: accuracy (x100, the primary metric, first), epochs, best_epoch."""
+                  normalize: bool = False, batch_size: int | None = None, split: str = "test",
+                  **probe_kw) -> list[dict]:
+    """Rows per seed: accuracy (x100, the primary metric, first), epochs, best_epoch.
+
+    ``split="validation"``: the accuracy is the best validation epoch's (dev data: recipes are
+    chosen on it; the test split is scored once, for the final recipe)."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"split must be 'test' or 'validation', got {split!r}")
     dataset = "ppdb_filtered" if filtered else "ppdb"
     p1, p2, labels = load_ppdb(benchmark_dir, filtered)
     x = pair_features(encoder, p1, p2, normalize, batch_size)
     y = np.asarray(labels)
-    split = split_indices(len(y), split_seed)
+    indices = split_indices(len(y), split_seed)
     rows = []
     for seed in seeds:
-        r = train_probe(x, y, split, seed, **probe_kw)
-        rows += [row(encoder, TASK, dataset, "accuracy", 100 * r.test_accuracy, seed),
+        r = train_probe(x, y, indices, seed, **probe_kw)
+        acc = r.test_accuracy if split == "test" else r.val_accuracy
+        rows += [row(encoder, TASK, dataset, "accuracy", 100 * acc, seed),
                  row(encoder, TASK, dataset, "epochs", r.epochs, seed),
                  row(encoder, TASK, dataset, "best_epoch", r.best_epoch, seed)]
     return rows

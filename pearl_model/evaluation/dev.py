@@ -1,0 +1,30 @@
+"""Dev data: what a recipe is chosen on. The test splits are scored once, for the final recipe.
+
+CoNLL-2003 and BC5CDR ship a `dev.json` (clustered as the test files are); PPDB and
+PPDB-filtered score the probe's validation split (the 15% its early stopping watches) instead
+of its test split. The other five datasets have no dev split and are not used for choosing.
+"""
+from __future__ import annotations
+
+from .clustering import evaluate_clustering
+from .paraphrase import evaluate_ppdb
+
+DEV_SPLITS = {"ppdb": "validation", "ppdb_filtered": "validation", "conll2003": "dev", "bc5cdr": "dev"}
+
+
+def run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(DEV_SPLITS), seeds=(0, 1, 2),
+                      batch_size: int | None = None) -> list[dict]:
+    """Rows as `run_benchmark`'s, each with its dataset named `<dataset>:<split>`."""
+    unknown = sorted(set(datasets) - set(DEV_SPLITS))
+    if unknown:
+        raise ValueError(f"no dev split for {unknown}; datasets with one: {sorted(DEV_SPLITS)}")
+    rows = []
+    for name in datasets:
+        split = DEV_SPLITS[name]
+        if name.startswith("ppdb"):
+            got = evaluate_ppdb(encoder, benchmark_dir, filtered=name == "ppdb_filtered", seeds=seeds,
+                                batch_size=batch_size, split=split)
+        else:
+            got = evaluate_clustering(encoder, benchmark_dir, name, batch_size=batch_size, split=split)
+        rows += [r | {"dataset": f"{name}:{split}"} for r in got]
+    return rows

@@ -1,0 +1,148 @@
+"""Each ablation switch changes what it claims (tiny random models, CPU, seconds), the dev splits
+are the ones the README names, and the ablation script's scaling and table do what they say."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from pearl_model import training as T  # noqa: E402
+from pearl_model.evaluation import data  # noqa: E402
+from pearl_model.evaluation.dev import DEV_SPLITS, run_dev_benchmark  # noqa: E402
+from pearl_model.export import PearlEncoder, export_pearl, load_pearl  # noqa: E402
+from tests.test_training import cfg, make_model, parts, toy_examples  # noqa: E402,F401  (parts: a fixture)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import ablations  # noqa: E402
+
+BENCH = data.default_benchmark_dir()
+needs_bench = pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
+
+
+def _state(module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _changed(before: dict, module) -> set[str]:
+    return {k for k, v in module.state_dict().items() if not torch.equal(before[k], v)}
+
+
+def test_character_branch_off_exports_the_backbones_dimension(parts, tmp_path):
+    model = make_model(parts, char_proj_dim=0)
+    assert model.char_proj is None and model.dim == model.backbone_dim == 32
+    T.train(model, toy_examples(), cfg(epochs=1))
+    path = export_pearl(model, tmp_path / "m")
+    enc = PearlEncoder(load_pearl(path, device="cpu"))
+    vectors = enc.encode(["river bank", "new york times"])
+    assert vectors.shape == (2, 32)
+    # the same vectors as the backbone alone (the char branch adds nothing)
+    backbone = model.backbone.eval()
+    batch = model.batcher(["river bank"])
+    with torch.no_grad():
+        hidden = backbone(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    ref = torch.nn.functional.normalize(hidden.mean(1), dim=-1).numpy()[0]
+    assert np.allclose(vectors[0], ref, atol=1e-5)
+    with_char = make_model(parts)
+    assert with_char.dim == 32 + 8
+
+
+def test_type_loss_weight_0_gives_the_head_no_gradient(parts):
+    for weight, head_moves in [(0.0, False), (1.0, True)]:
+        model = make_model(parts)
+        before = _state(model.type_head)
+        T.train(model, toy_examples(), cfg(epochs=1, type_loss_weight=weight))
+        assert bool(_changed(before, model.type_head)) == head_moves, weight
+
+
+def test_type_loss_on_both_adds_the_positives_cross_entropy():
+    torch.manual_seed(0)
+    emb, logits, labels = torch.randn(8, 5), torch.randn(8, 4), torch.tensor([0, 3, 1])
+    _, anchors = T.pearl_loss(emb, logits, labels, 0.5, 1.0)
+    loss, both = T.pearl_loss(emb, logits, labels, 0.5, 1.0, type_loss_on="both")
+    ce = torch.nn.functional.cross_entropy(logits[:6], torch.tensor([0, 3, 1, 0, 3, 1]))
+    assert torch.allclose(both["type_ce"], ce) and not torch.allclose(anchors["type_ce"], ce)
+    assert torch.allclose(loss, both["infonce"] + ce)
+
+
+def test_frozen_embeddings_and_layers_do_not_move(parts):
+    model = make_model(parts)
+    emb, layers = _state(model.backbone.embeddings), [_state(b) for b in model.backbone.encoder.layer]
+    T.train(model, toy_examples(), cfg(epochs=1, freeze_embeddings=True, freeze_layers=1))
+    assert not _changed(emb, model.backbone.embeddings)
+    assert not _changed(layers[0], model.backbone.encoder.layer[0])
+    assert _changed(layers[1], model.backbone.encoder.layer[1])  # the rest still trains
+
+
+def test_impossible_freezing_and_type_loss_targets_are_refused_by_name(parts):
+    model = make_model(parts)
+    with pytest.raises(ValueError, match=r"^freeze_layers is 5, but the backbone has 2 layers"):
+        T.train(model, toy_examples(), cfg(freeze_layers=5))
+    with pytest.raises(ValueError, match=r"^type_loss_on must be 'anchors' or 'both'"):
+        T.train(model, toy_examples(), cfg(type_loss_on="positives"))
+
+
+class Lookup:
+    name = "lookup"
+
+    def __init__(self, dim: int = 6):
+        self.dim, self.calls = dim, 0
+
+    def encode(self, phrases, normalize=True, batch_size=None):
+        self.calls += 1
+        v = np.stack([np.random.default_rng(abs(hash(p)) % 2**32).normal(size=self.dim) for p in phrases])
+        v = v.astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True) if normalize else v
+
+
+@needs_bench
+def test_dev_splits_are_the_ones_the_readme_names():
+    assert DEV_SPLITS == {"ppdb": "validation", "ppdb_filtered": "validation", "conll2003": "dev", "bc5cdr": "dev"}
+    for name in ("conll2003", "bc5cdr"):
+        dev, test = data.load_entities(BENCH, name, "dev")[0], data.load_entities(BENCH, name, "test")[0]
+        assert dev and dev != test
+    rows = run_dev_benchmark(Lookup(), BENCH, datasets=("conll2003",))
+    assert {r["dataset"] for r in rows} == {"conll2003:dev"}
+    with pytest.raises(ValueError, match="no dev split for"):
+        run_dev_benchmark(Lookup(), BENCH, datasets=("turney",))
+
+
+def test_ppdb_validation_split_reports_the_probes_validation_accuracy(monkeypatch):
+    from pearl_model.evaluation import paraphrase
+
+    rng = np.random.default_rng(0)
+    p1, p2 = [f"a{i}" for i in range(400)], [f"b{i}" for i in range(400)]
+    monkeypatch.setattr(paraphrase, "load_ppdb", lambda d, f: (p1, p2, list(rng.integers(0, 2, 400))))
+    monkeypatch.setattr(paraphrase, "train_probe",
+                        lambda x, y, split, seed, **kw: paraphrase.ProbeResult(0.25, 0.75, 1, 2))
+    assert paraphrase.evaluate_ppdb(Lookup(), "x", seeds=(0,))[0]["value"] == 25.0
+    assert paraphrase.evaluate_ppdb(Lookup(), "x", seeds=(0,), split="validation")[0]["value"] == 75.0
+    with pytest.raises(ValueError, match="split must be"):
+        paraphrase.evaluate_ppdb(Lookup(), "x", split="dev")
+
+
+def test_cached_scaled_encoder_scales_only_the_character_part_and_encodes_once():
+    base = Lookup(dim=6)
+    enc = ablations.CachedScaled(base, backbone_dim=4, name="m")
+    raw = enc.encode(["x", "y"], normalize=False)
+    enc.scale = 0.0
+    zero = enc.encode(["x", "y"], normalize=False)
+    assert np.allclose(zero[:, :4], raw[:, :4]) and np.allclose(zero[:, 4:], 0)
+    unit = enc.encode(["y", "x"], normalize=True)
+    assert np.allclose(np.linalg.norm(unit, axis=1), 1) and np.allclose(unit[1, 4:], 0)
+    assert base.calls == 1  # every later call came from the cache
+
+
+def test_table_reports_deltas_against_the_backbone_and_seed_spread():
+    base = {"variant": "backbone", "seed": None, "a:dev": 50.0, "b:validation": 80.0, "heldout_alias_top1": 60.0}
+    recs = [base] + [{"variant": "v", "seed": s, "average_weight": 0.5, "char_scale": 1.0, "steps": 10,
+                      "anchors_per_s": 5.0, "a:dev": 50.0 + d, "b:validation": 80.0, "heldout_alias_top1": 61.0}
+                     for s, d in [(0, 1.0), (1, 3.0)]]
+    md, deltas = ablations.table(recs)
+    assert "| v | 0.5 | 1.0 | 2 | 10 | 5 | +2.0 ±1.0 | +0.0 ±0.0 | +1.0 ±0.0 | +1.0 ±0.5 |" in md
+    assert deltas == [("v w0.5 x1.0", {"a:dev": 2.0, "b:validation": 0.0, "heldout_alias_top1": 1.0,
+                                         "dev mean": 1.0})]
