@@ -51,6 +51,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "type_0": ({"type_loss_weight": 0.0}, {}),
     "type_0.1": ({"type_loss_weight": 0.1}, {}),
     "type_both": ({"type_loss_on": "both"}, {}),
+    "type_unit": ({}, {"type_input": "unit"}),
     "lr_1e-5": ({"lr": 1e-5}, {}),
     "hn_0": ({"hard_negatives": 0}, {}),
     "no_char_kind": ({"positive_kinds": ("swap_tokens", "wordnet")}, {}),
@@ -60,6 +61,29 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "freeze_emb": ({"freeze_embeddings": True}, {}),
     "freeze_emb_6": ({"freeze_embeddings": True, "freeze_layers": 6}, {}),
 }
+
+
+def resolve(name: str) -> tuple[dict, dict]:
+    """A variant's (TrainConfig overrides, model overrides); `a+b` combines variants a and b."""
+    train_kw, model_kw = {}, {}
+    for part in name.split("+"):
+        if part not in VARIANTS:
+            raise typer.BadParameter(f"unknown variant {part!r}; known: {list(VARIANTS)} (combine them with +)")
+        train_kw |= VARIANTS[part][0]
+        model_kw |= VARIANTS[part][1]
+    return train_kw, model_kw
+
+
+def jobs(variants: str, seeds: str) -> list[tuple[str, int]]:
+    """`name` (every seed of --seeds) or `name@seed` items, in the order given."""
+    out = []
+    for item in (list(VARIANTS) if variants == "all" else variants.split(",")):
+        name, _, seed = item.partition("@")
+        resolve(name)
+        out += [(name, int(seed))] if seed else [(name, int(s)) for s in seeds.split(",")]
+    return out
+
+
 POST_HOC = {"average_weight": (0.5, 1.0), "char_scale": (0.0, 0.5, 1.0, 2.0)}
 
 
@@ -97,6 +121,9 @@ def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...]) 
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         primary = rows[[r["dataset"] for r in rows].index(dataset)]["metric"]  # first row: primary metric
         out[dataset] = statistics.mean(r["value"] for r in rows if r["dataset"] == dataset and r["metric"] == primary)
+        l2 = [r["value"] for r in rows if r["dataset"] == dataset and r["metric"] == "nmi_l2norm"]
+        if l2:  # the same clustering on unit vectors: tells a change of direction from a change of norm
+            out[f"{dataset}/l2"] = l2[0]
     if retrieval is not None:
         out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
     out["score_seconds"] = round(time.perf_counter() - t0, 1)
@@ -119,12 +146,14 @@ def _key(r: dict) -> tuple:
 
 
 @app.command()
-def run(storage_root: str, variants: str = typer.Option("base", help="comma-separated; 'all': every variant"),
+def run(storage_root: str, variants: str = typer.Option("base", help="comma-separated names or name@seed; "
+                                                       "a+b combines two variants; 'all': every variant"),
         training_set: str = typer.Option(None, help="a training_set version (default: the latest)"),
         char_encoder: str = typer.Option(None, help="a char_encoder version (default: the latest)"),
         anchors: int = typer.Option(6400, help="anchors trained per variant (the budget)"),
         batch_size: int = typer.Option(64), seeds: str = typer.Option("0"),
-        post_hoc: str = typer.Option("base", help="variants also scored at every average_weight and char_scale"),
+        post_hoc: str = typer.Option("base@0", help="variants (name or name@seed) also scored at every "
+                                                     "average_weight and char_scale"),
         probe_seeds: str = typer.Option("0,1,2", help="PPDB probe seeds"),
         benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
         out: Path = typer.Option(Path("benchmarks/results/ablations_cpu_sample_ovos.json")),
@@ -139,10 +168,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
         torch.set_num_threads(threads)
-    names = list(VARIANTS) if variants == "all" else variants.split(",")
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown:
-        raise typer.BadParameter(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+    todo = jobs(variants, seeds)
+    grid = set(post_hoc.split(","))
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
@@ -169,42 +196,41 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
                                                          retrieval, pseeds)})
     char_dir = char.local_copy()
-    for seed in (int(s) for s in seeds.split(",")):
-        for name in names:
-            overrides, model_kw = VARIANTS[name]
-            settings = [(w, s) for w in POST_HOC["average_weight"] for s in POST_HOC["char_scale"]] \
-                if name in post_hoc.split(",") else [(0.5, 1.0)]
-            if model_kw.get("char_proj_dim") == 0:
-                settings = sorted({(w, 1.0) for w, _ in settings})
-            if all((name, seed, w, s) in done for w, s in settings):
-                continue
-            bs = batch_size * 2 if overrides.get("batch_size") == "x2" else batch_size
-            cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100, max_steps=max(1, anchors // bs),
-                                      checkpoint_every=0, seed=seed),
-                          **{k: v for k, v in overrides.items() if k != "batch_size"})
-            model = build_model(BACKBONE, char_dir, char_proj_dim=model_kw.get("char_proj_dim", 96), seed=seed,
-                                device="cpu")
-            original = backbone_state(model)
-            res = train(model, train_ex, cfg)
-            last = res.history[-1] if res.history else {}
-            trained = {"steps": res.steps, "batch_size": bs, "train_seconds": round(res.seconds, 1),
-                       "anchors_per_s": round(res.anchors_per_s, 1), "positives_drawn": res.positive_kinds,
-                       **{f"final_{k}": round(last[k], 4) for k in ("infonce", "type_ce", "type_acc") if k in last}}
-            for w in sorted({w for w, _ in settings}):
-                with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
-                    path = export_pearl(model, Path(tmp) / "m", original_backbone_state=original, average_weight=w)
-                    exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
-                    enc = CachedScaled(exported, exported.model.backbone_dim if exported.model.char_proj is not None else None,
-                                       name)
-                    for s in sorted({s for ww, s in settings if ww == w}):
-                        if (name, seed, w, s) in done:
-                            continue
-                        enc.scale = s
-                        add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
-                             "overrides": {k: list(v) if isinstance(v, tuple) else v
-                                           for k, v in (overrides | model_kw).items()},
-                             **score(enc, benchmark_dir, retrieval, pseeds)})
-            del model, original
+    for name, seed in todo:
+        overrides, model_kw = resolve(name)
+        settings = [(w, s) for w in POST_HOC["average_weight"] for s in POST_HOC["char_scale"]] \
+            if name in grid or f"{name}@{seed}" in grid else [(0.5, 1.0)]
+        if model_kw.get("char_proj_dim") == 0:
+            settings = sorted({(w, 1.0) for w, _ in settings})
+        if all((name, seed, w, s) in done for w, s in settings):
+            continue
+        bs = batch_size * 2 if overrides.get("batch_size") == "x2" else batch_size
+        cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100, max_steps=max(1, anchors // bs),
+                                  checkpoint_every=0, seed=seed),
+                      **{k: v for k, v in overrides.items() if k != "batch_size"})
+        model = build_model(BACKBONE, char_dir, char_proj_dim=model_kw.get("char_proj_dim", 96), seed=seed,
+                            device="cpu", type_input=model_kw.get("type_input", "raw"))
+        original = backbone_state(model)
+        res = train(model, train_ex, cfg)
+        last = res.history[-1] if res.history else {}
+        trained = {"steps": res.steps, "batch_size": bs, "train_seconds": round(res.seconds, 1),
+                   "anchors_per_s": round(res.anchors_per_s, 1), "positives_drawn": res.positive_kinds,
+                   **{f"final_{k}": round(last[k], 4) for k in ("infonce", "type_ce", "type_acc") if k in last}}
+        for w in sorted({w for w, _ in settings}):
+            with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
+                path = export_pearl(model, Path(tmp) / "m", original_backbone_state=original, average_weight=w)
+                exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
+                has_char = exported.model.char_proj is not None
+                enc = CachedScaled(exported, exported.model.backbone_dim if has_char else None, name)
+                for s in sorted({s for ww, s in settings if ww == w}):
+                    if (name, seed, w, s) in done:
+                        continue
+                    enc.scale = s
+                    add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
+                         "overrides": {k: list(v) if isinstance(v, tuple) else v
+                                       for k, v in (overrides | model_kw).items()},
+                         **score(enc, benchmark_dir, retrieval, pseeds)})
+        del model, original
 
 
 def _datasets(records: list[dict]) -> list[str]:

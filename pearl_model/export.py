@@ -101,7 +101,7 @@ def _pearl_config(model: PearlModel, averaged_with: float | None, metadata: dict
         "format": FORMAT,
         "backbone_dim": model.backbone_dim, "char_dim": model.char_dim,
         "char_proj_dim": int(model.char_proj.out_features) if model.char_proj is not None else 0, "dim": model.dim,
-        "n_labels": n_labels, "labels": list(LABELS) if n_labels == len(LABELS) else None,
+        "n_labels": n_labels, "type_input": model.type_input, "labels": list(LABELS) if n_labels == len(LABELS) else None,
         "pooling": "mean", "query_prefix": b.prefix, "max_length": int(b.max_length),
         "max_words": int(b.max_words), "max_chars": int(b.max_chars),
         "add_pooling_layer": _has_pooler(model.backbone),
@@ -253,7 +253,7 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
     batcher = Batcher(tokenizer, vocab, config["query_prefix"], config["max_length"], config["max_words"],
                       config["max_chars"])
     model = PearlModel(backbone, char, char_proj_dim=config["char_proj_dim"], n_labels=config["n_labels"],
-                       batcher=batcher)
+                       batcher=batcher, type_input=config.get("type_input", "raw"))  # older exports: raw
     try:
         if model.char_proj is not None:
             model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items()

@@ -28,7 +28,8 @@ from pearl_model.char_encoder import PAD, CharEncoder, CharVocab
 from pearl_model.encoder import PROGRESS_THRESHOLD, _check_phrases as check_phrase_list, mean_pool
 from pearl_model.phrases.labels import LABELS
 
-__all__ = ["mean_pool", "collate", "Batcher", "PearlModel"]
+__all__ = ["mean_pool", "collate", "Batcher", "PearlModel", "TYPE_INPUTS"]
+TYPE_INPUTS = ("raw", "unit")
 
 
 def _check_phrases(phrases, allow_blank: bool = False) -> list[str]:
@@ -89,8 +90,13 @@ class PearlModel(nn.Module):
     """Backbone (mean pooling) ++ Linear(char phrase vector), and a linear 95-way type head."""
 
     def __init__(self, backbone: nn.Module, char_encoder: CharEncoder, char_proj_dim: int = 96,
-                 n_labels: int = len(LABELS), batcher: Batcher | None = None):
+                 n_labels: int = len(LABELS), batcher: Batcher | None = None, type_input: str = "raw"):
         super().__init__()
+        if type_input not in TYPE_INPUTS:
+            raise ValueError(f"type_input must be one of {TYPE_INPUTS}, got {type_input!r}")
+        # "unit": the head reads the unit vector, so the type loss cannot grow or shrink the raw
+        # vectors' norms (which KMeans and linear probes on raw vectors see); "raw": as the paper.
+        self.type_input = type_input
         if char_proj_dim < 0 or n_labels < 1:
             raise ValueError("char_proj_dim must be >= 0 (0: no character branch) and n_labels >= 1")
         self.backbone, self.char_encoder = backbone, char_encoder
@@ -106,7 +112,7 @@ class PearlModel(nn.Module):
     def from_parts(cls, backbone_model, char_encoder: CharEncoder, char_proj_dim: int = 96,
                    n_labels: int = len(LABELS), *, tokenizer=None, char_vocab: CharVocab | None = None,
                    prefix: str | None = None, max_length: int | None = None,
-                   max_words: int = 16) -> "PearlModel":
+                   max_words: int = 16, type_input: str = "raw") -> "PearlModel":
         """Build from a backbone (an ``AutoModel`` or a ``PhraseEncoder``) and a char encoder.
 
         A ``PhraseEncoder`` also supplies the tokenizer, query prefix and max length.
@@ -121,7 +127,7 @@ class PearlModel(nn.Module):
         if tokenizer is not None and char_vocab is not None:
             batcher = Batcher(tokenizer, char_vocab, prefix or "", max_length or 512, max_words,
                               char_encoder.max_len)
-        return cls(backbone_model, char_encoder, char_proj_dim, n_labels, batcher)
+        return cls(backbone_model, char_encoder, char_proj_dim, n_labels, batcher, type_input)
 
     def char_vectors(self, char_ids: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
         """(B, char_dim): per phrase, the mean of its words' unit CharEncoder vectors."""
@@ -139,11 +145,9 @@ class PearlModel(nn.Module):
         """(embeddings (B, backbone_dim + char_proj_dim), type_logits (B, n_labels)), unnormalised."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sem = mean_pool(hidden, attention_mask).float()
-        if self.char_proj is None:
-            return sem, self.type_head(sem)
-        char = self.char_proj(self.char_vectors(char_ids, word_mask).float())
-        emb = torch.cat([sem, char], dim=-1)
-        return emb, self.type_head(emb)
+        emb = sem if self.char_proj is None else \
+            torch.cat([sem, self.char_proj(self.char_vectors(char_ids, word_mask).float())], dim=-1)
+        return emb, self.type_head(F.normalize(emb, dim=-1) if self.type_input == "unit" else emb)
 
     @property
     def device(self) -> torch.device:

@@ -580,7 +580,7 @@ def finite_history(history: list[dict]) -> bool:
 
 
 def build_model(backbone: str, char_encoder_dir: str | Path, *, char_proj_dim: int = 96, seed: int = 0,
-                device: str = "auto", cache_dir: str | None = None):
+                device: str = "auto", cache_dir: str | None = None, type_input: str = "raw"):
     """A fresh PEARL model: the backbone spec's encoder + a saved character encoder, new layers seeded."""
     from pearl_model import char_encoder as chars
     from pearl_model.encoder import PhraseEncoder
@@ -591,5 +591,6 @@ def build_model(backbone: str, char_encoder_dir: str | Path, *, char_proj_dim: i
     char_model, vocab = chars.load(char_encoder_dir, device=dev)
     with torch.random.fork_rng(devices=[]):  # seeded init of the new layers, global RNG untouched
         torch.manual_seed(seed)
-        model = PearlModel.from_parts(enc, char_model, char_proj_dim=char_proj_dim, char_vocab=vocab)
+        model = PearlModel.from_parts(enc, char_model, char_proj_dim=char_proj_dim, char_vocab=vocab,
+                                      type_input=type_input)
     return model.to(dev)

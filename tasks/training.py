@@ -173,7 +173,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
         log.warning("no held-out aliases to score (training set %s): no alias retrieval signal", training_set.version)
     device = resolve_device(cfg.device)
     model = build_model(params["backbone"], char_encoder.local_copy(), char_proj_dim=params["char_proj_dim"],
-                        seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"))
+                        seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"),
+                        type_input=params.get("type_input", "raw"))
     original = backbone_state(model)
     res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
                 on_log=on_log)

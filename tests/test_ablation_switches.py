@@ -146,3 +146,29 @@ def test_table_reports_deltas_against_the_backbone_and_seed_spread():
     assert "| v | 0.5 | 1.0 | 2 | 10 | 5 | +2.0 ±1.0 | +0.0 ±0.0 | +1.0 ±0.0 | +1.0 ±0.5 |" in md
     assert deltas == [("v w0.5 x1.0", {"a:dev": 2.0, "b:validation": 0.0, "heldout_alias_top1": 1.0,
                                          "dev mean": 1.0})]
+
+
+def test_type_head_on_unit_vectors_leaves_the_norm_alone(parts):
+    """type_input='unit': the type loss's gradient on each vector is orthogonal to it (no push on
+    its norm); 'raw' pushes the norm. The choice travels with the export."""
+    for type_input, radial in [("unit", False), ("raw", True)]:
+        model = make_model(parts)
+        model.type_input = type_input
+        batch = model.batcher(["river bank", "new york times", "red car"])
+        emb, logits = model(**batch)
+        emb = emb.detach().requires_grad_(True)
+        typed = torch.nn.functional.normalize(emb, dim=-1) if type_input == "unit" else emb
+        assert torch.allclose(logits, model.type_head(typed), atol=1e-6)  # what forward() feeds the head
+        loss = torch.nn.functional.cross_entropy(model.type_head(typed), torch.tensor([0, 1, 2]))
+        (grad,) = torch.autograd.grad(loss, emb)
+        along = (grad * emb).sum(-1).abs() / emb.norm(dim=-1)
+        assert bool((along > 1e-4).any()) == radial, type_input
+    with pytest.raises(ValueError, match="type_input must be one of"):
+        make_model(parts).__class__(model.backbone, model.char_encoder, 8, type_input="normalized")
+
+
+def test_type_input_travels_with_the_export(parts, tmp_path):
+    model = make_model(parts)
+    model.type_input = "unit"
+    loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")
+    assert loaded.type_input == "unit"
