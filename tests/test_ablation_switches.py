@@ -172,3 +172,25 @@ def test_type_input_travels_with_the_export(parts, tmp_path):
     model.type_input = "unit"
     loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")
     assert loaded.type_input == "unit"
+
+
+def test_report_writes_the_chart_and_publishes_the_ablations_artifact(tmp_path):
+    import json
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    from tests.test_retrain_flow import latest_artifact
+
+    base = {"variant": "backbone", "seed": None, "bc5cdr:dev": 58.0, "heldout_alias_top1": 66.0}
+    recs = [base, {"variant": "type_0", "seed": 0, "average_weight": 0.5, "char_scale": 1.0, "steps": 100,
+                   "anchors_per_s": 20.0, "bc5cdr:dev": 67.5, "heldout_alias_top1": 67.0}]
+    setup = {"anchors": 6400, "batch_size": 64, "training_set": "t", "train_phrases": 10, "char_encoder": "c",
+             "probe_seeds": [0], "heldout_pairs": 3, "heldout_titles": 9, "machine": "test"}
+    results = tmp_path / "ablations.json"
+    results.write_text(json.dumps({"setup": setup, "records": recs}))
+    with prefect_test_harness(server_startup_timeout=120):  # a busy machine starts it slowly
+        ablations.report(results, artifact=True)
+        art = latest_artifact("ablations")
+    assert results.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    assert "| type_0 | 0.5 | 1.0 | 1 | 100 | 20 | +9.5 | +1.0 | +9.5 |" in art.data
+    assert "data:image/png;base64," in art.data
