@@ -135,10 +135,12 @@ def _load(out: Path) -> list[dict]:
 
 
 def _save(out: Path, records: list[dict], setup: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"setup": setup, "records": records}, indent=1))
-    tmp.replace(out)
+    import fsspec
+
+    from storage.datasets import atomic_path
+
+    with atomic_path(fsspec.filesystem("file"), str(out.resolve())) as tmp:  # a killed run keeps the last whole file
+        Path(tmp).write_text(json.dumps({"setup": setup, "records": records}, indent=1))
 
 
 def _key(r: dict) -> tuple:

@@ -103,7 +103,8 @@ def train(
               "hard_negatives": hard_negatives, "lr": lr, "lr_decay": lr_decay, "lr_decay_every": lr_decay_every,
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
               "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
-              "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings, "freeze_layers": freeze_layers,
+              "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings,
+              "freeze_layers": freeze_layers,
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version.

@@ -100,8 +100,9 @@ def _pearl_config(model: PearlModel, averaged_with: float | None, metadata: dict
     return {
         "format": FORMAT,
         "backbone_dim": model.backbone_dim, "char_dim": model.char_dim,
-        "char_proj_dim": int(model.char_proj.out_features) if model.char_proj is not None else 0, "dim": model.dim,
-        "n_labels": n_labels, "type_input": model.type_input, "labels": list(LABELS) if n_labels == len(LABELS) else None,
+        "char_proj_dim": model.dim - model.backbone_dim, "dim": model.dim,
+        "n_labels": n_labels, "type_input": model.type_input,
+        "labels": list(LABELS) if n_labels == len(LABELS) else None,
         "pooling": "mean", "query_prefix": b.prefix, "max_length": int(b.max_length),
         "max_words": int(b.max_words), "max_chars": int(b.max_chars),
         "add_pooling_layer": _has_pooler(model.backbone),

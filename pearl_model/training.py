@@ -231,7 +231,8 @@ class StepBatches(torch.utils.data.Dataset):
 # --- loss -----------------------------------------------------------------------------
 
 def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tensor, temperature: float,
-               type_loss_weight: float, type_loss_on: str = "anchors") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+               type_loss_weight: float, type_loss_on: str = "anchors"
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """InfoNCE of anchors vs (positives ++ negatives) + weighted type cross entropy.
 
     ``emb`` rows: B anchors, B positives (row B+i belongs to anchor i), then negatives.
