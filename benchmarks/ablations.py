@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,9 +56,10 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "type_unit": ({}, {"type_input": "unit"}),
     "lr_1e-5": ({"lr": 1e-5}, {}),
     "hn_0": ({"hard_negatives": 0}, {}),
-    "no_char_kind": ({"positive_kinds": ("swap_tokens", "wordnet")}, {}),
-    "no_swap_kind": ({"positive_kinds": ("char", "wordnet")}, {}),
-    "no_wordnet_kind": ({"positive_kinds": ("char", "swap_tokens")}, {}),
+    "no_char_kind": ({"positive_kinds": ("swap_tokens", "change_case", "wordnet")}, {}),
+    "no_swap_kind": ({"positive_kinds": ("char", "change_case", "wordnet")}, {}),
+    "no_wordnet_kind": ({"positive_kinds": ("char", "swap_tokens", "change_case")}, {}),
+    "no_case_kind": ({"positive_kinds": ("char", "swap_tokens", "wordnet")}, {}),  # the recipe before the case kind
     "batch_x2": ({"batch_size": "x2"}, {}),
     "freeze_emb": ({"freeze_embeddings": True}, {}),
     "freeze_emb_6": ({"freeze_embeddings": True, "freeze_layers": 6}, {}),
@@ -144,7 +147,7 @@ def _save(out: Path, records: list[dict], setup: dict) -> None:
 
 
 def _key(r: dict) -> tuple:
-    return r["variant"], r.get("seed"), r.get("average_weight"), r.get("char_scale")
+    return r["variant"], r.get("seed"), r.get("average_weight"), r.get("char_scale"), r.get("anchors")
 
 
 @app.command()
@@ -153,13 +156,17 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         training_set: str = typer.Option(None, help="a training_set version (default: the latest)"),
         char_encoder: str = typer.Option(None, help="a char_encoder version (default: the latest)"),
         anchors: int = typer.Option(6400, help="anchors trained per variant (the budget)"),
+        score_at: str = typer.Option("", help="a learning curve: also export and score each variant after "
+                                              "these many anchors (comma-separated, below --anchors)"),
         batch_size: int = typer.Option(64), seeds: str = typer.Option("0"),
         post_hoc: str = typer.Option("base@0", help="variants (name or name@seed) also scored at every "
                                                      "average_weight and char_scale"),
         probe_seeds: str = typer.Option("0,1,2", help="PPDB probe seeds"),
         benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
         out: Path = typer.Option(Path("benchmarks/results/ablations_cpu_sample_ovos.json")),
-        threads: int = typer.Option(0, help="torch threads (0: torch's default)")) -> None:
+        threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
+        keep_exports: Path = typer.Option(None, help="copy each export at average weight 0.5 here "
+                                                     "(<variant>@<seed>[-<anchors>]), to score it later")) -> None:
     import torch
 
     from pearl_model.encoder import PhraseEncoder
@@ -185,6 +192,10 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
              "heldout_titles": len(retrieval.titles) if retrieval else 0,
              "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
              "dev": "CoNLL-2003 / BC5CDR dev.json (KMeans NMI), PPDB / PPDB-filtered probe validation accuracy"}
+    curve = sorted({int(a) for a in score_at.split(",") if a} | {anchors}) if score_at else [None]
+    if curve[-1] != (anchors if score_at else None):
+        raise typer.BadParameter(f"--score-at points must be below --anchors ({anchors}): {score_at}")
+    setup["score_at"] = [a for a in curve if a is not None]
     records = _load(out)
     done = {_key(r) for r in records}
 
@@ -193,7 +204,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         _save(out, records, setup)
         log.info("%s", json.dumps(rec))
 
-    if ("backbone", None, None, None) not in done:
+    if ("backbone", None, None, None, None) not in done:
         enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
         add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
                                                          retrieval, pseeds)})
@@ -204,34 +215,50 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
             if name in grid or f"{name}@{seed}" in grid else [(0.5, 1.0)]
         if model_kw.get("char_proj_dim") == 0:
             settings = sorted({(w, 1.0) for w, _ in settings})
-        if all((name, seed, w, s) in done for w, s in settings):
+        # the post-hoc grid at the last point of the curve only; earlier points at the defaults
+        points = [(a, settings if a == curve[-1] else [(0.5, 1.0)]) for a in curve]
+        if all((name, seed, w, s, a) in done for a, st in points for w, s in st):
             continue
         bs = batch_size * 2 if overrides.get("batch_size") == "x2" else batch_size
-        cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100, max_steps=max(1, anchors // bs),
-                                  checkpoint_every=0, seed=seed),
-                      **{k: v for k, v in overrides.items() if k != "batch_size"})
         model = build_model(BACKBONE, char_dir, char_proj_dim=model_kw.get("char_proj_dim", 96), seed=seed,
                             device="cpu", type_input=model_kw.get("type_input", "raw"))
         original = backbone_state(model)
-        res = train(model, train_ex, cfg)
-        last = res.history[-1] if res.history else {}
-        trained = {"steps": res.steps, "batch_size": bs, "train_seconds": round(res.seconds, 1),
-                   "anchors_per_s": round(res.anchors_per_s, 1), "positives_drawn": res.positive_kinds,
-                   **{f"final_{k}": round(last[k], 4) for k in ("infonce", "type_ce", "type_acc") if k in last}}
-        for w in sorted({w for w, _ in settings}):
-            with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
-                path = export_pearl(model, Path(tmp) / "m", original_backbone_state=original, average_weight=w)
-                exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
-                has_char = exported.model.char_proj is not None
-                enc = CachedScaled(exported, exported.model.backbone_dim if has_char else None, name)
-                for s in sorted({s for ww, s in settings if ww == w}):
-                    if (name, seed, w, s) in done:
+        seconds, drawn = 0.0, Counter()
+        with tempfile.TemporaryDirectory(prefix="ablation-ckpt-") as ckpt:
+            for a, st in points:
+                # one run, stopped at each point: train() resumes from the checkpoint it left, and
+                # takes exactly the steps an uninterrupted run would have
+                cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100,
+                                          max_steps=max(1, (a or anchors) // bs), checkpoint_every=0, seed=seed),
+                              **{k: v for k, v in overrides.items() if k != "batch_size"})
+                res = train(model, train_ex, cfg, checkpoint_dir=ckpt if score_at else None)
+                last = res.history[-1] if res.history else {}
+                seconds += res.seconds
+                drawn.update(res.positive_kinds)
+                trained = {"steps": res.steps, "batch_size": bs, "train_seconds": round(seconds, 1),
+                           "anchors_per_s": round(res.anchors_per_s, 1), "positives_drawn": dict(drawn),
+                           **({"anchors": a} if a is not None else {}),
+                           **{f"final_{k}": round(last[k], 4) for k in ("infonce", "type_ce", "type_acc") if k in last}}
+                for w in sorted({w for w, _ in st}):
+                    if all((name, seed, w, s, a) in done for ww, s in st if ww == w):
                         continue
-                    enc.scale = s
-                    add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
-                         "overrides": {k: list(v) if isinstance(v, tuple) else v
-                                       for k, v in (overrides | model_kw).items()},
-                         **score(enc, benchmark_dir, retrieval, pseeds)})
+                    with tempfile.TemporaryDirectory(prefix="ablation-") as tmp:
+                        path = export_pearl(model, Path(tmp) / "m", original_backbone_state=original,
+                                            average_weight=w)
+                        if keep_exports is not None and w == 0.5:
+                            shutil.copytree(path, keep_exports / (f"{name}@{seed}" + (f"-{a}" if a else "")),
+                                            dirs_exist_ok=True)
+                        exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
+                        has_char = exported.model.char_proj is not None
+                        enc = CachedScaled(exported, exported.model.backbone_dim if has_char else None, name)
+                        for s in sorted({s for ww, s in st if ww == w}):
+                            if (name, seed, w, s, a) in done:
+                                continue
+                            enc.scale = s
+                            add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
+                                 "overrides": {k: list(v) if isinstance(v, tuple) else v
+                                               for k, v in (overrides | model_kw).items()},
+                                 **score(enc, benchmark_dir, retrieval, pseeds)})
         del model, original
 
 
@@ -247,13 +274,14 @@ def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         if r["variant"] != "backbone":
-            groups.setdefault((r["variant"], r["average_weight"], r["char_scale"]), []).append(r)
+            groups.setdefault((r["variant"], r["average_weight"], r["char_scale"], r.get("anchors")), []).append(r)
     head = ["variant", "avg w", "char x", "seeds", "steps", "anchors/s"] + cols + ["dev mean"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
              "| backbone (absolute) | | | | | | " + " | ".join(f"{base[c]:.1f}" for c in cols)
              + f" | {statistics.mean(base[c] for c in cols if ':' in c):.1f} |"]
     deltas = []
-    for (name, w, s), rs in groups.items():
+    for (name, w, s, anchors), rs in groups.items():
+        name = name if anchors is None else f"{name}, {anchors:,} anchors"  # a point of a learning curve
         d = {c: [r[c] - base[c] for r in rs] for c in cols}
         d["dev mean"] = [statistics.mean(r[c] - base[c] for c in cols if ":" in c) for r in rs]
 

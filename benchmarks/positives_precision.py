@@ -1,7 +1,7 @@
 """Precision of the cached positives per kind, on a hand-labelled sample, and each kind's share of training draws.
 
     # 1. draw 100 random positives per kind (seeded) from an augmentations version, to label
-    #    (--training-set V: also 100 per on-the-fly kind, char and swap_tokens)
+    #    (--training-set V: also 100 per on-the-fly kind, char, swap_tokens, change_case)
     python benchmarks/positives_precision.py sample /work/corpus14 <augmentations version> \\
         benchmarks/labels/positives_after.tsv [--prefill benchmarks/labels/positives_before.tsv]
     # 2. label: fill the `label` column with 1 (same meaning) or 0; the rule is at the top of the file
@@ -11,7 +11,7 @@
         --out benchmarks/results/positives_precision.json
 
 Share of draws: the training loop draws, per anchor and step, one kind uniformly among the
-kinds that apply to the phrase (`pearl_model.training.positive_kinds`: char, swap_tokens and
+kinds that apply to the phrase (`pearl_model.training.positive_kinds`: char, swap_tokens, change_case and
 the cached kinds it has), so a kind's expected share is the mean over the training phrases
 (split == train of the training set) of 1/|kinds| where it applies. The cached kinds come
 from the augmentations version the labels were drawn from (its manifest names it), so a
@@ -71,18 +71,16 @@ def draw_sample(aug: Dataset, n: int, seed: int) -> list[dict]:
 
 
 def draw_on_the_fly(phrases: list[str], n: int, seed: int) -> list[dict]:
-    """n positives per on-the-fly kind (char, swap_tokens) as the training loop makes them,
-    of random phrases it applies to."""
-    from pearl_model.augment import CHAR_OPS, augment, can_change
+    """n positives per on-the-fly kind (char, swap_tokens, change_case) as the training loop
+    makes them, of random phrases it applies to."""
+    from pearl_model.training import ON_THE_FLY_KINDS, Example, draw_positive
 
     rng, out = random.Random(seed), []
-    for kind in ("char", "swap_tokens"):
+    for kind in ON_THE_FLY_KINDS:
         for phrase in rng.sample(phrases, len(phrases)):
-            ops = [op for op in sorted(CHAR_OPS) if can_change(phrase, op)] if kind == "char" else \
-                [kind] if can_change(phrase, kind) else []
-            if ops:
-                out.append({"kind": kind, "source": "on the fly", "phrase": phrase,
-                            "positive": augment(phrase, rng.choice(ops), rng)})
+            drawn, text = draw_positive(Example(phrase, 0), rng, (kind,))
+            if drawn == kind:
+                out.append({"kind": kind, "source": "on the fly", "phrase": phrase, "positive": text})
             if sum(r["kind"] == kind for r in out) == n:
                 break
     return out
@@ -92,7 +90,7 @@ def draw_on_the_fly(phrases: list[str], n: int, seed: int) -> list[dict]:
 def sample(root: str, version: str, out: str, n: int = 100, seed: int = 0,
            prefill: list[str] = typer.Option([], help="labels files whose labels are copied to the same pairs"),
            training_set: str = typer.Option(None, help="also draw n on-the-fly positives per kind (char, "
-                                                       "swap_tokens) of this training set's train phrases")):
+                                                       "swap_tokens, change_case) of this training set's train phrases")):
     aug = Dataset(root, "augmentations", version, AUGMENTATIONS)
     known = {(r["kind"], r["phrase"], r["positive"]): r["label"] for p in prefill for r in read_labels(p)}
     rows = draw_sample(aug, n, seed)

@@ -73,7 +73,7 @@ def train(
             the paper's 2, 512, 2, 3e-5, 0.98, 2000, 0.07.
         type_loss_weight: weight of the 95-type cross entropy beside InfoNCE (>= 0; 0: off, the
             default: on dev data any weight > 0 cost BC5CDR ~15 points; the paper's is 1.0).
-        positive_kinds: the positive kinds drawn (char, swap_tokens, wordnet, fasttext, alias,
+        positive_kinds: the positive kinds drawn (char, swap_tokens, change_case, wordnet, fasttext, alias,
             paraphrase); none: all. An empty list, or a kind no training phrase has, is refused.
         type_loss_on: the type cross entropy on the anchors, or on anchors and positives (authors' code).
         type_input: the type head reads the raw vector (paper) or the unit vector (the type loss then

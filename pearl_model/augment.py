@@ -16,7 +16,9 @@ Contract shared by all operators:
 * Exactly one edit per call: ``drop_char``, ``insert_char`` and ``keyboard_typo`` give a
   Levenshtein distance of exactly 1 to the input; ``swap_chars`` exchanges two adjacent,
   different characters of one word (exactly two adjacent positions change);
-  ``swap_tokens`` exchanges two adjacent, different whitespace-separated tokens.
+  ``swap_tokens`` exchanges two adjacent, different whitespace-separated tokens;
+  ``change_case`` rewrites the phrase in one of its other letter cases (lower, upper,
+  each word capitalised, first letter capitalised), every character kept otherwise.
 * Whitespace between (and around) tokens is preserved exactly.
 * When no position is eligible the operator returns the input object itself, unchanged
   (``out is phrase``), without consuming randomness, so callers can tell nothing happened.
@@ -24,12 +26,13 @@ Contract shared by all operators:
 from __future__ import annotations
 
 import random
+import re
 import string
 from typing import Callable
 
 __all__ = [
-    "QWERTY_NEIGHBOURS", "CHAR_OPS", "TOKEN_OPS", "ALL_OPS",
-    "swap_chars", "drop_char", "insert_char", "keyboard_typo", "swap_tokens",
+    "QWERTY_NEIGHBOURS", "CHAR_OPS", "TOKEN_OPS", "CASE_OPS", "ALL_OPS",
+    "swap_chars", "drop_char", "insert_char", "keyboard_typo", "swap_tokens", "change_case",
     "augment", "can_change", "random_on_the_fly",
 ]
 
@@ -108,6 +111,23 @@ def _swap_tokens_positions(s: str) -> list[int]:
     return [k for k in range(len(toks) - 1) if toks[k] != toks[k + 1]]
 
 
+_WORD_START = re.compile(r"(?<!\S)\w")  # a word's first character ("o'neill" -> "O'neill", not "O'Neill")
+
+
+def _case_forms(s: str) -> list[str]:
+    """The phrase in its other letter cases, distinct, in a fixed order (the positions of
+    ``change_case``). Headlines write "LONDON", lists "Lithium carbonate", running text
+    "lithium carbonate": one name."""
+    low = s.lower()
+    forms = [low, s.upper(), _WORD_START.sub(lambda m: m.group().upper(), low),
+             _WORD_START.sub(lambda m: m.group().upper(), low, count=1)]
+    return [f for f in dict.fromkeys(forms) if f != s]
+
+
+def _change_case_positions(s: str) -> list[int]:
+    return list(range(len(_case_forms(s))))
+
+
 def swap_chars(phrase: str, rng: random.Random) -> str:
     """Swap two neighbouring, different characters inside one word."""
     _check(phrase, rng)
@@ -164,6 +184,15 @@ def swap_tokens(phrase: str, rng: random.Random) -> str:
     return phrase[:a1] + phrase[a2:b2] + phrase[b1:a2] + phrase[a1:b1] + phrase[b2:]
 
 
+def change_case(phrase: str, rng: random.Random) -> str:
+    """The phrase in another letter case (PEARL's operators never change case, so training
+    on them alone made case a cheap way to tell phrases apart: BC5CDR-dev's KMeans split
+    "Lithium carbonate" from "lithium carbonate" instead of chemicals from diseases)."""
+    _check(phrase, rng)
+    forms = _case_forms(phrase)
+    return rng.choice(forms) if forms else phrase
+
+
 CHAR_OPS: dict[str, Op] = {
     "swap_chars": swap_chars,
     "drop_char": drop_char,
@@ -171,7 +200,8 @@ CHAR_OPS: dict[str, Op] = {
     "keyboard_typo": keyboard_typo,
 }
 TOKEN_OPS: dict[str, Op] = {"swap_tokens": swap_tokens}
-ALL_OPS: dict[str, Op] = {**CHAR_OPS, **TOKEN_OPS}
+CASE_OPS: dict[str, Op] = {"change_case": change_case}  # not a typo: kept out of the character encoder's edits
+ALL_OPS: dict[str, Op] = {**CHAR_OPS, **TOKEN_OPS, **CASE_OPS}
 
 _POSITIONS: dict[str, Callable[[str], list[int]]] = {
     "swap_chars": _swap_chars_positions,
@@ -179,6 +209,7 @@ _POSITIONS: dict[str, Callable[[str], list[int]]] = {
     "insert_char": _insert_char_positions,
     "keyboard_typo": _keyboard_positions,
     "swap_tokens": _swap_tokens_positions,
+    "change_case": _change_case_positions,
 }
 
 
@@ -189,7 +220,7 @@ def _op(kind: object) -> Op:
 
 
 def augment(phrase: str, kind: str, rng: random.Random) -> str:
-    """Apply the operator named ``kind`` (a key of CHAR_OPS or TOKEN_OPS)."""
+    """Apply the operator named ``kind`` (a key of ALL_OPS)."""
     return _op(kind)(phrase, rng)
 
 

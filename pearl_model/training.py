@@ -8,7 +8,9 @@ hard negatives are its negatives); the type head adds the cross entropy of the a
 
 Positives: per anchor and step one *kind* is drawn uniformly among those that apply to it:
 ``char`` (one of the character operators of :mod:`pearl_model.augment`), ``swap_tokens``
-(when the phrase has two tokens), and each cached kind the training set holds for it
+(when the phrase has two tokens), ``change_case`` (another letter case; not in the paper:
+without it the model learnt case as a cheap way to tell phrases apart, README "Training"),
+and each cached kind the training set holds for it
 (wordnet, fasttext, alias, paraphrase); then one text of that kind. Character operators
 count as one kind so that typos do not crowd out the semantic positives four to one.
 ``positive_kinds`` restricts the draw to some kinds (an ablation leaves one out).
@@ -140,7 +142,7 @@ def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None) -> l
     return out
 
 
-ON_THE_FLY_KINDS = ("char", "swap_tokens")
+ON_THE_FLY_KINDS = ("char", "swap_tokens", "change_case")
 
 
 def positive_kinds(ex: Example, allowed: Sequence[str] | None = None) -> list[str]:
@@ -174,7 +176,7 @@ def draw_positive(ex: Example, rng: random.Random, allowed: Sequence[str] | None
     if kind == "char":
         op = rng.choice([op for op in sorted(CHAR_OPS) if can_change(ex.phrase, op)])
         return kind, augment(ex.phrase, op, rng)
-    if kind == "swap_tokens":
+    if kind in ON_THE_FLY_KINDS:
         return kind, augment(ex.phrase, kind, rng)
     return kind, rng.choice(ex.cached[kind])
 

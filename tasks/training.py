@@ -28,7 +28,7 @@ from storage.datasets import Dataset, check_version, latest_version, resolve_roo
 from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
-CODE_VERSION = "train-2"  # -2: held-out alias retrieval, positive_kinds
+CODE_VERSION = "train-3"  # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 

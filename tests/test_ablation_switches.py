@@ -148,6 +148,15 @@ def test_table_reports_deltas_against_the_backbone_and_seed_spread():
                                          "dev mean": 1.0})]
 
 
+def test_learning_curve_points_are_rows_of_their_own():
+    base = {"variant": "backbone", "seed": None, "a:dev": 50.0}
+    recs = [base] + [{"variant": "v", "seed": 0, "average_weight": 0.5, "char_scale": 1.0, "steps": a // 10,
+                      "anchors_per_s": 5.0, "anchors": a, "a:dev": 50.0 + a / 1000} for a in (1000, 3000)]
+    md, deltas = ablations.table(recs)
+    assert "| v, 1,000 anchors | 0.5 | 1.0 | 1 | 100 | 5 | +1.0 | +1.0 |" in md
+    assert [d["a:dev"] for _, d in deltas] == [1.0, 3.0]  # not averaged together as seeds
+
+
 def test_type_head_on_unit_vectors_leaves_the_norm_alone(parts):
     """type_input='unit': the type loss's gradient on each vector is orthogonal to it (no push on
     its norm); 'raw' pushes the norm. The choice travels with the export."""

@@ -86,7 +86,7 @@ def editable(tok: str) -> bool:
 
 
 def check_common(kind: str, s: str, seed: int) -> str:
-    op = A.CHAR_OPS.get(kind) or A.TOKEN_OPS[kind]
+    op = A.ALL_OPS[kind]
     out = op(s, random.Random(seed))
     assert isinstance(out, str) and out.strip() != ""
     assert op(s, random.Random(seed)) == out  # deterministic
@@ -195,10 +195,23 @@ def test_swap_tokens(s, seed):
 
 @SETTINGS
 @given(phrases, seeds)
+def test_change_case(s, seed):
+    out = check_common("change_case", s, seed)
+    assert (out is s) == (s.lower() == s == s.upper())  # a phrase without cased letters has no other case
+    assert out.casefold() == s.casefold() or out.upper() == s.upper()  # only the case changed ("ı" -> "I" -> "i")
+
+
+def test_change_case_forms():
+    got = {A.change_case("o'neill lake", random.Random(i)) for i in range(40)}
+    assert got == {"O'NEILL LAKE", "O'neill Lake", "O'neill lake"}  # a word starts after whitespace only
+
+
+@SETTINGS
+@given(phrases, seeds)
 def test_random_on_the_fly(s, seed):
     kind, out = A.random_on_the_fly(s, random.Random(seed))
     assert A.random_on_the_fly(s, random.Random(seed)) == (kind, out)
-    possible = [k for k in (*A.CHAR_OPS, *A.TOKEN_OPS) if A.can_change(s, k)]
+    possible = [k for k in A.ALL_OPS if A.can_change(s, k)]
     if kind is None:
         assert not possible and out is s
         return
@@ -220,7 +233,7 @@ def test_char_ops_leave_digits_and_single_letters_alone(kind, toks, sep, seed):
 
 def test_random_on_the_fly_uses_all_kinds():
     seen = {A.random_on_the_fly("Hello brave world", random.Random(i))[0] for i in range(200)}
-    assert seen == set(A.CHAR_OPS) | set(A.TOKEN_OPS)
+    assert seen == set(A.ALL_OPS)
 
 
 # ---------------------------------------------------------------- known examples
@@ -236,6 +249,8 @@ EXAMPLES = [
     ("swap_tokens", "a I 1997 ,.", "a 1997 I ,."),
     ("swap_chars", "ab", "ba"),
     ("drop_char", "ab", "a"),
+    ("change_case", "lithium carbonate", "Lithium Carbonate"),
+    ("change_case", "LONDON", "London"),
 ]
 
 
@@ -247,7 +262,8 @@ def test_known_examples(kind, phrase, expected):
 UNCHANGED = [(k, p) for k in A.CHAR_OPS for p in ("1997", "a", "I", "a I 1997 ,.", "x  x", "ñ")]
 UNCHANGED += [("swap_chars", "aa"), ("swap_chars", "zz 1997 a"),
               ("keyboard_typo", "éñ 42"), ("keyboard_typo", "\u212a\u212a İı"),
-              ("swap_tokens", "hello"), ("swap_tokens", "  x  x\tx "), ("swap_tokens", "1997")]
+              ("swap_tokens", "hello"), ("swap_tokens", "  x  x\tx "), ("swap_tokens", "1997"),
+              ("change_case", "1997 ,."), ("change_case", "中文")]
 
 
 @pytest.mark.parametrize("kind,phrase", UNCHANGED)
@@ -270,7 +286,7 @@ def test_random_on_the_fly_none():
 # ---------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("kind", list(A.CHAR_OPS) + list(A.TOKEN_OPS))
+@pytest.mark.parametrize("kind", list(A.ALL_OPS))
 @pytest.mark.parametrize("bad,name",
                          [(None, "NoneType"), (3, "int"), (b"abc", "bytes"), (["ab"], "list")])
 def test_non_string_raises_type_error(kind, bad, name):
@@ -280,7 +296,7 @@ def test_non_string_raises_type_error(kind, bad, name):
         A.random_on_the_fly(bad, random.Random(0))
 
 
-@pytest.mark.parametrize("kind", list(A.CHAR_OPS) + list(A.TOKEN_OPS))
+@pytest.mark.parametrize("kind", list(A.ALL_OPS))
 @pytest.mark.parametrize("empty", ["", "   ", "\t\n"])
 def test_empty_raises_value_error(kind, empty):
     with pytest.raises(ValueError):

@@ -13,9 +13,9 @@ spec.loader.exec_module(pp)
 
 
 def test_shares_follow_the_uniform_draw_over_the_kinds_that_apply():
-    # "the old car": char, swap_tokens + wordnet -> 1/3 each; "x": nothing applies -> identity
-    shares = pp.draw_shares(["the old car", "x"], [{"wordnet"}, set()])
-    assert shares["wordnet"] == {"share_of_draws": pytest.approx(1 / 6, abs=1e-4), "phrases_it_applies_to": 1}
+    # "the old car": char, swap_tokens, change_case + wordnet -> 1/4 each; "42": nothing applies -> identity
+    shares = pp.draw_shares(["the old car", "42"], [{"wordnet"}, set()])
+    assert shares["wordnet"] == {"share_of_draws": pytest.approx(1 / 8, abs=1e-4), "phrases_it_applies_to": 1}
     assert shares["identity"]["share_of_draws"] == 0.5
     assert sum(v["share_of_draws"] for v in shares.values()) == pytest.approx(1, abs=1e-3)
 

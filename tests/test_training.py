@@ -70,16 +70,16 @@ def test_examples_from_rows_and_positive_draws():
     assert counts == {"positives_read": 3, "positives_dropped_blank_or_same": 2, "negatives_read": 2,
                       "negatives_dropped_blank": 1}
     assert ex.cached == {"alias": ("NYC",)} and ex.negatives == ("new work",) and ex.label_id == 3
-    assert T.positive_kinds(ex) == ["char", "swap_tokens", "alias"]
+    assert T.positive_kinds(ex) == ["char", "swap_tokens", "change_case", "alias"]
     rng = random.Random(0)
     seen = {}
     for _ in range(300):
         kind, text = T.draw_positive(ex, rng)
         seen[kind] = seen.get(kind, 0) + 1
         assert text != "new york" and text
-    assert set(seen) == {"char", "swap_tokens", "alias"} and min(seen.values()) > 60  # uniform over kinds
-    assert T.positive_kinds(T.Example("river", 0)) == ["char"]
-    assert T.draw_positive(T.Example("a", 0), rng) == ("identity", "a")  # nothing applies: itself
+    assert set(seen) == {"char", "swap_tokens", "change_case", "alias"} and min(seen.values()) > 50  # uniform
+    assert T.positive_kinds(T.Example("river", 0)) == ["char", "change_case"]
+    assert T.draw_positive(T.Example("1", 0), rng) == ("identity", "1")  # nothing applies: itself
 
 
 def test_plan_epoch_covers_every_example_once_and_buckets_by_length():
