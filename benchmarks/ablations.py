@@ -59,6 +59,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "no_char_kind": ({"positive_kinds": ("swap_tokens", "change_case", "wordnet")}, {}),
     "no_swap_kind": ({"positive_kinds": ("char", "change_case", "wordnet")}, {}),
     "no_wordnet_kind": ({"positive_kinds": ("char", "swap_tokens", "change_case")}, {}),
+    "distill_1": ({"distill_weight": 1.0}, {}),
+    "distill_0.3": ({"distill_weight": 0.3}, {}),
+    "distill_3": ({"distill_weight": 3.0}, {}),
     "no_case_kind": ({"positive_kinds": ("char", "swap_tokens", "wordnet")}, {}),  # the recipe before the case kind
     "batch_x2": ({"batch_size": "x2"}, {}),
     "freeze_emb": ({"freeze_embeddings": True}, {}),
@@ -231,7 +234,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                 cfg = replace(TrainConfig(device="cpu", batch_size=bs, epochs=100,
                                           max_steps=max(1, (a or anchors) // bs), checkpoint_every=0, seed=seed),
                               **{k: v for k, v in overrides.items() if k != "batch_size"})
-                res = train(model, train_ex, cfg, checkpoint_dir=ckpt if score_at else None)
+                res = train(model, train_ex, cfg, checkpoint_dir=ckpt if score_at else None, reference=original)
                 last = res.history[-1] if res.history else {}
                 seconds += res.seconds
                 drawn.update(res.positive_kinds)

@@ -46,6 +46,7 @@ def train(
     type_input: Literal["raw", "unit"] = "raw",
     freeze_embeddings: bool = False,
     freeze_layers: Annotated[int, Field(ge=0)] = 0,
+    distill_weight: Annotated[float, Field(ge=0)] = 0.0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
     seed: int = 0,
@@ -79,6 +80,8 @@ def train(
         type_input: the type head reads the raw vector (paper) or the unit vector (the type loss then
             cannot change the raw vectors' norms).
         freeze_embeddings / freeze_layers: keep the backbone's embedding matrix / lowest N layers as they are.
+        distill_weight: weight of the term that keeps the anchors' similarities to each other as the
+            original backbone's (>= 0; 0: off); see README "Training".
         max_steps: stop after this many steps (tiny runs).
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         seed: data order, augmentation draws and new layers' init.
@@ -104,7 +107,7 @@ def train(
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
               "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
               "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings,
-              "freeze_layers": freeze_layers,
+              "freeze_layers": freeze_layers, "distill_weight": distill_weight,
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version.

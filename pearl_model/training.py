@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from pearl_model.augment import CHAR_OPS, augment, can_change
+from pearl_model.encoder import mean_pool
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ class TrainConfig:
     type_loss_on: str = "anchors"    # anchors | both (the anchors' and their positives' type cross entropy)
     freeze_embeddings: bool = False  # the backbone's embedding matrix kept as is (cheaper Adam steps)
     freeze_layers: int = 0           # the lowest N transformer layers kept as is
+    distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
+    distill_temperature: float = 0.05
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
@@ -94,7 +97,9 @@ class TrainConfig:
                  ("type_loss_weight", self.type_loss_weight >= 0, ">= 0 (0 switches the type loss off)"),
                  ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None"),
                  ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
-                 ("freeze_layers", self.freeze_layers >= 0, ">= 0")]
+                 ("freeze_layers", self.freeze_layers >= 0, ">= 0"),
+                 ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
+                 ("distill_temperature", self.distill_temperature > 0, "> 0")]
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
@@ -252,6 +257,36 @@ def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tenso
                  "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
                  "retrieval_acc": (logits.argmax(-1) == target).float().mean()}
     return nce + type_loss_weight * ce, parts
+
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL of each anchor's softmax over its cosines to the other anchors: the frozen original
+    backbone's (``teacher``) against the fine-tuned one's (``student``, the backbone part of the
+    vector).
+
+    Why: InfoNCE pushes every other phrase of the batch away alike, and with positives that
+    are mostly surface edits nothing holds the backbone's coarse semantic layout (chemicals
+    apart from diseases) in place; it eroded with every anchor seen (README "Training"). This
+    term keeps the relative layout of the anchors and leaves the positives free to move."""
+    b = student.shape[0]
+    off = ~torch.eye(b, dtype=torch.bool, device=student.device)
+    s = F.normalize(student.float(), dim=-1)
+    t = F.normalize(teacher.float(), dim=-1)
+    log_q = F.log_softmax((s @ s.T / temperature)[off].view(b, b - 1), dim=-1)
+    p = F.softmax((t @ t.T / temperature)[off].view(b, b - 1), dim=-1)
+    return F.kl_div(log_q, p, reduction="batchmean")
+
+
+def frozen_teacher(model, reference: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """A frozen copy of ``model``'s backbone holding the ``reference`` (original) weights."""
+    import copy
+
+    teacher = copy.deepcopy(model.backbone)
+    teacher.load_state_dict(reference)
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
 
 
 @dataclass(frozen=True)
@@ -432,8 +467,12 @@ def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int)
 
 def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: Sequence[Example] = (),
           retrieval: AliasRetrieval | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
-          on_log: Callable[[dict], None] | None = None) -> TrainResult:
+          on_log: Callable[[dict], None] | None = None,
+          reference: dict[str, torch.Tensor] | None = None) -> TrainResult:
     """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place.
+
+    ``reference``: the backbone's original weights (:func:`backbone_state` before training),
+    needed by ``cfg.distill_weight`` > 0 (the teacher of :func:`distill_loss`).
 
     At the validation points the records get the validation loss terms (``validation``) and
     the held-out alias retrieval scores (``retrieval``: ``val_alias_top1``, ``val_alias_mrr``)."""
@@ -443,6 +482,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     if len(examples) < 2:
         raise ValueError(f"need at least 2 training phrases, got {len(examples)}")
     check_positive_kinds(cfg.positive_kinds, examples)
+    if cfg.distill_weight > 0 and reference is None:
+        raise ValueError("distill_weight > 0 needs the backbone's original weights: train(..., reference=...)")
     device = resolve_device(cfg.device)
     batcher = model.batcher
     if cfg.max_length is not None:
@@ -450,6 +491,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         batcher = Batcher(batcher.tokenizer, batcher.char_vocab, batcher.prefix, cfg.max_length,
                           batcher.max_words, batcher.max_chars)
     model.to(device).train()
+    teacher = frozen_teacher(model, reference).to(device) if cfg.distill_weight > 0 else None
     freeze(model.backbone, cfg.freeze_embeddings, cfg.freeze_layers)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     lengths = [len(e.phrase) for e in examples]
@@ -501,6 +543,15 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 emb, logits = model(**inputs)
             loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on)
+            if teacher is not None:
+                b = labels.shape[0]
+                with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                    t = mean_pool(teacher(input_ids=inputs["input_ids"][:b],
+                                          attention_mask=inputs["attention_mask"][:b]).last_hidden_state,
+                                  inputs["attention_mask"][:b])
+                d = distill_loss(emb[:b, :model.backbone_dim], t, cfg.distill_temperature)
+                loss = loss + cfg.distill_weight * d
+                parts["distill"] = d.detach()
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step} (epoch {epoch}); the run stopped "
                                     f"before updating the weights. Last good checkpoint: {last_good or 'none'}")

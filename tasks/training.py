@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # TrainConfig fields a deployment may set (the rest keep pearl_model.training's defaults).
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
                 "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
-                "positive_kinds", "type_loss_on", "freeze_embeddings", "freeze_layers")
+                "positive_kinds", "type_loss_on", "freeze_embeddings", "freeze_layers", "distill_weight")
 
 
 def train_config(params: dict):
@@ -177,7 +177,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                         type_input=params.get("type_input", "raw"))
     original = backbone_state(model)
     res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
-                on_log=on_log)
+                on_log=on_log, reference=original)
     first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
     summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),

@@ -104,6 +104,40 @@ def test_loss_is_infonce_plus_type_ce():
     assert torch.allclose(parts["infonce"], nce) and torch.allclose(parts["type_ce"], ce)
 
 
+def test_distill_loss_is_zero_for_the_teachers_layout_and_grows_as_it_moves():
+    torch.manual_seed(0)
+    t = torch.randn(6, 4)
+    assert T.distill_loss(3 * t, t, 0.1).abs() < 1e-6  # the same directions: nothing to keep
+    moved = t.clone()
+    moved[0] = -moved[0]
+    far = T.distill_loss(moved, t, 0.1)
+    assert far > T.distill_loss(t + 0.1 * torch.randn(6, 4), t, 0.1) > 0
+    s = moved.clone().requires_grad_(True)
+    T.distill_loss(s, t, 0.1).backward()
+    assert s.grad.abs().sum() > 0
+
+
+def test_distillation_keeps_the_anchors_layout_and_needs_the_original_weights(parts):
+    exs = toy_examples()
+    with pytest.raises(ValueError, match="distill_weight > 0 needs the backbone's original weights"):
+        T.train(make_model(parts), exs, cfg(distill_weight=1.0))
+    with pytest.raises(ValueError, match="^distill_weight must be >= 0"):
+        T.train(make_model(parts), exs, cfg(distill_weight=-1.0))
+    drift = {}
+    for w in (0.0, 10.0):
+        model = make_model(parts)
+        original = T.backbone_state(model)
+        res = T.train(model, exs, cfg(epochs=4, lr=3e-3, distill_weight=w), reference=original)
+        assert ("distill" in res.history[-1]) == (w > 0)
+        with torch.no_grad():
+            batch = model.batcher([e.phrase for e in exs])
+            now = model(**batch)[0][:, :model.backbone_dim]
+            model.backbone.load_state_dict(original)
+            before = model(**batch)[0][:, :model.backbone_dim]
+        drift[w] = float(T.distill_loss(now, before, 0.05))
+    assert drift[10.0] < drift[0.0], drift  # the term holds the layout the plain recipe moves
+
+
 def test_lr_decays_in_steps():
     c = T.TrainConfig(lr=1e-3, lr_decay=0.5, lr_decay_every=10)
     assert [T.lr_at(s, c) for s in (0, 9, 10, 25)] == [1e-3, 1e-3, 5e-4, 2.5e-4]
