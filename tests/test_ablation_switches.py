@@ -191,7 +191,7 @@ def test_report_writes_the_chart_and_publishes_the_ablations_artifact(tmp_path):
     from tests.test_retrain_flow import latest_artifact
 
     base = {"variant": "backbone", "seed": None, "bc5cdr:dev": 58.0, "heldout_alias_top1": 66.0}
-    recs = [base, {"variant": "type_0", "seed": 0, "average_weight": 0.5, "char_scale": 1.0, "steps": 100,
+    recs = [base, {"variant": "type_1", "seed": 0, "average_weight": 0.5, "char_scale": 1.0, "steps": 100,
                    "anchors_per_s": 20.0, "bc5cdr:dev": 67.5, "heldout_alias_top1": 67.0}]
     setup = {"anchors": 6400, "batch_size": 64, "training_set": "t", "train_phrases": 10, "char_encoder": "c",
              "probe_seeds": [0], "heldout_pairs": 3, "heldout_titles": 9, "machine": "test"}
@@ -201,5 +201,5 @@ def test_report_writes_the_chart_and_publishes_the_ablations_artifact(tmp_path):
         ablations.report(results, artifact=True)
         art = latest_artifact("ablations")
     assert results.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
-    assert "| type_0 | 0.5 | 1.0 | 1 | 100 | 20 | +9.5 | +1.0 | +9.5 |" in art.data
+    assert "| type_1 | 0.5 | 1.0 | 1 | 100 | 20 | +9.5 | +1.0 | +9.5 |" in art.data
     assert "data:image/png;base64," in art.data
