@@ -6,10 +6,13 @@ that each batch pads to similar lengths, then put back in the caller's order.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .backbones import DEFAULT_BACKBONE, BackboneInfo, load_backbone
+from .onnx_backend import OnnxRunner, resolve_backend
 
 PROGRESS_THRESHOLD = 5000  # show a progress bar by default for inputs longer than this
 
@@ -39,19 +42,68 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T
 
 
+def torch_runner(model, device, pool: bool) -> Callable:
+    """``features -> (B, dim)`` float32 numpy, unnormalised, by PyTorch (bf16 autocast on CUDA).
+
+    ``pool``: ``model`` is a transformer (mean-pool its last hidden state); else it returns
+    ``(embedding, ...)`` as :class:`~pearl_model.model.PearlModel` does.
+    """
+    import contextlib
+
+    import torch
+
+    autocast = contextlib.nullcontext
+    if device.type == "cuda":
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        autocast = lambda: torch.autocast("cuda", dtype=dtype)  # noqa: E731
+
+    def run(features) -> np.ndarray:
+        with torch.inference_mode(), autocast():
+            feats = {k: v.to(device) for k, v in features.items()}
+            if pool:
+                emb = mean_pool(model(**feats).last_hidden_state, feats["attention_mask"])
+            else:
+                emb = model(**feats)[0]
+        return emb.float().cpu().numpy()
+
+    return run
+
+
+def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: Callable, run: Callable,
+                   normalize: bool, show_progress: bool | None, desc: str) -> np.ndarray:
+    """The encode loop every encoder shares: length-sorted batches -> ``run(featurize(batch))``,
+    L2-normalised unless ``normalize=False``, put back in the caller's order."""
+    order = np.argsort([-len(p) for p in items], kind="stable")
+    out = np.empty((len(items), dim), dtype=np.float32)
+    starts = range(0, len(items), batch_size)
+    if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
+        from tqdm.auto import tqdm
+
+        starts = tqdm(starts, desc=desc, unit="batch")
+    for start in starts:
+        idx = order[start:start + batch_size]
+        emb = run(featurize([items[i] for i in idx]))
+        if normalize:
+            emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
+        out[idx] = emb
+    return out
+
+
 class PhraseEncoder:
     """A transformer backbone with mean pooling (and the backbone's query prefix)."""
 
-    def __init__(self, model, tokenizer, info: BackboneInfo):
+    def __init__(self, model, tokenizer, info: BackboneInfo, backend: str = "auto"):
         self.model, self.tokenizer, self.info = model, tokenizer, info
+        self.backend = backend  # the engine encode() uses unless told otherwise
+        self._runners: dict = {}
 
     @classmethod
     def from_backbone(cls, spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | None = None,
-                      device: str | None = None) -> "PhraseEncoder":
+                      device: str | None = None, backend: str = "auto") -> "PhraseEncoder":
         import torch
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return cls(*load_backbone(spec, cache_dir, device))
+        return cls(*load_backbone(spec, cache_dir, device), backend=backend)
 
     @property
     def name(self) -> str:
@@ -66,51 +118,39 @@ class PhraseEncoder:
         return next(self.model.parameters()).device
 
     def encode(self, phrases: list[str], batch_size: int = 128, normalize: bool = True,
-               show_progress: bool | None = None) -> np.ndarray:
+               show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """Embeddings of ``phrases`` as float32 (n, dim), in input order.
 
         Phrases are truncated at the backbone's max length in tokens. An empty or
         whitespace-only phrase is encoded as the query prefix alone (for E5, "query: "),
-        so it gets a defined vector rather than an error.
+        so it gets a defined vector rather than an error. ``backend``: the engine
+        (:mod:`pearl_model.onnx_backend`; default: this encoder's ``backend``, "auto").
         """
-        import torch
-
         items = _check_phrases(phrases)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        texts = [self.info.query_prefix + p.strip() for p in items]
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        if show_progress is None:
-            show_progress = len(texts) > PROGRESS_THRESHOLD
-        starts = range(0, len(texts), batch_size)
-        if show_progress:
-            from tqdm.auto import tqdm
 
-            starts = tqdm(starts, desc=f"encode ({self.name})", unit="batch")
-        device = self.device
-        autocast = None
-        if device.type == "cuda":
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            autocast = torch.autocast("cuda", dtype=dtype)
-        with torch.inference_mode():
-            for start in starts:
-                idx = order[start:start + batch_size]
-                batch = self.tokenizer([texts[i] for i in idx], padding=True, truncation=True,
-                                       max_length=self.info.max_length, return_tensors="pt").to(device)
-                if autocast is not None:
-                    with autocast:
-                        hidden = self.model(**batch).last_hidden_state
-                else:
-                    hidden = self.model(**batch).last_hidden_state
-                pooled = mean_pool(hidden, batch["attention_mask"])
-                pooled = pooled.float()
-                if normalize:
-                    pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                out[idx] = pooled.cpu().numpy()
-        return out
+        def featurize(batch: list[str]):
+            return self.tokenizer([self.info.query_prefix + p.strip() for p in batch], padding=True,
+                                  truncation=True, max_length=self.info.max_length, return_tensors="pt")
+
+        return encode_batches(items, batch_size, self.dim, featurize, self._runner(backend, featurize),
+                              normalize, show_progress, f"encode ({self.name})")
+
+    def _runner(self, backend: str | None, featurize):
+        """``features -> (B, dim)`` unnormalised, on the chosen engine (built once per engine)."""
+        engine = resolve_backend(backend or self.backend, self.device.type)
+        if engine not in self._runners:
+            if engine == "torch":
+                self._runners[engine] = torch_runner(self.model, self.device, pool=True)
+            else:
+                example = {k: v for k, v in featurize(["a phrase", "another"]).items()
+                           if k in ("input_ids", "attention_mask")}
+                local = Path(self.info.source) if self.info.kind != "hub" else None
+                self._runners[engine] = OnnxRunner(self.model, example, engine, local)
+        return self._runners[engine]
 
     def similarity(self, a: list[str], b: list[str]) -> np.ndarray:
         return cosine_matrix(self.encode(a), self.encode(b))

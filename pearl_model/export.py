@@ -216,7 +216,8 @@ def is_pearl_export(path: str | os.PathLike) -> bool:
         return False
 
 
-def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None) -> PearlModel:
+def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None,
+               backend: str = "auto") -> PearlModel:
     """The :class:`PearlModel` saved at ``path``, in eval mode, with its batcher and ``.name`` set.
 
     ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
@@ -266,6 +267,7 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
         raise PearlExportError(f"{path}: loaded model has dim {model.dim}, {CONFIG_FILE} says {config['dim']}")
     model.name = str(path)
     model.export_config = config
+    model.backend = backend
     return model.to(device).eval()
 
 
@@ -279,8 +281,8 @@ class PearlEncoder:
         self.name = name or getattr(model, "name", None) or "pearl"
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: str | None = None) -> "PearlEncoder":
-        return cls(load_pearl(path, device))
+    def load(cls, path: str | os.PathLike, device: str | None = None, backend: str = "auto") -> "PearlEncoder":
+        return cls(load_pearl(path, device, backend))
 
     @property
     def dim(self) -> int:
@@ -291,12 +293,13 @@ class PearlEncoder:
         return self.model.device
 
     def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
-               show_progress: bool | None = None) -> np.ndarray:
+               show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """float32 (n, dim) in input order; ``normalize=False``: the raw concatenated vectors."""
         items = _check_phrases(phrases)
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self.model.encode(items, batch_size=batch_size, normalize=normalize, show_progress=show_progress)
+        return self.model.encode(items, batch_size=batch_size, normalize=normalize, show_progress=show_progress,
+                                 backend=backend)
 
     def similarity(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
         return cosine_matrix(self.encode(a), self.encode(b))

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pearl_model.char_encoder import PAD, CharEncoder, CharVocab
-from pearl_model.encoder import PROGRESS_THRESHOLD, _check_phrases as check_phrase_list, mean_pool
+from pearl_model.encoder import _check_phrases as check_phrase_list, encode_batches, mean_pool, torch_runner
+from pearl_model.onnx_backend import OnnxRunner, resolve_backend
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["mean_pool", "collate", "Batcher", "PearlModel", "TYPE_INPUTS"]
@@ -107,6 +108,7 @@ class PearlModel(nn.Module):
         self.dim = self.backbone_dim + char_proj_dim
         self.type_head = nn.Linear(self.dim, n_labels)
         self.batcher = batcher
+        self.backend = "torch"  # encode()'s engine; load_pearl sets "auto" (a model being trained stays torch)
 
     @classmethod
     def from_parts(cls, backbone_model, char_encoder: CharEncoder, char_proj_dim: int = 96,
@@ -154,32 +156,32 @@ class PearlModel(nn.Module):
         return next(self.parameters()).device
 
     def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
-               show_progress: bool | None = None) -> np.ndarray:
+               show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """float32 embeddings (n, dim) of ``phrases`` in input order, L2-normalised unless
-        ``normalize=False``. A blank phrase is encoded as the prefix alone (no char words)."""
+        ``normalize=False``. A blank phrase is encoded as the prefix alone (no char words).
+        ``backend``: the engine (:mod:`pearl_model.onnx_backend`); default: ``self.backend``,
+        "torch" for a model being trained, "auto" for one loaded by ``load_pearl``."""
         if self.batcher is None:
             raise RuntimeError("encode() needs a tokenizer and a char vocabulary: "
                                "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
         items = _check_phrases(phrases, allow_blank=True)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        order = np.argsort([-len(p) for p in items], kind="stable")
-        out = np.empty((len(items), self.dim), dtype=np.float32)
-        was_training, device = self.training, self.device
-        starts = range(0, len(items), batch_size)
-        if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
-            from tqdm.auto import tqdm
-
-            starts = tqdm(starts, desc="encode (pearl)", unit="batch")
+        featurize = lambda batch: self.batcher(batch, allow_blank=True)  # noqa: E731
+        was_training = self.training
         self.eval()
         try:
-            with torch.inference_mode():
-                for start in starts:
-                    idx = order[start:start + batch_size]
-                    batch = self.batcher([items[i] for i in idx], allow_blank=True)
-                    emb, _ = self(**{k: v.to(device) for k, v in batch.items()})
-                    emb = emb.float()
-                    out[idx] = (F.normalize(emb, dim=-1) if normalize else emb).cpu().numpy()
+            return encode_batches(items, batch_size, self.dim, featurize, self._runner(backend, featurize),
+                                  normalize, show_progress, "encode (pearl)")
         finally:
             self.train(was_training)
-        return out
+
+    def _runner(self, backend: str | None, featurize):
+        engine = resolve_backend(backend or self.backend, self.device.type)
+        if engine == "torch":  # never cached: the weights may change between calls (training)
+            return torch_runner(self, self.device, pool=False)
+        runners = self.__dict__.setdefault("_onnx_runners", {})
+        if engine not in runners:
+            runners[engine] = OnnxRunner(self, featurize(["a phrase", "another one"]), engine,
+                                         getattr(self, "name", None))
+        return runners[engine]

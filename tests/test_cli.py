@@ -52,6 +52,21 @@ def test_encode_writes_npy_in_input_order(model_dir, tmp_path):
     assert np.allclose(np.load(tmp_path / "b.npy")[0], v[2], atol=1e-5)
 
 
+def test_backend_flag_picks_the_engine(model_dir, tmp_path):
+    runs = {}
+    for backend in ("torch", "onnx", "onnx-int8"):
+        out = tmp_path / f"{backend}.npy"
+        r = CliRunner().invoke(app, ["encode", "new york", "banana", "the times", "--out", str(out),
+                                     "--backbone", str(model_dir), "--backend", backend])
+        assert r.exit_code == 0, r.output
+        runs[backend] = np.load(out)
+    assert (model_dir / "onnx" / "model_int8.onnx").is_file()  # each engine really ran
+    np.testing.assert_allclose(runs["onnx"], runs["torch"], atol=1e-5)
+    assert not np.array_equal(runs["onnx-int8"], runs["onnx"])
+    bad = CliRunner().invoke(app, ["encode", "x", "--backbone", str(model_dir), "--backend", "tensorrt"])
+    assert bad.exit_code == 2 and "tensorrt" in bad.output
+
+
 def test_errors_are_clear(model_dir, tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["encode", "--backbone", str(model_dir)])

@@ -127,7 +127,7 @@ def test_layout_and_round_trip(model, exported, no_unpickling):
 
     loaded = load_pearl(exported, device="cpu")
     assert loaded.name == str(exported) and not loaded.training
-    np.testing.assert_array_equal(loaded.encode(PHRASES), model.encode(PHRASES))
+    np.testing.assert_array_equal(loaded.encode(PHRASES, backend="torch"), model.encode(PHRASES))  # same weights
     b = model.batcher(PHRASES)
     with torch.no_grad():
         np.testing.assert_array_equal(loaded(**b)[1].numpy(), model(**b)[1].numpy())  # type head too
@@ -219,9 +219,9 @@ def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
 
     enc = load_model(str(exported))
     assert isinstance(enc, PearlEncoder) and enc.name == str(exported)
-    np.testing.assert_array_equal(enc.encode(PHRASES), model.encode(PHRASES))
+    np.testing.assert_allclose(enc.encode(PHRASES), model.encode(PHRASES), atol=1e-5)  # default engine: onnx
     raw = enc.encode(PHRASES, normalize=False, batch_size=2)
-    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), model.encode(PHRASES), atol=1e-6)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), model.encode(PHRASES), atol=1e-5)
     assert enc.encode([]).shape == (0, HIDDEN + PROJ)
 
     from typer.testing import CliRunner
@@ -231,7 +231,7 @@ def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
     out = tmp_path / "v.npy"
     r = CliRunner().invoke(app, ["encode", *PHRASES[:3], "--out", str(out), "--backbone", str(exported)])
     assert r.exit_code == 0, r.output
-    np.testing.assert_allclose(np.load(out), model.encode(PHRASES[:3]), atol=1e-6)
+    np.testing.assert_allclose(np.load(out), model.encode(PHRASES[:3]), atol=1e-5)
     r = CliRunner().invoke(app, ["similar", "car", "york city post", "car", "--backbone", str(exported)])
     assert r.exit_code == 0, r.output
     first = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("1"))

@@ -1,0 +1,72 @@
+"""pearl_model.onnx_backend: ONNX Runtime gives PyTorch's vectors; graphs are cached, rebuilt when stale."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from pearl_model.export import export_pearl, load_pearl  # noqa: E402
+from pearl_model.onnx_backend import OnnxGraphError, resolve_backend  # noqa: E402
+from tests.test_encoder import WORDS, tiny  # noqa: E402,F401  (fixture)
+from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
+
+SENTENCES = [" ".join(WORDS[i:i + k]) for k in (1, 3, 6) for i in range(0, len(WORDS) - k, 2)] + ["", "  "]
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_backbone_onnx_gives_torchs_vectors_and_caches_its_graph(tiny):
+    ref = tiny.encode(SENTENCES, batch_size=4, normalize=False, backend="torch")
+    fast = tiny.encode(SENTENCES, batch_size=4, normalize=False, backend="onnx")
+    np.testing.assert_allclose(fast, ref, atol=1e-4, rtol=1e-4)
+    graph = tiny._runners["onnx"].dir
+    meta = json.loads((graph / "graph.json").read_text())
+    assert meta["inputs"] == ["input_ids", "attention_mask"] and (graph / "model.onnx").is_file()
+    int8 = tiny.encode(SENTENCES, batch_size=4, normalize=False, backend="onnx-int8")
+    assert cosines(int8, ref).mean() > 0.9 and not np.allclose(int8, ref, atol=1e-6)  # quantised, close
+    assert tiny.encode(["a city"], backend="auto").shape == (1, 32)  # auto on CPU: onnx
+    assert resolve_backend("auto", "cpu") == "onnx" and resolve_backend(None, "cuda") == "torch"
+
+
+def test_pearl_model_onnx_gives_torchs_vectors_char_branch_included(model, tmp_path):
+    path = export_pearl(model, tmp_path / "m")
+    loaded = load_pearl(path, device="cpu")
+    assert loaded.backend == "auto"
+    ref = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="torch")
+    fast = loaded.encode(PHRASES + [""], batch_size=3, normalize=False)
+    np.testing.assert_allclose(fast, ref, atol=1e-4, rtol=1e-4)
+    assert (path / "onnx" / "model.onnx").is_file()  # cached beside the model
+    char_part = slice(model.backbone_dim, None)
+    assert np.abs(fast[:, char_part]).max() > 1e-3  # the character branch is in the graph
+
+
+def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path):
+    path = export_pearl(model, tmp_path / "m")
+    load_pearl(path, device="cpu").encode(PHRASES)
+    graph = path / "onnx" / "model.onnx"
+    good = graph.read_bytes()
+    graph.write_bytes(b"not a graph")
+    with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph"):
+        load_pearl(path, device="cpu").encode(PHRASES)
+    graph.write_bytes(good)
+    old = json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"]
+
+    changed = load_pearl(path, device="cpu")
+    with torch.no_grad():
+        changed.char_proj.weight.mul_(2.0)  # other weights than the cached graph's
+    v = changed.encode(PHRASES, normalize=False)
+    np.testing.assert_allclose(v, changed.encode(PHRASES, normalize=False, backend="torch"), atol=1e-4, rtol=1e-4)
+    assert json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"] != old
+
+
+def test_backend_names_are_checked(tiny):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        tiny.encode(["a"], backend="tensorrt")
+    with pytest.raises(TypeError, match="not a single string"):  # encode()'s own checks come first
+        tiny.encode("a city", backend="onnx")
