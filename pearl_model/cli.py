@@ -68,15 +68,11 @@ def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
 
 
 def _encoder(backbone: str, backend: str = "auto"):
-    from .encoder import PhraseEncoder
-
-    backend = getattr(backend, "value", backend)
-    from .export import PearlEncoder, PearlExportError, is_pearl_export
+    from .export import PearlExportError
+    from .loading import load_encoder
 
     try:
-        if is_pearl_export(backbone):  # a trained PEARL model directory (pearl_model.export)
-            return PearlEncoder.load(backbone, backend=backend)
-        return PhraseEncoder.from_backbone(backbone, backend=backend)
+        return load_encoder(backbone, backend=getattr(backend, "value", backend))
     except (BackboneError, PearlExportError, ImportError) as e:
         typer.secho(str(e), fg="red", err=True)
         raise typer.Exit(2)
@@ -233,6 +229,25 @@ def similar(
     for rank, i in enumerate(sorted(range(len(candidates)), key=lambda i: -sims[i]), 1):
         table.add_row(str(rank), candidates[i], f"{sims[i]:.4f}")
     Console().print(table)
+
+
+@app.command()
+def distill(
+    model: str = typer.Argument("current", help="the teacher: current, a backbone spec or a model directory"),
+    out: str = typer.Option(..., "--out", "-o", metavar="DIR", help="the directory to write the static model to"),
+    pca_dims: int = typer.Option(256, help="the static vectors' size (0: the teacher's)"),
+    storage_root: Optional[str] = STORAGE_ROOT,
+) -> None:
+    """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
+    from .static import distill_static
+
+    spec, label = _resolve(model, storage_root)
+    try:
+        path = distill_static(spec, out, pca_dims=pca_dims or None)
+    except (BackboneError, ImportError, ValueError) as e:
+        _fail(f"cannot distil {label}: {e}")
+    typer.echo(f"wrote a static model of {label} to {path}; load it with model2vec's "
+               f"StaticModel.from_pretrained or SentenceTransformer, or `pearl encode --model {path}`", err=True)
 
 
 @models_app.command("list")

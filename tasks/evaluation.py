@@ -52,12 +52,9 @@ def load_model(spec: str, cache_dir: str | None = None):
         return baselines.GloveEncoder()
     if spec == "char3gram":
         return baselines.CharNgramJaccard(n=3)
-    from pearl_model.encoder import PhraseEncoder
-    from pearl_model.export import PearlEncoder, is_pearl_export
+    from pearl_model.loading import load_encoder
 
-    if is_pearl_export(spec):  # a trained model written by pearl_model.export.export_pearl
-        return PearlEncoder.load(spec)
-    return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir)
+    return load_encoder(spec, cache_dir)  # a backbone, a PEARL export or a static model
 
 
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],

@@ -1,0 +1,24 @@
+"""``load_encoder(spec)``: any model this project can encode with, behind one ``encode()`` interface.
+
+A spec is a backbone spec (:mod:`pearl_model.backbones`), a trained PEARL export directory
+(:mod:`pearl_model.export`) or a static model2vec directory (:mod:`pearl_model.static`).
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["load_encoder"]
+
+
+def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend: str = "auto",
+                 device: str | None = None):
+    """The encoder of ``spec``; ``backend``: its default engine (:mod:`pearl_model.onnx_backend`)."""
+    from .encoder import PhraseEncoder
+    from .export import PearlEncoder, is_pearl_export
+    from .static import StaticEncoder, is_static_model
+
+    if is_pearl_export(spec):
+        return PearlEncoder.load(spec, device=device, backend=backend)
+    if is_static_model(spec):
+        return StaticEncoder.load(spec)
+    return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
