@@ -32,9 +32,11 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from pearl_model.augment import CHAR_OPS, augment
+from pearl_model.network import (BOW, CHAR_CONFIG, CHAR_FORMAT, CHAR_WEIGHTS, EOW, PAD, UNK, CharEncoder,  # noqa: F401
+                                 CharVocab, load_char_encoder)
+from pearl_model.network import check_words as _check_words
 
 __all__ = [
     "CharVocab", "CharEncoder", "train_char_encoder", "word_vectors", "phrase_vector",
@@ -43,85 +45,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PAD, UNK, BOW, EOW = 0, 1, 2, 3
-_N_SPECIAL = 4
-_FORMAT = "pearl-char-encoder/1"
-_WEIGHTS, _CONFIG = "model.safetensors", "config.json"
-
-
-def _check_words(words: object, name: str = "words") -> list[str]:
-    if isinstance(words, str) or not isinstance(words, Sequence):
-        raise TypeError(f"{name} must be a list of str, got {type(words).__name__}")
-    for w in words:
-        if not isinstance(w, str):
-            raise TypeError(f"{name} must contain str, got {type(w).__name__}")
-        if not w or w.isspace():
-            raise ValueError(f"{name} must not contain empty or whitespace-only words")
-    return list(words)
-
-
-class CharVocab:
-    """Characters -> ids; 0 pad, 1 unknown, 2 word start, 3 word end, then sorted characters."""
-
-    def __init__(self, chars: Sequence[str]):
-        chars = list(chars)
-        if any(not isinstance(c, str) or len(c) != 1 for c in chars) or len(set(chars)) != len(chars):
-            raise ValueError("chars must be distinct one-character strings")
-        self.chars = chars
-        self.index = {c: i + _N_SPECIAL for i, c in enumerate(chars)}
-
-    @classmethod
-    def build(cls, words: Sequence[str]) -> "CharVocab":
-        words = _check_words(words)
-        if not words:
-            raise ValueError("cannot build a character vocabulary from no words")
-        return cls(sorted({c for w in words for c in w}))
-
-    def __len__(self) -> int:
-        return len(self.chars) + _N_SPECIAL
-
-    def encode(self, words: Sequence[str], max_len: int = 20) -> torch.Tensor:
-        """(len(words), max_len) LongTensor: start, characters (truncated), end, padding.
-
-        Always padded to exactly ``max_len`` so a word's row never depends on the batch.
-        """
-        words = _check_words(words)
-        if not isinstance(max_len, int) or max_len < 3:
-            raise ValueError(f"max_len must be an int >= 3, got {max_len!r}")
-        out = torch.full((len(words), max_len), PAD, dtype=torch.long)
-        for r, w in enumerate(words):
-            ids = [BOW] + [self.index.get(c, UNK) for c in w[: max_len - 2]] + [EOW]
-            out[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        return out
-
-
-class CharEncoder(nn.Module):
-    """Char embeddings -> Conv1d per kernel width -> ReLU -> max-pool -> MLP -> out_dim."""
-
-    def __init__(self, n_chars: int, out_dim: int, *, char_dim: int = 32,
-                 kernel_sizes: Sequence[int] = (2, 3, 4, 5), n_filters: int = 64,
-                 hidden: int = 256, max_len: int = 20):
-        super().__init__()
-        kernel_sizes = tuple(int(k) for k in kernel_sizes)
-        if n_chars <= _N_SPECIAL or out_dim < 1 or not kernel_sizes or min(kernel_sizes) < 1:
-            raise ValueError("need n_chars > 4, out_dim >= 1 and positive kernel sizes")
-        if max(kernel_sizes) > max_len:
-            raise ValueError(f"kernel sizes {kernel_sizes} do not fit max_len={max_len}")
-        self.config = {"n_chars": int(n_chars), "out_dim": int(out_dim), "char_dim": int(char_dim),
-                       "kernel_sizes": list(kernel_sizes), "n_filters": int(n_filters),
-                       "hidden": int(hidden), "max_len": int(max_len)}
-        self.max_len = max_len
-        self.embed = nn.Embedding(n_chars, char_dim, padding_idx=PAD)
-        self.convs = nn.ModuleList(nn.Conv1d(char_dim, n_filters, k) for k in kernel_sizes)
-        self.mlp = nn.Sequential(nn.Linear(n_filters * len(kernel_sizes), hidden), nn.ReLU(),
-                                 nn.Linear(hidden, out_dim))
-
-    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        if char_ids.dim() != 2:
-            raise ValueError(f"char_ids must be (batch, length), got shape {tuple(char_ids.shape)}")
-        x = self.embed(char_ids).transpose(1, 2)  # (B, char_dim, L)
-        pooled = [F.relu(conv(x)).amax(dim=2) for conv in self.convs]
-        return self.mlp(torch.cat(pooled, dim=1))
+load = load_char_encoder  # the inverse of save() lives beside the network it builds
 
 
 def _check_vectors(words: list[str], vectors: object) -> np.ndarray:
@@ -317,24 +241,9 @@ def save(model: CharEncoder, vocab: CharVocab, path: str | Path) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / _WEIGHTS))
-    config = {"format": _FORMAT, "model": model.config, "chars": vocab.chars}
-    (path / _CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
+    save_file(state, str(path / CHAR_WEIGHTS))
+    config = {"format": CHAR_FORMAT, "model": model.config, "chars": vocab.chars}
+    (path / CHAR_CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
     return path
 
 
-def load(path: str | Path, device: str | torch.device = "cpu") -> tuple[CharEncoder, CharVocab]:
-    """Inverse of :func:`save`; reads safetensors and JSON only (no pickle)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    config = json.loads((path / _CONFIG).read_text(encoding="utf-8"))
-    if config.get("format") != _FORMAT:
-        raise ValueError(f"{path} is not a {_FORMAT} checkpoint")
-    vocab = CharVocab(config["chars"])
-    cfg = dict(config["model"])
-    if cfg.pop("n_chars") != len(vocab):
-        raise ValueError("checkpoint vocabulary size does not match its config")
-    model = CharEncoder(len(vocab), **cfg)
-    model.load_state_dict(load_file(str(path / _WEIGHTS)))
-    return model.to(device).eval(), vocab

@@ -12,28 +12,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backbones import DEFAULT_BACKBONE, BackboneInfo, load_backbone
+from .network import check_phrases as _check_phrases, mean_pool  # noqa: F401  (re-exported)
 from .onnx_backend import OnnxRunner, resolve_backend
 
 PROGRESS_THRESHOLD = 5000  # show a progress bar by default for inputs longer than this
-
-
-def mean_pool(hidden, mask):
-    """Mean of ``hidden`` (B, T, D) over the positions where ``mask`` (B, T) is nonzero."""
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
-
-
-def _check_phrases(phrases) -> list[str]:
-    if isinstance(phrases, (str, bytes)):
-        raise TypeError("encode() takes a list of phrases, not a single string: encode([phrase])")
-    try:
-        items = list(phrases)
-    except TypeError:
-        raise TypeError(f"encode() takes a list of strings, got {type(phrases).__name__}") from None
-    for i, p in enumerate(items):
-        if not isinstance(p, str):
-            raise TypeError(f"phrase {i} is {type(p).__name__}, not str: {p!r:.60}")
-    return items
 
 
 def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -15,13 +15,16 @@ the character encoder, its projection and the type head are written as trained.
       pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata
       modules.json, config_sentence_transformers.json, sentence_bert_config.json
                                          sentence-transformers: PearlSTModule (whole model) -> Normalize
+      network.py, st_module.py           the code those need, so that no pearl_model is needed to load
+      README.md                          the model card (pearl_model.model_card)
+      onnx/                              the ONNX Runtime graph (pearl_model.onnx_backend), when installed
 
 :func:`load_pearl` is the inverse (a :class:`~pearl_model.model.PearlModel` with its batcher);
 :class:`PearlEncoder` gives it the ``encode(..., normalize=)``/``similarity`` interface of
 :class:`~pearl_model.encoder.PhraseEncoder` that the evaluators and the CLI use. Weights are
 safetensors and everything else JSON: nothing is unpickled when loading.
 
-With sentence-transformers (>= 5, and ``pearl_model`` importable)::
+With sentence-transformers (>= 5; ``pearl_model`` need not be installed)::
 
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer("path/to/export", device="cpu", trust_remote_code=True)
@@ -41,23 +44,18 @@ import torch
 
 from pearl_model import char_encoder as char_io
 from pearl_model.encoder import _check_phrases, cosine_matrix
-from pearl_model.model import Batcher, PearlModel
+from pearl_model.model import PearlModel
+from pearl_model.model_card import model_card
+from pearl_model.onnx_backend import onnxruntime_available
+from pearl_model.network import CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, PearlExportError, load_network, read_config
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["FORMAT", "PearlExportError", "average_state_dicts", "export_pearl", "load_pearl",
            "is_pearl_export", "PearlEncoder", "ST_MODULE_CLASS"]
 
-FORMAT = "pearl-model/1"
-CONFIG_FILE, HEAD_FILE, CHAR_DIR = "pearl_model.json", "pearl_head.safetensors", "char_encoder"
-ST_MODULE_CLASS = "pearl_model.st_module.PearlSTModule"
+ST_MODULE_CLASS = "st_module.PearlSTModule"  # the copy in the export root, see st_module.py
+SHIPPED_CODE = ("network.py", "st_module.py")  # what the export needs to load without pearl_model
 ST_NORMALIZE_CLASS = "sentence_transformers.sentence_transformer.modules.normalize.Normalize"
-_HEAD_KEYS = ("char_proj.weight", "char_proj.bias", "type_head.weight", "type_head.bias")
-_REQUIRED = ("config.json", "model.safetensors", HEAD_FILE, f"{CHAR_DIR}/config.json",
-             f"{CHAR_DIR}/model.safetensors")
-
-
-class PearlExportError(ValueError):
-    """A directory that is not a (complete) PEARL export; the message names the path and what is wrong."""
 
 
 def average_state_dicts(fine_tuned: dict, original: dict, weight: float = 0.5) -> dict:
@@ -153,6 +151,9 @@ def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = N
         "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"})
     _write_json(out / "sentence_bert_config.json", {"max_seq_length": config["max_length"],
                                                     "do_lower_case": False})
+    for name in SHIPPED_CODE:
+        shutil.copyfile(Path(__file__).with_name(name), out / name)
+    (out / "README.md").write_text(model_card(config), encoding="utf-8")
     (out / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")  # last: marks the export complete
 
 
@@ -166,7 +167,8 @@ def _version(package: str) -> str | None:
 
 
 def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbone_state: dict | None = None,
-                 average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False) -> Path:
+                 average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False,
+                 fast_backend: bool = True) -> Path:
     """Write ``model`` as a PEARL export directory at ``path`` and return the path.
 
     With ``original_backbone_state`` (the backbone's ``state_dict()`` before fine-tuning),
@@ -174,6 +176,8 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     the in-memory model is left unchanged. ``metadata`` (JSON-serialisable: training-set
     version, backbone spec, ...) goes into ``pearl_model.json``. The directory appears
     complete or not at all; an existing ``path`` is an error unless ``overwrite``.
+    ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.onnx_backend`)
+    where onnxruntime is installed, so the model's first encode on CPU need not.
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -186,6 +190,8 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata)
+        if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
+            load_pearl(tmp, device="cpu").encode(["a phrase"], backend="onnx")
         if path.exists():  # overwrite: move the old one aside first, drop it after the rename
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
             os.replace(path, old / "x")
@@ -199,19 +205,11 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     return path
 
 
-def _read_config(path: Path) -> dict | None:
-    try:
-        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) and config.get("format") == FORMAT else None
-
-
 def is_pearl_export(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory with a ``pearl_model.json`` of this format (files not checked)."""
     try:
         p = Path(path).expanduser()
-        return p.is_dir() and _read_config(p) is not None
+        return p.is_dir() and read_config(p) is not None
     except (OSError, TypeError, ValueError):
         return False
 
@@ -222,53 +220,10 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
 
     ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
     """
-    from safetensors.torch import load_file
-    from transformers import AutoModel, AutoTokenizer
-    import transformers
-
-    path = Path(path).expanduser()
-    if not path.is_dir():
-        raise PearlExportError(f"{path}: no such directory (expected a PEARL export)")
-    if not (path / CONFIG_FILE).is_file():
-        raise PearlExportError(f"{path} is not a PEARL export: no {CONFIG_FILE}")
-    config = _read_config(path)
-    if config is None:
-        raise PearlExportError(f"{path}/{CONFIG_FILE} is unreadable or not of format {FORMAT!r}")
-    missing = [f for f in _REQUIRED if not (path / f).is_file()]
-    if missing:
-        raise PearlExportError(f"{path} is an incomplete PEARL export: missing {', '.join(missing)}")
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    model_kw = {} if config.get("add_pooling_layer") is None else {"add_pooling_layer": config["add_pooling_layer"]}
-    tok_kw = {"fix_mistral_regex": False} if transformers.__version__.startswith("4.57.") else {}
-    try:
-        backbone = AutoModel.from_pretrained(path, use_safetensors=True, **model_kw)
-        tokenizer = AutoTokenizer.from_pretrained(path, **tok_kw)
-        char, vocab = char_io.load(path / CHAR_DIR)
-        head = load_file(str(path / HEAD_FILE))
-    except (OSError, ValueError) as e:
-        raise PearlExportError(f"cannot load the PEARL export at {path}: {e}") from e
-    expected = _HEAD_KEYS if config["char_proj_dim"] else _HEAD_KEYS[2:]  # 0: no character branch
-    if sorted(head) != sorted(expected):
-        raise PearlExportError(f"{path}/{HEAD_FILE} holds {sorted(head)}, expected {list(expected)}")
-    batcher = Batcher(tokenizer, vocab, config["query_prefix"], config["max_length"], config["max_words"],
-                      config["max_chars"])
-    model = PearlModel(backbone, char, char_proj_dim=config["char_proj_dim"], n_labels=config["n_labels"],
-                       batcher=batcher, type_input=config.get("type_input", "raw"))  # older exports: raw
-    try:
-        if model.char_proj is not None:
-            model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items()
-                                             if k.startswith("char_proj.")})
-        model.type_head.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("type_head.")})
-    except RuntimeError as e:
-        raise PearlExportError(f"{path}/{HEAD_FILE} does not fit {CONFIG_FILE}: {e}") from e
-    if model.dim != config["dim"]:
-        raise PearlExportError(f"{path}: loaded model has dim {model.dim}, {CONFIG_FILE} says {config['dim']}")
+    model = load_network(path, device, cls=PearlModel)
     model.name = str(path)
-    model.export_config = config
     model.backend = backend
-    return model.to(device).eval()
+    return model
 
 
 class PearlEncoder:

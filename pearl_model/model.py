@@ -21,93 +21,23 @@ from typing import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from pearl_model.char_encoder import PAD, CharEncoder, CharVocab
-from pearl_model.encoder import _check_phrases as check_phrase_list, encode_batches, mean_pool, torch_runner
+from pearl_model.encoder import encode_batches, torch_runner
+from pearl_model.network import (TYPE_INPUTS, Batcher, CharEncoder, CharVocab, PearlNetwork,  # noqa: F401
+                                 _check_phrases, collate, mean_pool)
 from pearl_model.onnx_backend import OnnxRunner, resolve_backend
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["mean_pool", "collate", "Batcher", "PearlModel", "TYPE_INPUTS"]
-TYPE_INPUTS = ("raw", "unit")
 
 
-def _check_phrases(phrases, allow_blank: bool = False) -> list[str]:
-    # encode()'s type checks, plus: training phrases may not be empty.
-    items = check_phrase_list(phrases)
-    if not items:
-        raise ValueError("no phrases given (empty input)")
-    if not allow_blank:
-        for i, p in enumerate(items):
-            if not p.strip():
-                raise ValueError(f"phrase {i} is empty or whitespace-only")
-    return items
-
-
-def collate(phrases: Sequence[str], tokenizer, char_vocab: CharVocab, prefix: str = "",
-            max_length: int = 512, max_words: int = 16, max_chars: int = 20,
-            allow_blank: bool = False, padding: bool | str = True) -> dict[str, torch.Tensor]:
-    """Tensors for :meth:`PearlModel.forward`.
-
-    ``input_ids``/``attention_mask``: ``prefix + phrase`` tokenised, padded to the longest
-    in the batch, truncated at ``max_length`` tokens. ``char_ids`` (B, W, max_chars) and
-    ``word_mask`` (B, W): the first ``max_words`` lowercased whitespace words of each
-    phrase, W the most words of any phrase in the batch (at most ``max_words``).
-    ``padding``: the tokenizer's (``"max_length"`` pads every batch to ``max_length``).
-    ``allow_blank``: a blank phrase is the prefix alone with no words (a zero char vector),
-    as ``PhraseEncoder.encode`` treats it; training batches never allow it.
-    """
-    items = _check_phrases(phrases, allow_blank)
-    if max_words < 1:
-        raise ValueError(f"max_words must be >= 1, got {max_words!r}")
-    tok = tokenizer([prefix + p.strip() for p in items], padding=padding, truncation=True,
-                    max_length=max_length, return_tensors="pt")
-    words = [p.lower().split()[:max_words] for p in items]
-    width = max(1, max(len(w) for w in words))
-    char_ids = torch.full((len(items), width, max_chars), PAD, dtype=torch.long)
-    word_mask = torch.zeros((len(items), width), dtype=torch.bool)
-    for r, ws in enumerate(words):
-        char_ids[r, :len(ws)] = char_vocab.encode(ws, max_chars)
-        word_mask[r, :len(ws)] = True
-    return {"input_ids": tok["input_ids"], "attention_mask": tok["attention_mask"],
-            "char_ids": char_ids, "word_mask": word_mask}
-
-
-class Batcher:
-    """:func:`collate` with its settings bound; ``batcher(phrases)`` -> dict of tensors."""
-
-    def __init__(self, tokenizer, char_vocab: CharVocab, prefix: str = "", max_length: int = 512,
-                 max_words: int = 16, max_chars: int = 20):
-        self.tokenizer, self.char_vocab, self.prefix = tokenizer, char_vocab, prefix
-        self.max_length, self.max_words, self.max_chars = max_length, max_words, max_chars
-
-    def __call__(self, phrases: Sequence[str], allow_blank: bool = False) -> dict[str, torch.Tensor]:
-        return collate(phrases, self.tokenizer, self.char_vocab, self.prefix, self.max_length,
-                       self.max_words, self.max_chars, allow_blank)
-
-
-class PearlModel(nn.Module):
-    """Backbone (mean pooling) ++ Linear(char phrase vector), and a linear 95-way type head."""
+class PearlModel(PearlNetwork):
+    """Backbone (mean pooling) ++ Linear(char phrase vector), and a linear 95-way type head; ``encode()``."""
 
     def __init__(self, backbone: nn.Module, char_encoder: CharEncoder, char_proj_dim: int = 96,
                  n_labels: int = len(LABELS), batcher: Batcher | None = None, type_input: str = "raw"):
-        super().__init__()
-        if type_input not in TYPE_INPUTS:
-            raise ValueError(f"type_input must be one of {TYPE_INPUTS}, got {type_input!r}")
-        # "unit": the head reads the unit vector, so the type loss cannot grow or shrink the raw
-        # vectors' norms (which KMeans and linear probes on raw vectors see); "raw": as the paper.
-        self.type_input = type_input
-        if char_proj_dim < 0 or n_labels < 1:
-            raise ValueError("char_proj_dim must be >= 0 (0: no character branch) and n_labels >= 1")
-        self.backbone, self.char_encoder = backbone, char_encoder
-        self.backbone_dim = int(backbone.config.hidden_size)
-        self.char_dim = int(char_encoder.config["out_dim"])
-        # char_proj_dim 0 switches the character branch off: the vector is the backbone's alone.
-        self.char_proj = nn.Linear(self.char_dim, char_proj_dim) if char_proj_dim else None
-        self.dim = self.backbone_dim + char_proj_dim
-        self.type_head = nn.Linear(self.dim, n_labels)
-        self.batcher = batcher
+        super().__init__(backbone, char_encoder, char_proj_dim, n_labels, batcher, type_input)
         self.backend = "torch"  # encode()'s engine; load_pearl sets "auto" (a model being trained stays torch)
 
     @classmethod
@@ -130,26 +60,6 @@ class PearlModel(nn.Module):
             batcher = Batcher(tokenizer, char_vocab, prefix or "", max_length or 512, max_words,
                               char_encoder.max_len)
         return cls(backbone_model, char_encoder, char_proj_dim, n_labels, batcher, type_input)
-
-    def char_vectors(self, char_ids: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        """(B, char_dim): per phrase, the mean of its words' unit CharEncoder vectors."""
-        if char_ids.dim() != 3 or word_mask.shape != char_ids.shape[:2]:
-            raise ValueError(f"char_ids must be (batch, words, chars) and word_mask (batch, words), "
-                             f"got {tuple(char_ids.shape)} and {tuple(word_mask.shape)}")
-        mask = word_mask.bool()
-        words = F.normalize(self.char_encoder(char_ids[mask]), dim=-1)  # only the real words
-        per_word = words.new_zeros((*mask.shape, words.shape[-1]))
-        per_word[mask] = words
-        return mean_pool(per_word, mask)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, char_ids: torch.Tensor,
-                word_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(embeddings (B, backbone_dim + char_proj_dim), type_logits (B, n_labels)), unnormalised."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        sem = mean_pool(hidden, attention_mask).float()
-        emb = sem if self.char_proj is None else \
-            torch.cat([sem, self.char_proj(self.char_vectors(char_ids, word_mask).float())], dim=-1)
-        return emb, self.type_head(F.normalize(emb, dim=-1) if self.type_input == "unit" else emb)
 
     @property
     def device(self) -> torch.device:

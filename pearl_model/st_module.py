@@ -1,39 +1,40 @@
 """The whole PEARL model (backbone + character branch) as one sentence-transformers input module.
 
-A directory written by :func:`pearl_model.export.export_pearl` carries a ``modules.json`` of
-two modules: this :class:`PearlSTModule` (saved in the directory's root; it loads the whole
-export with :func:`~pearl_model.export.load_pearl`, tokenises with our
-:class:`~pearl_model.model.Batcher` into ``input_ids, attention_mask, char_ids, word_mask``
-and outputs ``sentence_embedding``, the unnormalised concatenation) followed by
-sentence-transformers' own ``Normalize``. So a sentence-transformers user gets exactly the
-vectors of ``load_pearl(path).encode(...)``::
+Every export (:func:`pearl_model.export.export_pearl`) carries a copy of this file and of
+``network.py`` in its root, and a ``modules.json`` of two modules: ``st_module.PearlSTModule``
+(this class: tokenises with the network's batcher into ``input_ids, attention_mask, char_ids,
+word_mask`` and outputs ``sentence_embedding``, the unnormalised concatenation) followed by
+sentence-transformers' own ``Normalize``. So a sentence-transformers user, with or without this
+project installed, gets exactly the vectors of ``load_pearl(path).encode(...)``::
 
-    pip install pearl-pipeline            # or have this checkout on the path: pearl_model must import
     from sentence_transformers import SentenceTransformer
     model = SentenceTransformer("path/to/export", device="cpu", trust_remote_code=True)
     vectors = model.encode(["heart attack", "myocardial infarction"])
 
-How sentence-transformers (5.x) finds the class: ``modules.json`` names it by its import path
-``pearl_model.st_module.PearlSTModule``; as that is outside the ``sentence_transformers.*``
-namespace, the library imports it only from an installed ``pearl_model`` (no code is copied
-into the export). Version 5.7 still trusts a local directory without ``trust_remote_code``;
-from 6.0 a class outside its namespace needs ``trust_remote_code=True``, hence the flag above.
-Needs sentence-transformers >= 5 (the ``InputModule``/``preprocess`` API).
+How sentence-transformers (5.x) finds the class: ``st_module.PearlSTModule`` is a
+repository-local reference, which it imports from the model directory through transformers'
+dynamic-module loader (the relative import of ``.network`` comes along). That is code run from
+the directory, hence ``trust_remote_code=True`` (5.7 still trusts a local directory without it,
+with a FutureWarning; 6.0 will require it). Needs sentence-transformers >= 5.
 
 The query prefix (E5: ``"query: "``) is built in, so the export declares no prompts. An
 explicit ``prompt=`` given to ``encode`` is put before that prefix, for the backbone only:
 the character branch always reads the phrase's own words.
+
+This file imports only torch, sentence-transformers and ``.network``; saving with
+``model.save()`` writes the files from the weights where ``pearl_model`` is installed, else
+copies the directory the model was loaded from.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from sentence_transformers.base.modules.input_module import InputModule
 
-from pearl_model.export import load_pearl, write_files
-from pearl_model.model import PearlModel, collate
+from .network import PearlNetwork, collate, load_network
 
 __all__ = ["PearlSTModule"]
 
@@ -45,11 +46,12 @@ class PearlSTModule(InputModule):
     config_keys = ["max_seq_length"]
     save_in_root = True
 
-    def __init__(self, pearl: PearlModel):
+    def __init__(self, pearl: PearlNetwork, source: str | None = None):
         super().__init__()
         if pearl.batcher is None:
             raise ValueError("PearlSTModule needs a PearlModel with a batcher (tokenizer + char vocabulary)")
         self.pearl = pearl
+        self.source = source  # the export directory it was loaded from
 
     # --- what SentenceTransformer asks of its first module ---------------------------------
     @property
@@ -88,6 +90,15 @@ class PearlSTModule(InputModule):
     # --- saving and loading: the PEARL export format, in the model's root --------------------
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
         config = getattr(self.pearl, "export_config", None) or {}
+        try:
+            from pearl_model.export import write_files
+        except ImportError:  # a machine without this project: the loaded files are the model
+            if self.source is None:
+                raise RuntimeError("saving a PEARL model needs pearl_model installed, or a model loaded from a "
+                                   "directory") from None
+            shutil.copytree(self.source, output_path, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("onnx", "1_Normalize", "__pycache__"))
+            return
         write_files(self.pearl, Path(output_path), averaged_with=config.get("average_weight"),
                     metadata=config.get("metadata"))
 
@@ -99,4 +110,4 @@ class PearlSTModule(InputModule):
                                  revision=revision, local_files_only=local_files_only)
         if path is None:
             raise FileNotFoundError(f"no PEARL export at {model_name_or_path!r} (subfolder {subfolder!r})")
-        return cls(load_pearl(path, device="cpu"))  # SentenceTransformer moves it to its device
+        return cls(load_network(path, device="cpu"), str(path))  # SentenceTransformer moves it to its device

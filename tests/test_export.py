@@ -252,3 +252,40 @@ def test_library_modules_import_no_pipeline_code():
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in names if m.split(".")[0] in ("prefect", "tasks", "flows", "storage")], names
+
+
+def test_the_export_loads_where_pearl_model_cannot_be_imported(exported, tmp_path):
+    """The portable path: a process in which every import of this project fails."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    out, resaved = tmp_path / "v.npy", tmp_path / "resaved"
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("pearl_model", "tasks", "flows", "storage"):
+            sys.modules[name] = None  # import pearl_model -> ImportError
+        import numpy as np
+        from sentence_transformers import SentenceTransformer
+        m = SentenceTransformer({str(exported)!r}, device="cpu", trust_remote_code=True)
+        np.save({str(out)!r}, m.encode({PHRASES!r}))
+        m.save({str(resaved)!r})
+        assert not [k for k in sys.modules if k.split(".")[0] == "pearl_model" and sys.modules[k] is not None]
+    """)
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules")}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env, timeout=300)
+    ours = load_pearl(exported, device="cpu").encode(PHRASES, backend="torch")
+    assert np.abs(np.load(out) - ours).max() < 1e-5
+    assert np.abs(load_pearl(resaved, device="cpu").encode(PHRASES, backend="torch") - ours).max() < 1e-6
+
+
+def test_the_export_carries_a_model_card_and_its_onnx_graph(exported):
+    import re
+
+    card = (exported / "README.md").read_text()
+    assert re.search(r"\| training set \| v\d \|", card) and f"{HIDDEN + PROJ} floats = {HIDDEN} backbone + {PROJ} character" in card
+    assert "AutoModel.from_pretrained(DIR)` loads the" in card and "without the character branch" in card
+    assert "| PEARL-small (paper) | 97.2 | 69.2 |" in card
+    assert json.loads((exported / "onnx" / "graph.json").read_text())["inputs"] == \
+        ["input_ids", "attention_mask", "char_ids", "word_mask"]

@@ -1,0 +1,302 @@
+"""The PEARL network in one self-contained file: character vocabulary and encoder, batching,
+the model's forward pass, and loading an export directory.
+
+It imports only torch, transformers and safetensors, never ``pearl_model``: every export ships a
+copy of this file (and of ``st_module.py``) beside its weights, so that sentence-transformers
+loads a trained model on a machine where this project is not installed. The library builds
+on it: :mod:`pearl_model.model` adds ``encode``, :mod:`pearl_model.char_encoder` training,
+:mod:`pearl_model.export` writing. What a phrase's vector is: see :mod:`pearl_model.model`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+PAD, UNK, BOW, EOW = 0, 1, 2, 3
+_N_SPECIAL = 4
+CHAR_FORMAT = "pearl-char-encoder/1"
+CHAR_WEIGHTS, CHAR_CONFIG = "model.safetensors", "config.json"
+FORMAT = "pearl-model/1"
+CONFIG_FILE, HEAD_FILE, CHAR_DIR = "pearl_model.json", "pearl_head.safetensors", "char_encoder"
+HEAD_KEYS = ("char_proj.weight", "char_proj.bias", "type_head.weight", "type_head.bias")
+REQUIRED = ("config.json", "model.safetensors", HEAD_FILE, f"{CHAR_DIR}/config.json", f"{CHAR_DIR}/model.safetensors")
+TYPE_INPUTS = ("raw", "unit")
+N_TYPES = 95  # pearl_model.phrases.labels.LABELS (a test keeps them equal)
+
+
+class PearlExportError(ValueError):
+    """A directory that is not a (complete) PEARL export; the message names the path and what is wrong."""
+
+
+def check_words(words: object, name: str = "words") -> list[str]:
+    if isinstance(words, str) or not isinstance(words, Sequence):
+        raise TypeError(f"{name} must be a list of str, got {type(words).__name__}")
+    for w in words:
+        if not isinstance(w, str):
+            raise TypeError(f"{name} must contain str, got {type(w).__name__}")
+        if not w or w.isspace():
+            raise ValueError(f"{name} must not contain empty or whitespace-only words")
+    return list(words)
+
+
+class CharVocab:
+    """Characters -> ids; 0 pad, 1 unknown, 2 word start, 3 word end, then sorted characters."""
+
+    def __init__(self, chars: Sequence[str]):
+        chars = list(chars)
+        if any(not isinstance(c, str) or len(c) != 1 for c in chars) or len(set(chars)) != len(chars):
+            raise ValueError("chars must be distinct one-character strings")
+        self.chars = chars
+        self.index = {c: i + _N_SPECIAL for i, c in enumerate(chars)}
+
+    @classmethod
+    def build(cls, words: Sequence[str]) -> "CharVocab":
+        words = check_words(words)
+        if not words:
+            raise ValueError("cannot build a character vocabulary from no words")
+        return cls(sorted({c for w in words for c in w}))
+
+    def __len__(self) -> int:
+        return len(self.chars) + _N_SPECIAL
+
+    def encode(self, words: Sequence[str], max_len: int = 20) -> torch.Tensor:
+        """(len(words), max_len) LongTensor: start, characters (truncated), end, padding.
+
+        Always padded to exactly ``max_len`` so a word's row never depends on the batch.
+        """
+        words = check_words(words)
+        if not isinstance(max_len, int) or max_len < 3:
+            raise ValueError(f"max_len must be an int >= 3, got {max_len!r}")
+        out = torch.full((len(words), max_len), PAD, dtype=torch.long)
+        for r, w in enumerate(words):
+            ids = [BOW] + [self.index.get(c, UNK) for c in w[: max_len - 2]] + [EOW]
+            out[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out
+
+
+class CharEncoder(nn.Module):
+    """Char embeddings -> Conv1d per kernel width -> ReLU -> max-pool -> MLP -> out_dim."""
+
+    def __init__(self, n_chars: int, out_dim: int, *, char_dim: int = 32,
+                 kernel_sizes: Sequence[int] = (2, 3, 4, 5), n_filters: int = 64,
+                 hidden: int = 256, max_len: int = 20):
+        super().__init__()
+        kernel_sizes = tuple(int(k) for k in kernel_sizes)
+        if n_chars <= _N_SPECIAL or out_dim < 1 or not kernel_sizes or min(kernel_sizes) < 1:
+            raise ValueError("need n_chars > 4, out_dim >= 1 and positive kernel sizes")
+        if max(kernel_sizes) > max_len:
+            raise ValueError(f"kernel sizes {kernel_sizes} do not fit max_len={max_len}")
+        self.config = {"n_chars": int(n_chars), "out_dim": int(out_dim), "char_dim": int(char_dim),
+                       "kernel_sizes": list(kernel_sizes), "n_filters": int(n_filters),
+                       "hidden": int(hidden), "max_len": int(max_len)}
+        self.max_len = max_len
+        self.embed = nn.Embedding(n_chars, char_dim, padding_idx=PAD)
+        self.convs = nn.ModuleList(nn.Conv1d(char_dim, n_filters, k) for k in kernel_sizes)
+        self.mlp = nn.Sequential(nn.Linear(n_filters * len(kernel_sizes), hidden), nn.ReLU(),
+                                 nn.Linear(hidden, out_dim))
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        if char_ids.dim() != 2:
+            raise ValueError(f"char_ids must be (batch, length), got shape {tuple(char_ids.shape)}")
+        x = self.embed(char_ids).transpose(1, 2)  # (B, char_dim, L)
+        pooled = [F.relu(conv(x)).amax(dim=2) for conv in self.convs]
+        return self.mlp(torch.cat(pooled, dim=1))
+
+
+def load_char_encoder(path: str | Path, device: str | torch.device = "cpu") -> tuple[CharEncoder, CharVocab]:
+    """Inverse of :func:`pearl_model.char_encoder.save`; reads safetensors and JSON only (no pickle)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    config = json.loads((path / CHAR_CONFIG).read_text(encoding="utf-8"))
+    if config.get("format") != CHAR_FORMAT:
+        raise ValueError(f"{path} is not a {CHAR_FORMAT} checkpoint")
+    vocab = CharVocab(config["chars"])
+    cfg = dict(config["model"])
+    if cfg.pop("n_chars") != len(vocab):
+        raise ValueError("checkpoint vocabulary size does not match its config")
+    model = CharEncoder(len(vocab), **cfg)
+    model.load_state_dict(load_file(str(path / CHAR_WEIGHTS)))
+    return model.to(device).eval(), vocab
+
+
+def mean_pool(hidden, mask):
+    """Mean of ``hidden`` (B, T, D) over the positions where ``mask`` (B, T) is nonzero."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+
+
+def check_phrases(phrases) -> list[str]:
+    if isinstance(phrases, (str, bytes)):
+        raise TypeError("encode() takes a list of phrases, not a single string: encode([phrase])")
+    try:
+        items = list(phrases)
+    except TypeError:
+        raise TypeError(f"encode() takes a list of strings, got {type(phrases).__name__}") from None
+    for i, p in enumerate(items):
+        if not isinstance(p, str):
+            raise TypeError(f"phrase {i} is {type(p).__name__}, not str: {p!r:.60}")
+    return items
+
+
+def _check_phrases(phrases, allow_blank: bool = False) -> list[str]:
+    # encode()'s type checks, plus: training phrases may not be empty.
+    items = check_phrases(phrases)
+    if not items:
+        raise ValueError("no phrases given (empty input)")
+    if not allow_blank:
+        for i, p in enumerate(items):
+            if not p.strip():
+                raise ValueError(f"phrase {i} is empty or whitespace-only")
+    return items
+
+
+def collate(phrases: Sequence[str], tokenizer, char_vocab: CharVocab, prefix: str = "",
+            max_length: int = 512, max_words: int = 16, max_chars: int = 20,
+            allow_blank: bool = False, padding: bool | str = True) -> dict[str, torch.Tensor]:
+    """Tensors for :meth:`PearlModel.forward`.
+
+    ``input_ids``/``attention_mask``: ``prefix + phrase`` tokenised, padded to the longest
+    in the batch, truncated at ``max_length`` tokens. ``char_ids`` (B, W, max_chars) and
+    ``word_mask`` (B, W): the first ``max_words`` lowercased whitespace words of each
+    phrase, W the most words of any phrase in the batch (at most ``max_words``).
+    ``padding``: the tokenizer's (``"max_length"`` pads every batch to ``max_length``).
+    ``allow_blank``: a blank phrase is the prefix alone with no words (a zero char vector),
+    as ``PhraseEncoder.encode`` treats it; training batches never allow it.
+    """
+    items = _check_phrases(phrases, allow_blank)
+    if max_words < 1:
+        raise ValueError(f"max_words must be >= 1, got {max_words!r}")
+    tok = tokenizer([prefix + p.strip() for p in items], padding=padding, truncation=True,
+                    max_length=max_length, return_tensors="pt")
+    words = [p.lower().split()[:max_words] for p in items]
+    width = max(1, max(len(w) for w in words))
+    char_ids = torch.full((len(items), width, max_chars), PAD, dtype=torch.long)
+    word_mask = torch.zeros((len(items), width), dtype=torch.bool)
+    for r, ws in enumerate(words):
+        char_ids[r, :len(ws)] = char_vocab.encode(ws, max_chars)
+        word_mask[r, :len(ws)] = True
+    return {"input_ids": tok["input_ids"], "attention_mask": tok["attention_mask"],
+            "char_ids": char_ids, "word_mask": word_mask}
+
+
+class Batcher:
+    """:func:`collate` with its settings bound; ``batcher(phrases)`` -> dict of tensors."""
+
+    def __init__(self, tokenizer, char_vocab: CharVocab, prefix: str = "", max_length: int = 512,
+                 max_words: int = 16, max_chars: int = 20):
+        self.tokenizer, self.char_vocab, self.prefix = tokenizer, char_vocab, prefix
+        self.max_length, self.max_words, self.max_chars = max_length, max_words, max_chars
+
+    def __call__(self, phrases: Sequence[str], allow_blank: bool = False) -> dict[str, torch.Tensor]:
+        return collate(phrases, self.tokenizer, self.char_vocab, self.prefix, self.max_length,
+                       self.max_words, self.max_chars, allow_blank)
+
+
+class PearlNetwork(nn.Module):
+    """Backbone (mean pooling) ++ Linear(char phrase vector), and a linear 95-way type head."""
+
+    def __init__(self, backbone: nn.Module, char_encoder: CharEncoder, char_proj_dim: int = 96,
+                 n_labels: int = N_TYPES, batcher: Batcher | None = None, type_input: str = "raw"):
+        super().__init__()
+        if type_input not in TYPE_INPUTS:
+            raise ValueError(f"type_input must be one of {TYPE_INPUTS}, got {type_input!r}")
+        # "unit": the head reads the unit vector, so the type loss cannot grow or shrink the raw
+        # vectors' norms (which KMeans and linear probes on raw vectors see); "raw": as the paper.
+        self.type_input = type_input
+        if char_proj_dim < 0 or n_labels < 1:
+            raise ValueError("char_proj_dim must be >= 0 (0: no character branch) and n_labels >= 1")
+        self.backbone, self.char_encoder = backbone, char_encoder
+        self.backbone_dim = int(backbone.config.hidden_size)
+        self.char_dim = int(char_encoder.config["out_dim"])
+        # char_proj_dim 0 switches the character branch off: the vector is the backbone's alone.
+        self.char_proj = nn.Linear(self.char_dim, char_proj_dim) if char_proj_dim else None
+        self.dim = self.backbone_dim + char_proj_dim
+        self.type_head = nn.Linear(self.dim, n_labels)
+        self.batcher = batcher
+
+    def char_vectors(self, char_ids: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
+        """(B, char_dim): per phrase, the mean of its words' unit CharEncoder vectors."""
+        if char_ids.dim() != 3 or word_mask.shape != char_ids.shape[:2]:
+            raise ValueError(f"char_ids must be (batch, words, chars) and word_mask (batch, words), "
+                             f"got {tuple(char_ids.shape)} and {tuple(word_mask.shape)}")
+        mask = word_mask.bool()
+        words = F.normalize(self.char_encoder(char_ids[mask]), dim=-1)  # only the real words
+        per_word = words.new_zeros((*mask.shape, words.shape[-1]))
+        per_word[mask] = words
+        return mean_pool(per_word, mask)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, char_ids: torch.Tensor,
+                word_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeddings (B, backbone_dim + char_proj_dim), type_logits (B, n_labels)), unnormalised."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        sem = mean_pool(hidden, attention_mask).float()
+        emb = sem if self.char_proj is None else \
+            torch.cat([sem, self.char_proj(self.char_vectors(char_ids, word_mask).float())], dim=-1)
+        return emb, self.type_head(F.normalize(emb, dim=-1) if self.type_input == "unit" else emb)
+
+
+def read_config(path: Path) -> dict | None:
+    try:
+        config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) and config.get("format") == FORMAT else None
+
+
+def load_network(path: str | os.PathLike, device: str | torch.device | None = None, cls: type = PearlNetwork):
+    """The network saved at ``path`` (a ``cls``, in eval mode, with its batcher and ``export_config``).
+
+    ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
+    """
+    import transformers
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoTokenizer
+
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise PearlExportError(f"{path}: no such directory (expected a PEARL export)")
+    if not (path / CONFIG_FILE).is_file():
+        raise PearlExportError(f"{path} is not a PEARL export: no {CONFIG_FILE}")
+    config = read_config(path)
+    if config is None:
+        raise PearlExportError(f"{path}/{CONFIG_FILE} is unreadable or not of format {FORMAT!r}")
+    missing = [f for f in REQUIRED if not (path / f).is_file()]
+    if missing:
+        raise PearlExportError(f"{path} is an incomplete PEARL export: missing {', '.join(missing)}")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    model_kw = {} if config.get("add_pooling_layer") is None else {"add_pooling_layer": config["add_pooling_layer"]}
+    tok_kw = {"fix_mistral_regex": False} if transformers.__version__.startswith("4.57.") else {}
+    try:
+        backbone = AutoModel.from_pretrained(path, use_safetensors=True, **model_kw)
+        tokenizer = AutoTokenizer.from_pretrained(path, **tok_kw)
+        char, vocab = load_char_encoder(path / CHAR_DIR)
+        head = load_file(str(path / HEAD_FILE))
+    except (OSError, ValueError) as e:
+        raise PearlExportError(f"cannot load the PEARL export at {path}: {e}") from e
+    expected = HEAD_KEYS if config["char_proj_dim"] else HEAD_KEYS[2:]  # 0: no character branch
+    if sorted(head) != sorted(expected):
+        raise PearlExportError(f"{path}/{HEAD_FILE} holds {sorted(head)}, expected {list(expected)}")
+    batcher = Batcher(tokenizer, vocab, config["query_prefix"], config["max_length"], config["max_words"],
+                      config["max_chars"])
+    model = cls(backbone, char, char_proj_dim=config["char_proj_dim"], n_labels=config["n_labels"],
+                batcher=batcher, type_input=config.get("type_input", "raw"))  # older exports: raw
+    try:
+        if model.char_proj is not None:
+            model.char_proj.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items()
+                                             if k.startswith("char_proj.")})
+        model.type_head.load_state_dict({k.split(".", 1)[1]: v for k, v in head.items() if k.startswith("type_head.")})
+    except RuntimeError as e:
+        raise PearlExportError(f"{path}/{HEAD_FILE} does not fit {CONFIG_FILE}: {e}") from e
+    if model.dim != config["dim"]:
+        raise PearlExportError(f"{path}: loaded model has dim {model.dim}, {CONFIG_FILE} says {config['dim']}")
+    model.export_config = config
+    return model.to(device).eval()
