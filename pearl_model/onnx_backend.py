@@ -128,6 +128,7 @@ def _export(model, example: dict, path: Path) -> None:
     # dynamo exporter takes ~40 s and writes the weights as external data.
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks traced as constants: intended
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter: chosen, see above
         torch.onnx.export(_Embedding.wrap(model), tuple(example[n] for n in names), str(path),
                           input_names=names, output_names=["embedding"],
                           dynamic_axes={k: v for k, v in axes.items() if k in names or k == "embedding"},
@@ -177,7 +178,9 @@ class OnnxRunner:
             os.replace(tmp_fp32, fp32)
         meta = {"fingerprint": self.fingerprint, "inputs": self.input_names, "format": GRAPH_FORMAT,
                 "opset": OPSET, "files": sorted(p.name for p in self.dir.glob("*.onnx"))}
-        (self.dir / "graph.json").write_text(json.dumps(meta, indent=1) + "\n")
+        tmp_meta = self.dir / f".graph.json.{os.getpid()}"
+        tmp_meta.write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp_meta, self.dir / "graph.json")  # concurrent builders (Dask workers) never see half a file
 
     def _open(self, threads: int | None):
         import onnxruntime as ort
