@@ -153,6 +153,8 @@ class OnnxRunner:
         if not self._current():
             self._build(model, example)
         self.session = self._open(threads)
+        # the exporter drops inputs the graph never reads (no character branch: char_ids, word_mask)
+        self.feed_names = {i.name for i in self.session.get_inputs()}
 
     def _current(self) -> bool:
         meta = self.dir / "graph.json"
@@ -165,6 +167,9 @@ class OnnxRunner:
 
     def _build(self, model, example: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "graph.json").unlink(missing_ok=True)  # the graphs there are another weights' now
+        for name in _FILES.values():
+            (self.dir / name).unlink(missing_ok=True)
         fp32 = self.dir / _FILES["onnx"]
         with tempfile.TemporaryDirectory(dir=self.dir) as tmp:  # never a half-written graph in place
             tmp_fp32 = Path(tmp) / _FILES["onnx"]
@@ -197,5 +202,5 @@ class OnnxRunner:
 
     def __call__(self, features: dict) -> np.ndarray:
         feeds = {n: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for n, v in features.items()
-                 if n in self.input_names}
+                 if n in self.feed_names}
         return self.session.run(["embedding"], feeds)[0].astype(np.float32, copy=False)
