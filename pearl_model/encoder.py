@@ -6,6 +6,7 @@ that each batch pads to similar lengths, then put back in the caller's order.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -57,17 +58,25 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
     L2-normalised unless ``normalize=False``, put back in the caller's order."""
     order = np.argsort([-len(p) for p in items], kind="stable")
     out = np.empty((len(items), dim), dtype=np.float32)
-    starts = range(0, len(items), batch_size)
+    batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    steps = range(len(batches))
     if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
         from tqdm.auto import tqdm
 
-        starts = tqdm(starts, desc=desc, unit="batch")
-    for start in starts:
-        idx = order[start:start + batch_size]
-        emb = run(featurize([items[i] for i in idx]))
-        if normalize:
-            emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
-        out[idx] = emb
+        steps = tqdm(steps, desc=desc, unit="batch")
+    # The next batch is tokenised in a thread while this one runs: fast tokenizers, ONNX Runtime
+    # and CUDA all release the GIL, so the accelerator does not wait on the tokenizer.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(featurize, [items[i] for i in batches[0]]) if batches else None
+        for b in steps:
+            idx = batches[b]
+            features = ahead.result()
+            if b + 1 < len(batches):
+                ahead = pool.submit(featurize, [items[i] for i in batches[b + 1]])
+            emb = run(features)
+            if normalize:
+                emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
+            out[idx] = emb
     return out
 
 
