@@ -167,9 +167,10 @@ class OnnxRunner:
 
     def _build(self, model, example: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "graph.json").unlink(missing_ok=True)  # the graphs there are another weights' now
-        for name in _FILES.values():
-            (self.dir / name).unlink(missing_ok=True)
+        try:
+            previous = json.loads((self.dir / "graph.json").read_text()).get("fingerprint")
+        except (OSError, ValueError):
+            previous = None
         fp32 = self.dir / _FILES["onnx"]
         with tempfile.TemporaryDirectory(dir=self.dir) as tmp:  # never a half-written graph in place
             tmp_fp32 = Path(tmp) / _FILES["onnx"]
@@ -181,6 +182,8 @@ class OnnxRunner:
                 quantize_dynamic(str(tmp_fp32), str(tmp_int8), weight_type=QuantType.QInt8)
                 os.replace(tmp_int8, self.path)
             os.replace(tmp_fp32, fp32)
+        if previous != self.fingerprint and self.backend == "onnx":
+            (self.dir / _FILES["onnx-int8"]).unlink(missing_ok=True)  # quantised from other weights
         meta = {"fingerprint": self.fingerprint, "inputs": self.input_names, "format": GRAPH_FORMAT,
                 "opset": OPSET, "files": sorted(p.name for p in self.dir.glob("*.onnx"))}
         tmp_meta = self.dir / f".graph.json.{os.getpid()}"

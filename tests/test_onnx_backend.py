@@ -55,6 +55,7 @@ def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path
     with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph"):
         load_pearl(path, device="cpu").encode(PHRASES)
     graph.write_bytes(good)
+    load_pearl(path, device="cpu").encode(PHRASES, backend="onnx-int8")
     old = json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"]
 
     changed = load_pearl(path, device="cpu")
@@ -63,6 +64,7 @@ def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path
     v = changed.encode(PHRASES, normalize=False)
     np.testing.assert_allclose(v, changed.encode(PHRASES, normalize=False, backend="torch"), atol=1e-4, rtol=1e-4)
     assert json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"] != old
+    assert not (path / "onnx" / "model_int8.onnx").exists()  # quantised from the old weights: gone
 
 
 def test_backend_names_are_checked(tiny):
