@@ -45,8 +45,13 @@ class BackboneInfo:
     add_pooling_layer: bool | None = None  # False: checkpoint has no BERT pooler, don't build one
 
 
+def cache_root() -> Path:
+    """Where pearl_model caches what it derives from models (``$PEARL_CACHE``)."""
+    return Path(os.environ.get("PEARL_CACHE", Path.home() / ".cache" / "pearl_model"))
+
+
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("PEARL_CACHE", Path.home() / ".cache" / "pearl_model")) / "backbones"
+    return cache_root() / "backbones"
 
 
 def _minilm_dir() -> Path:

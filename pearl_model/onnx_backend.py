@@ -89,32 +89,30 @@ def graph_dir_for(model_dir: str | os.PathLike | None, fp: str) -> Path:
     """``<model_dir>/onnx`` when it can be written, else the per-fingerprint cache directory."""
     if model_dir is not None and Path(model_dir).is_dir() and _writable(Path(model_dir) / "onnx"):
         return Path(model_dir) / "onnx"
-    root = Path(os.environ.get("PEARL_CACHE", Path.home() / ".cache" / "pearl_model"))
-    return root / "onnx" / fp[:16]
+    from .backbones import cache_root
+
+    return cache_root() / "onnx" / fp[:16]
 
 
-class _Embedding:
-    """Builds the torch module whose only output is the unnormalised embedding (what the graph holds)."""
+def _embedding_only(model):
+    """``model`` wrapped so that its one output is the unnormalised embedding (what the graph holds)."""
+    import torch
 
-    @staticmethod
-    def wrap(model):
-        import torch
+    from .encoder import mean_pool
+    from .model import PearlModel
 
-        from .encoder import mean_pool
-        from .model import PearlModel
+    class Embedding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
 
-        class Embedding(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.model = model
+        def forward(self, *inputs):
+            if isinstance(self.model, PearlModel):
+                return self.model(*inputs)[0]  # the type logits are training's business
+            ids, mask = inputs
+            return mean_pool(self.model(input_ids=ids, attention_mask=mask).last_hidden_state, mask).float()
 
-            def forward(self, *inputs):
-                if isinstance(self.model, PearlModel):
-                    return self.model(*inputs)[0]  # the type logits are training's business
-                ids, mask = inputs
-                return mean_pool(self.model(input_ids=ids, attention_mask=mask).last_hidden_state, mask).float()
-
-        return Embedding().eval()
+    return Embedding().eval()
 
 
 def _export(model, example: dict, path: Path) -> None:
@@ -129,7 +127,7 @@ def _export(model, example: dict, path: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks traced as constants: intended
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter: chosen, see above
-        torch.onnx.export(_Embedding.wrap(model), tuple(example[n] for n in names), str(path),
+        torch.onnx.export(_embedding_only(model), tuple(example[n] for n in names), str(path),
                           input_names=names, output_names=["embedding"],
                           dynamic_axes={k: v for k, v in axes.items() if k in names or k == "embedding"},
                           opset_version=OPSET, dynamo=False)

@@ -147,8 +147,9 @@ def plan_model(training_set: Dataset, char_encoder: FileSet, params: dict) -> Fi
 def checkpoint_dir(out: FileSet) -> Path:
     if "://" not in out.root:
         return Path(out.root) / "checkpoints" / out.version
-    cache = Path(os.environ.get("PEARL_CACHE", Path.home() / ".cache" / "pearl_model"))
-    return cache / "checkpoints" / out.version
+    from pearl_model.backbones import cache_root
+
+    return cache_root() / "checkpoints" / out.version
 
 
 def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, params: dict, on_log=None) -> dict:
