@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-import os
 import shutil
 import tempfile
 import zlib
