@@ -119,21 +119,11 @@ class CachedScaled:
 def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...],
           datasets: tuple[str, ...] | None = None) -> dict:
     """Dev scores (x100, probe seeds averaged) and held-out alias retrieval of one encoder."""
-    from pearl_model.evaluation.dev import run_dev_benchmark
-    from pearl_model.training import alias_retrieval
+    from pearl_model.evaluation.dev import DEV_SPLITS
+    from pearl_model.selection import dev_scores
 
     t0 = time.perf_counter()
-    rows = run_dev_benchmark(encoder, benchmark_dir, seeds=probe_seeds,
-                             **({"datasets": datasets} if datasets else {}))
-    out: dict[str, float] = {}
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        primary = rows[[r["dataset"] for r in rows].index(dataset)]["metric"]  # first row: primary metric
-        out[dataset] = statistics.mean(r["value"] for r in rows if r["dataset"] == dataset and r["metric"] == primary)
-        l2 = [r["value"] for r in rows if r["dataset"] == dataset and r["metric"] == "nmi_l2norm"]
-        if l2:  # the same clustering on unit vectors: tells a change of direction from a change of norm
-            out[f"{dataset}/l2"] = l2[0]
-    if retrieval is not None:
-        out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
+    out = dev_scores(encoder, benchmark_dir, retrieval, datasets or tuple(DEV_SPLITS), probe_seeds)
     out["score_seconds"] = round(time.perf_counter() - t0, 1)
     return out
 

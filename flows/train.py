@@ -49,6 +49,7 @@ def train(
     distill_weight: Annotated[float, Field(ge=0)] = 0.0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
+    select_every: Annotated[int, Field(ge=0)] = 0,
     seed: int = 0,
     device: str = "auto",
     checkpoint_every: int = 500,
@@ -84,6 +85,9 @@ def train(
             original backbone's (>= 0; 0: off); see README "Training".
         max_steps: stop after this many steps (tiny runs).
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
+        select_every: every this many steps (and at the end) score the checkpoint, as it would be
+            exported, on the dev splits (CoNLL-2003, BC5CDR, PPDB-filtered) and the held-out aliases,
+            and export the one whose worst change against the backbone is largest; 0: the last one.
         seed: data order, augmentation draws and new layers' init.
         device: auto (CUDA when present), cpu, cuda or cuda:N.
         checkpoint_every: steps between checkpoints.
@@ -107,13 +111,15 @@ def train(
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
               "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
               "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings,
-              "freeze_layers": freeze_layers, "distill_weight": distill_weight,
+              "freeze_layers": freeze_layers, "distill_weight": distill_weight, "select_every": select_every,
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
-    # The retrieval caps change what is measured, not the weights: not part of the model version.
+    # The retrieval caps change what is measured, not the weights: not part of the model version (nor the
+    # benchmark's path, which differs between machines holding the same files).
     train_model_task(training_set, char["fileset"], model, {**params, "device": device, "cache_dir": cache_dir,
                                                             "alias_holdout_pairs": alias_holdout_pairs,
-                                                            "alias_holdout_titles": alias_holdout_titles})
+                                                            "alias_holdout_titles": alias_holdout_titles,
+                                                            "benchmark_dir": benchmark_dir})
     report = training_report_task(model)
     if not evaluate_model:
         return {"model": report}

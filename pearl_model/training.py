@@ -86,6 +86,7 @@ class TrainConfig:
     freeze_layers: int = 0           # the lowest N transformer layers kept as is
     distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
     distill_temperature: float = 0.05
+    select_every: int = 0            # steps between scoring the checkpoint on dev (train(select=...)); 0: keep the last
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
@@ -99,7 +100,8 @@ class TrainConfig:
                  ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
                  ("freeze_layers", self.freeze_layers >= 0, ">= 0"),
                  ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
-                 ("distill_temperature", self.distill_temperature > 0, "> 0")]
+                 ("distill_temperature", self.distill_temperature > 0, "> 0"),
+                 ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)")]
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
@@ -413,6 +415,45 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module,
     return int(state["step"]), list(state["history"]), list(state.get("validation", []))
 
 
+def _rank(rec: dict) -> tuple[float, float, int]:
+    # ties (equal worst and mean change) go to the earlier step: closer to the backbone
+    return rec["select_worst"], rec["select_mean"], -rec["step"]
+
+
+SELECTED_WEIGHTS, SELECTION_LOG = "selected.safetensors", "selection.json"
+
+
+def save_selection(directory: str | Path | None, state: dict | None, step: int | None,
+                   records: list[dict] | None = None) -> None:
+    """Persist the selection's best weights (``state``) or its records, atomically."""
+    if directory is None:
+        return
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if state is not None:
+        tmp = directory / f".{SELECTED_WEIGHTS}.{uuid.uuid4().hex}"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"step": str(step)})
+        os.replace(tmp, directory / SELECTED_WEIGHTS)
+    if records is not None:
+        _write_json_atomic(directory / SELECTION_LOG, {"records": records})
+
+
+def load_selection(directory: str | Path | None) -> list[dict]:
+    """The selection records of an interrupted run (none without its chosen weights)."""
+    if directory is None or not (Path(directory) / SELECTED_WEIGHTS).is_file():
+        return []
+    path = Path(directory) / SELECTION_LOG
+    return json.loads(path.read_text())["records"] if path.is_file() else []
+
+
+def load_selected_state(directory: str | Path | None) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(directory) / SELECTED_WEIGHTS))
+
+
 def _write_json_atomic(path: Path, obj: dict) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     tmp.write_text(json.dumps(obj))
@@ -432,6 +473,8 @@ class TrainResult:
     peak_memory_mb: float | None   # CUDA peak allocated
     checkpoint: str | None
     positive_kinds: dict[str, int] = field(default_factory=dict)  # kinds drawn (this run's steps; sums to anchors)
+    selection: list[dict] = field(default_factory=list)  # select(model) at each selection point (a resumed run's too)
+    selected_step: int | None = None  # the step whose weights the model holds after a selecting run
 
 
 def resolve_device(name: str) -> torch.device:
@@ -468,14 +511,20 @@ def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int)
 def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: Sequence[Example] = (),
           retrieval: AliasRetrieval | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
           on_log: Callable[[dict], None] | None = None,
-          reference: dict[str, torch.Tensor] | None = None) -> TrainResult:
+          reference: dict[str, torch.Tensor] | None = None,
+          select: Callable[[torch.nn.Module], dict] | None = None) -> TrainResult:
     """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place.
 
     ``reference``: the backbone's original weights (:func:`backbone_state` before training),
     needed by ``cfg.distill_weight`` > 0 (the teacher of :func:`distill_loss`).
 
     At the validation points the records get the validation loss terms (``validation``) and
-    the held-out alias retrieval scores (``retrieval``: ``val_alias_top1``, ``val_alias_mrr``)."""
+    the held-out alias retrieval scores (``retrieval``: ``val_alias_top1``, ``val_alias_mrr``).
+
+    ``select`` (with ``cfg.select_every``): called every ``select_every`` steps and at the end;
+    it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.selection.dev_selector`),
+    and the model ends holding the weights of the step where (worst, mean) was largest. The
+    chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``)."""
     cfg.check()
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
@@ -522,6 +571,27 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         return rec
 
     checks = bool(validation) or retrieval is not None
+    selecting = select is not None and cfg.select_every > 0
+    selection = load_selection(checkpoint_dir) if selecting and resumed_from is not None else []
+
+    def choose(epoch: int) -> float:
+        """Score this step for selection; keep its weights when it is the best so far. Returns seconds."""
+        t0 = time.perf_counter()
+        rec = {"epoch": epoch, "step": step, **select(model)}
+        best = max(selection, key=_rank, default=None)
+        selection.append(rec)
+        if best is None or _rank(rec) > _rank(best):
+            best_state.clear()
+            best_state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
+            save_selection(checkpoint_dir, best_state, step)
+        save_selection(checkpoint_dir, None, None, selection)
+        log.info("dev selection at step %d: worst change %+.2f, mean %+.2f (best so far: step %d)", step,
+                 rec["select_worst"], rec["select_mean"], max(selection, key=_rank)["step"])
+        if on_log:
+            on_log({"step": step, **{k: v for k, v in rec.items() if k.startswith("select_")}})
+        return time.perf_counter() - t0
+
+    best_state: dict[str, torch.Tensor] = load_selected_state(checkpoint_dir) if selection else {}
     t_start = time.perf_counter()
     trained_anchors, val_seconds, kinds_drawn = 0, 0.0, Counter()
     if checks and resumed_from is None:  # the starting point, for the curves
@@ -576,6 +646,11 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                          rec["loss"], rec["infonce"], rec["type_ce"], rec["lr"], rec["anchors_per_s"])
                 if on_log:
                     on_log(rec)
+            if selecting and (step % cfg.select_every == 0 or step == total) \
+                    and not any(r["step"] == step for r in selection):
+                took = choose(epoch)
+                val_seconds += took
+                window_t += took
             if checkpoint_dir is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints,
                                                 validation_records))
@@ -587,13 +662,20 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     if checkpoint_dir is not None and (not last_good or not last_good.endswith(f"step-{step:07d}")):
         last_good = str(save_checkpoint(checkpoint_dir, model, opt, step, history, cfg, cfg.keep_checkpoints,
                                         validation_records))
+    selected = None
+    if selecting and selection:
+        selected = max(selection, key=_rank)["step"]
+        if selected != step:  # the last checkpoint (saved above) stays the resume point
+            model.load_state_dict({k: v.to(device) for k, v in best_state.items()})
+        log.info("kept the weights of step %d of %d (dev worst change %+.2f)", selected, step,
+                 max(selection, key=_rank)["select_worst"])
     seconds = time.perf_counter() - t_start
     train_seconds = seconds - val_seconds
     model.eval()
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return TrainResult(step, history, validation_records, resumed_from, seconds,
                        trained_anchors / train_seconds if train_seconds > 0 else 0.0, peak, last_good,
-                       dict(kinds_drawn))
+                       dict(kinds_drawn), selection, selected)
 
 
 @torch.no_grad()

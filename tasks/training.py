@@ -27,14 +27,16 @@ from storage.datasets import Dataset, check_version, latest_version, resolve_roo
 from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
-CODE_VERSION = "train-3"  # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind
+# -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev
+CODE_VERSION = "train-4"
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 
 # TrainConfig fields a deployment may set (the rest keep pearl_model.training's defaults).
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
                 "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
-                "positive_kinds", "type_loss_on", "freeze_embeddings", "freeze_layers", "distill_weight")
+                "positive_kinds", "type_loss_on", "freeze_embeddings", "freeze_layers", "distill_weight",
+                "select_every")
 
 
 def train_config(params: dict):
@@ -176,14 +178,18 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                         seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"),
                         type_input=params.get("type_input", "raw"))
     original = backbone_state(model)
+    select = dev_selection(params, cfg, original, retrieval, str(device))
     res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
-                on_log=on_log, reference=original)
+                on_log=on_log, reference=original, select=select)
     first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
     summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
                "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
                "device": str(device), "resumed_from_step": res.resumed_from,
                "positives_drawn": res.positive_kinds, **read_counts,
+               **({"selected_step": res.selected_step,
+                   **{k: v for r in res.selection if r["step"] == res.selected_step
+                      for k, v in r.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
                **(res.validation[-1] if res.validation else {}),
                **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
@@ -198,13 +204,37 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
             del exported
-        (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation}))
+        (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation,
+                                                     "selection": res.selection}))
         manifest = out.upload(path, code_version=CODE_VERSION, params=params,
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
                               stats=summary)
     # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
     shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
     return manifest
+
+
+def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
+    """The `select` callable of a run with `select_every` > 0: dev splits of the benchmark and the
+    held-out aliases, compared with the backbone's scores (computed here, once)."""
+    if not cfg.select_every:
+        return None
+    from pearl_model.evaluation.data import default_benchmark_dir
+    from pearl_model.loading import load_encoder
+    from pearl_model.selection import SELECT_DATASETS, dev_scores, dev_selector
+
+    bench = params.get("benchmark_dir") or default_benchmark_dir()
+    datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
+    if not datasets:
+        if retrieval is None:
+            raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
+                             "$PEARL_BENCHMARKS) or held-out aliases in the training set; neither is here")
+        log.warning("no benchmark directory (%s): the checkpoint is chosen on the held-out aliases alone", bench)
+    backbone = load_encoder(params["backbone"], cache_dir=params.get("cache_dir"), backend="torch", device=device)
+    baseline = dev_scores(backbone, bench, retrieval, datasets)
+    log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
+    del backbone
+    return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets)
 
 
 def training_log(out: FileSet) -> dict:
@@ -282,6 +312,10 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
     progress = create_progress_artifact(0.0, key="training-progress", description=f"training model {out.version}")
 
     def on_log(rec: dict) -> None:
+        if "select_worst" in rec:
+            logger.info("dev selection at step %d: worst change against the backbone %+.2f, mean %+.2f",
+                        rec["step"], rec["select_worst"], rec["select_mean"])
+            return
         logger.info("step %d/%d  loss %.4f (InfoNCE %.4f, type %.4f, type acc %.2f)  lr %.2e  %.0f anchors/s",
                     rec["step"], rec["total_steps"], rec["loss"], rec["infonce"], rec["type_ce"], rec["type_acc"],
                     rec["lr"], rec["anchors_per_s"])

@@ -209,3 +209,35 @@ def test_training_curves_show_the_held_out_aliases():
     assert "| step 0 (before training) | 0.250 | 0.500 |" in md and "| exported (averaged) | 0.750 | 0.800 |" in md
     assert alias_lines([{"step": 0, "val_loss": 1.0}], {}) == ""
     assert curves_png(hist, val)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+
+@pytest.mark.parametrize("with_benchmark", [False, True])
+def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone, tmp_path, with_benchmark):
+    from storage.files import FileSet
+    from tasks.char_encoder import run_char_encoder
+    from tasks.training import plan_model, resolve_training_set, train_model, training_log, word_vectors_of
+
+    if with_benchmark and BENCH is None:
+        pytest.skip("PEARL benchmark files not beside the checkout")
+    root = str(tmp_path / "store")
+    tiny_corpus(root)
+    ts = resolve_training_set(root)
+    char = run_char_encoder(root, {"target": "word_vectors", "epochs": 2, "max_words": 0, "seed": 0},
+                            word_vectors_of(ts))["fileset"]
+    params = {"backbone": tiny_backbone, "char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3,
+              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3}
+    out = plan_model(ts, char, params)
+    bench = str(BENCH) if with_benchmark else str(tmp_path / "no-benchmark")
+    man = train_model(ts, char, out, {**params, "device": "cpu", "benchmark_dir": bench})
+    log = training_log(FileSet(root, "models", out.version))
+    steps = [r["step"] for r in log["selection"]]
+    assert steps == [3, 6, 7]  # every 3 steps and the last (7)
+    best = max(log["selection"], key=lambda r: (r["select_worst"], r["select_mean"], -r["step"]))
+    assert man["stats"]["selected_step"] == best["step"]
+    assert man["stats"]["select_worst"] == best["select_worst"]
+    expected = {"dev_heldout_alias_top1"} | ({"dev_conll2003:dev", "dev_bc5cdr:dev", "dev_ppdb_filtered:validation"}
+                                             if with_benchmark else set())
+    assert expected <= {k for k in best if k.startswith("dev_")}
+    if not with_benchmark:  # on the held-out aliases alone
+        assert not any(k.startswith(("dev_conll", "dev_bc5", "dev_ppdb")) for k in best)

@@ -281,3 +281,58 @@ def test_ablation_parameters_that_cannot_work_are_refused_naming_the_parameter(p
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # refused before any step
     res = T.train(model, exs, cfg(epochs=1, positive_kinds=("wordnet",)))
     assert set(res.positive_kinds) == {"wordnet", "identity"}  # phrases without a wordnet positive: themselves
+
+
+def scripted_selector(worst_by_step: dict[int, float], seen: dict):
+    """A select() whose verdict is scripted per step; it records the weights it was shown."""
+    def select(model):
+        step = len(seen) + 1
+        seen[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return {"select_worst": worst_by_step.get(step, -9.0), "select_mean": 0.0}
+    return select
+
+
+def test_selection_keeps_the_weights_of_the_best_scored_step(parts, tmp_path):
+    exs = toy_examples()
+    seen: dict = {}
+    model = make_model(parts)
+    # select at steps 2, 4, 6 (and the end, 6): the 2nd call (step 4) is scored best
+    res = T.train(model, exs, cfg(max_steps=6, select_every=2), checkpoint_dir=tmp_path,
+                  select=scripted_selector({1: -1.0, 2: 0.5, 3: 0.2}, seen))
+    assert [r["step"] for r in res.selection] == [2, 4, 6] and res.selected_step == 4 and res.steps == 6
+    state = model.state_dict()
+    assert all(torch.equal(state[k].cpu(), seen[2][k].cpu()) for k in state)
+    assert any(not torch.equal(state[k].cpu(), seen[3][k].cpu()) for k in state)  # not the last step's
+    # the last checkpoint is still the resume point; the chosen weights are stored beside it
+    assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
+    assert (tmp_path / T.SELECTED_WEIGHTS).is_file()
+
+    # a finished run called again trains nothing and ends on the same chosen weights
+    again = make_model(parts, seed=5)
+    res2 = T.train(again, exs, cfg(max_steps=6, select_every=2), checkpoint_dir=tmp_path,
+                   select=scripted_selector({}, {}))
+    assert res2.selected_step == 4 and len(res2.selection) == 3
+    assert all(torch.equal(again.state_dict()[k].cpu(), state[k].cpu()) for k in state)
+
+
+def test_selection_survives_an_interruption_and_ties_go_to_the_earlier_step(parts, tmp_path):
+    exs = toy_examples()
+    seen: dict = {}
+    first = make_model(parts)
+    T.train(first, exs, cfg(max_steps=4, select_every=2, checkpoint_every=2), checkpoint_dir=tmp_path,
+            select=scripted_selector({1: 1.0, 2: 1.0}, seen))  # steps 2 and 4 tie: step 2 kept
+    resumed = make_model(parts, seed=7)
+    res = T.train(resumed, exs, cfg(max_steps=8, select_every=2, checkpoint_every=2), checkpoint_dir=tmp_path,
+                  select=lambda m: {"select_worst": 0.0, "select_mean": 0.0})
+    assert res.resumed_from == 4 and [r["step"] for r in res.selection] == [2, 4, 6, 8]
+    assert res.selected_step == 2
+    assert all(torch.equal(resumed.state_dict()[k].cpu(), seen[1][k].cpu()) for k in seen[1])
+
+
+def test_without_select_every_the_last_weights_are_kept(parts):
+    calls = []
+    res = T.train(make_model(parts), toy_examples(), cfg(max_steps=3),
+                  select=lambda m: calls.append(1) or {"select_worst": 0.0, "select_mean": 0.0})
+    assert calls == [] and res.selection == [] and res.selected_step is None
+    with pytest.raises(ValueError, match="select_every"):
+        cfg(select_every=-1).check()
