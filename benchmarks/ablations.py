@@ -53,6 +53,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "type_1": ({"type_loss_weight": 1.0}, {}),  # the paper's weight
     "type_0.1": ({"type_loss_weight": 0.1}, {}),
     "type_both": ({"type_loss_weight": 1.0, "type_loss_on": "both"}, {}),
+    "type_ent": ({"type_loss_weight": 1.0, "type_loss_labels": "entities"}, {}),  # *-OTHER left out
+    "type_ent_0.3": ({"type_loss_weight": 0.3, "type_loss_labels": "entities"}, {}),
     "type_unit": ({"type_loss_weight": 1.0}, {"type_input": "unit"}),
     "lr_1e-5": ({"lr": 1e-5}, {}),
     "hn_0": ({"hard_negatives": 0}, {}),

@@ -43,6 +43,7 @@ def train(
     type_loss_weight: Annotated[float, Field(ge=0)] = 0.0,
     positive_kinds: Optional[Annotated[list[str], Field(min_length=1)]] = None,
     type_loss_on: Literal["anchors", "both"] = "anchors",
+    type_loss_labels: Literal["all", "entities"] = "all",
     type_input: Literal["raw", "unit"] = "raw",
     freeze_embeddings: bool = False,
     freeze_layers: Annotated[int, Field(ge=0)] = 0,
@@ -78,6 +79,7 @@ def train(
         positive_kinds: the positive kinds drawn (char, swap_tokens, change_case, wordnet, fasttext, alias,
             paraphrase); none: all. An empty list, or a kind no training phrase has, is refused.
         type_loss_on: the type cross entropy on the anchors, or on anchors and positives (authors' code).
+        type_loss_labels: all 95 types, or only phrases with an entity type (the *-OTHER ones left out).
         type_input: the type head reads the raw vector (paper) or the unit vector (the type loss then
             cannot change the raw vectors' norms).
         freeze_embeddings / freeze_layers: keep the backbone's embedding matrix / lowest N layers as they are.
@@ -110,7 +112,8 @@ def train(
               "hard_negatives": hard_negatives, "lr": lr, "lr_decay": lr_decay, "lr_decay_every": lr_decay_every,
               "temperature": temperature, "type_loss_weight": type_loss_weight, "max_steps": max_steps,
               "average_weight": average_weight, "seed": seed, "checkpoint_every": checkpoint_every,
-              "type_loss_on": type_loss_on, "type_input": type_input, "freeze_embeddings": freeze_embeddings,
+              "type_loss_on": type_loss_on, "type_loss_labels": type_loss_labels,
+              "type_input": type_input, "freeze_embeddings": freeze_embeddings,
               "freeze_layers": freeze_layers, "distill_weight": distill_weight, "select_every": select_every,
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)

@@ -82,6 +82,7 @@ class TrainConfig:
     max_length: int | None = None    # token cap (None: the backbone's)
     positive_kinds: tuple[str, ...] | None = None  # kinds drawn (None: every kind that applies)
     type_loss_on: str = "anchors"    # anchors | both (the anchors' and their positives' type cross entropy)
+    type_loss_labels: str = "all"    # all | entities (only phrases with an entity type; *-OTHER left out)
     freeze_embeddings: bool = False  # the backbone's embedding matrix kept as is (cheaper Adam steps)
     freeze_layers: int = 0           # the lowest N transformer layers kept as is
     distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
@@ -98,6 +99,7 @@ class TrainConfig:
                  ("type_loss_weight", self.type_loss_weight >= 0, ">= 0 (0 switches the type loss off)"),
                  ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None"),
                  ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
+                 ("type_loss_labels", self.type_loss_labels in ("all", "entities"), "'all' or 'entities'"),
                  ("freeze_layers", self.freeze_layers >= 0, ">= 0"),
                  ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
                  ("distill_temperature", self.distill_temperature > 0, "> 0"),
@@ -240,12 +242,16 @@ class StepBatches(torch.utils.data.Dataset):
 # --- loss -----------------------------------------------------------------------------
 
 def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tensor, temperature: float,
-               type_loss_weight: float, type_loss_on: str = "anchors"
+               type_loss_weight: float, type_loss_on: str = "anchors", type_loss_labels: str = "all"
                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """InfoNCE of anchors vs (positives ++ negatives) + weighted type cross entropy.
 
     ``emb`` rows: B anchors, B positives (row B+i belongs to anchor i), then negatives.
     ``type_loss_on="both"``: the positives carry their anchor's type too (the authors' code).
+    ``type_loss_labels="entities"``: only phrases with an entity type count in the cross entropy.
+    Why: the *-OTHER labels put chemicals, diseases and most common nouns in one class, and the
+    head then pulls them together (BC5CDR's chemical/disease split is lost); the entity types
+    (PERSON, ORG, GPE, ...) are what CoNLL's clusters are made of.
     """
     b = labels.shape[0]
     emb = F.normalize(emb.float(), dim=-1)
@@ -253,12 +259,23 @@ def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tenso
     target = torch.arange(b, device=emb.device)
     nce = F.cross_entropy(logits, target)
     typed = 2 * b if type_loss_on == "both" else b
-    ce = F.cross_entropy(type_logits[:typed].float(), labels.repeat(typed // b))
+    targets = labels.repeat(typed // b)
+    if type_loss_labels == "entities":
+        targets = targets.masked_fill(torch.isin(targets, _other_ids(targets.device)), -100)
+    # a batch without an entity phrase has no term (cross entropy over nothing would be NaN)
+    ce = F.cross_entropy(type_logits[:typed].float(), targets, ignore_index=-100) \
+        if bool((targets != -100).any()) else type_logits.sum() * 0.0
     with torch.no_grad():
         parts = {"infonce": nce.detach(), "type_ce": ce.detach(),
                  "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
                  "retrieval_acc": (logits.argmax(-1) == target).float().mean()}
     return nce + type_loss_weight * ce, parts
+
+
+def _other_ids(device) -> torch.Tensor:
+    from pearl_model.phrases.labels import LABELS, OTHER
+
+    return torch.tensor([i for i, lab in enumerate(LABELS) if lab.endswith(f"-{OTHER}")], device=device)
 
 
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -612,7 +629,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             inputs, labels = _to(batch, device), batch["labels"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
                 emb, logits = model(**inputs)
-            loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on)
+            loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
+                                     cfg.type_loss_labels)
             if teacher is not None:
                 b = labels.shape[0]
                 with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
@@ -697,7 +715,8 @@ def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=
         labels = batch["labels"].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and cfg.bf16):
             emb, logits = model(**_to(batch, device))
-        loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on)
+        loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
+                                     cfg.type_loss_labels)
         n = labels.shape[0]
         for k, v in (parts | {"loss": loss}).items():
             sums[k] = sums.get(k, 0.0) + float(v) * n

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,11 +23,11 @@ log = logging.getLogger(__name__)
 
 
 def default_benchmark_dir() -> str | None:
-    """`../shared/benchmarks/pearl` beside the checkout when present, else $PEARL_BENCHMARKS."""
-    if os.environ.get("PEARL_BENCHMARKS"):
-        return os.environ["PEARL_BENCHMARKS"]
-    candidate = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "pearl"
-    return str(candidate) if candidate.is_dir() else None
+    """$PEARL_BENCHMARKS, else `../shared/benchmarks/pearl` beside the checkout (the library's lookup)."""
+    from pearl_model.evaluation.data import default_benchmark_dir as lookup
+
+    found = lookup()
+    return str(found) if found is not None else None
 
 
 def benchmark_fingerprint(benchmark_dir: str) -> str:

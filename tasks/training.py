@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # TrainConfig fields a deployment may set (the rest keep pearl_model.training's defaults).
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
                 "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
-                "positive_kinds", "type_loss_on", "freeze_embeddings", "freeze_layers", "distill_weight",
+                "positive_kinds", "type_loss_on", "type_loss_labels", "freeze_embeddings", "freeze_layers", "distill_weight",
                 "select_every")
 
 

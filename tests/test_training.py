@@ -336,3 +336,25 @@ def test_without_select_every_the_last_weights_are_kept(parts):
     assert calls == [] and res.selection == [] and res.selected_step is None
     with pytest.raises(ValueError, match="select_every"):
         cfg(select_every=-1).check()
+
+
+def test_type_loss_on_entities_only_leaves_the_other_labels_out():
+    from pearl_model.phrases.labels import label_id
+
+    torch.manual_seed(0)
+    emb = torch.randn(8, 6)  # 4 anchors, 4 positives
+    logits = torch.randn(8, 95, requires_grad=True)
+    other, person = label_id("NP-OTHER"), label_id("NP-PERSON")
+    mixed = torch.tensor([other, person, other, label_id("PP-GPE")])
+    _, everything = T.pearl_loss(emb, logits, mixed, 0.07, 1.0)
+    _, ents = T.pearl_loss(emb, logits, mixed, 0.07, 1.0, type_loss_labels="entities")
+    expected = torch.nn.functional.cross_entropy(logits[[1, 3]].detach(), mixed[[1, 3]])
+    assert ents["type_ce"] == pytest.approx(float(expected), abs=1e-6)
+    assert everything["type_ce"] != pytest.approx(float(expected), abs=1e-3)
+    # a batch of OTHER phrases only: no type term, no gradient to the head, no NaN
+    loss, parts = T.pearl_loss(emb, logits, torch.full((4,), other), 0.07, 1.0, type_loss_labels="entities")
+    loss.backward()
+    assert float(parts["type_ce"]) == 0.0 and torch.isfinite(loss)
+    assert logits.grad is not None and float(logits.grad.abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="type_loss_labels"):
+        cfg(type_loss_labels="some").check()
