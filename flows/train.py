@@ -50,7 +50,7 @@ def train(
     distill_weight: Annotated[float, Field(ge=0)] = 0.0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
-    select_every: Annotated[int, Field(ge=0)] = 0,
+    select_every: Annotated[int, Field(ge=0)] = 25,
     seed: int = 0,
     device: str = "auto",
     checkpoint_every: int = 500,
