@@ -1,7 +1,9 @@
 """``load_encoder(spec)``: any model this project can encode with, behind one ``encode()`` interface.
 
 A spec is a backbone spec (:mod:`pearl_model.backbones`), a trained PEARL export directory
-(:mod:`pearl_model.export`) or a static model2vec directory (:mod:`pearl_model.static`).
+(:mod:`pearl_model.export`), a static model2vec directory (:mod:`pearl_model.static`), or one of
+the benchmark's baselines (:mod:`pearl_model.baselines`: ``glove``, and ``char3gram``, a
+similarity without vectors that only AutoFJ can score).
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend:
     from .export import PearlEncoder, is_pearl_export
     from .static import StaticEncoder, is_static_model
 
+    if spec in ("glove", "char3gram"):
+        from . import baselines
+
+        return baselines.GloveEncoder() if spec == "glove" else baselines.CharNgramJaccard(n=3)
     if is_pearl_export(spec):
         return PearlEncoder.load(spec, device=device, backend=backend)
     if is_static_model(spec):

@@ -8,42 +8,18 @@ coloured by type, like the paper's Figure 4.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 
+from pearl_model.evaluation.scores import in_table_order, primary_scores
 from storage.datasets import Dataset
 
-# Column order as in the paper's Table 1.
-DATASET_ORDER = ["ppdb", "ppdb_filtered", "turney", "bird", "yago-10kdict", "umls-10kdict",
-                 "conll2003", "bc5cdr", "autofj"]
 NOT_COMPARABLE_TO_PAPER = {"yago-10kdict", "umls-10kdict"}
-
-
-def _order(datasets) -> list[str]:
-    known = [d for d in DATASET_ORDER if d in datasets]
-    return known + sorted(d for d in datasets if d not in DATASET_ORDER)
-
-
-def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float | None, str]]:
-    """(model, dataset) -> (mean, std over seeds or None, metric) of each dataset's primary
-    metric: the first metric the task reports for it."""
-    first_metric: dict[str, str] = {}
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in rows:
-        first_metric.setdefault(r["dataset"], r["metric"])
-        if r["metric"] == first_metric[r["dataset"]]:
-            values[(r["model"], r["dataset"])].append(r["value"])
-    out = {}
-    for key, vals in values.items():
-        std = statistics.stdev(vals) if len(vals) > 1 else None
-        out[key] = (statistics.fmean(vals), std, first_metric[key[1]])
-    return out
 
 
 def score_table(rows: list[dict], paper_rows: dict[str, dict[str, float]] | None = None) -> list[dict]:
     """One line per model: a column per dataset and the average over the datasets it has."""
     scores = primary_scores(rows)
     models = list(dict.fromkeys(r["model"] for r in rows))
-    datasets = _order({d for _, d in scores})
+    datasets = in_table_order({d for _, d in scores})
     table = []
     for m in models:
         line: dict = {"model": m}
@@ -115,14 +91,14 @@ from prefect.cache_policies import NONE  # noqa: E402
 @task(name="evaluation-report", cache_policy=NONE)
 def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None) -> dict:
     from pearl_model.evaluation import PAPER_ROWS, entity_names
-    from tasks.evaluation import load_model
+    from pearl_model.loading import load_encoder
 
     rows = results.read().to_pylist()
     table = score_table(rows, PAPER_ROWS)
     png = None
     if map_model:
         names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
-        png = entity_map_png(load_model(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+        png = entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
         with results.fs.open(f"{results.path}/entity_map.png", "wb") as fh:
             fh.write(png)
     create_table_artifact(table, key="benchmark-scores", description="PEARL benchmark, x100 (paper rows marked)")

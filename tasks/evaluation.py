@@ -18,7 +18,6 @@ from storage.datasets import Dataset, dataset_version
 from storage.schemas import EVAL_RESULTS
 
 CODE_VERSION = "evaluation-1"
-BASELINES = ("glove", "char3gram")
 log = logging.getLogger(__name__)
 
 
@@ -43,24 +42,12 @@ def benchmark_fingerprint(benchmark_dir: str) -> str:
     return h.hexdigest()[:16]
 
 
-def load_model(spec: str, cache_dir: str | None = None):
-    """An object with `encode()` and `name` (or, for char3gram, a similarity baseline)."""
-    from pearl_model import baselines
-
-    if spec == "glove":
-        return baselines.GloveEncoder()
-    if spec == "char3gram":
-        return baselines.CharNgramJaccard(n=3)
-    from pearl_model.loading import load_encoder
-
-    return load_encoder(spec, cache_dir)  # a backbone, a PEARL export or a static model
-
-
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
                    cache_dir: str | None = None) -> list[dict]:
     from pearl_model.evaluation import run_benchmark
+    from pearl_model.loading import load_encoder
 
-    model = load_model(spec, cache_dir)
+    model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
     if spec == "char3gram":
         datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
     rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds))

@@ -8,13 +8,13 @@ from __future__ import annotations
 import statistics
 
 from storage.datasets import Dataset
-from tasks.eval_report import _order, primary_scores
+from pearl_model.evaluation.scores import in_table_order, primary_scores
 
 
 def compare(rows: list[dict], model: str, baseline: str) -> list[dict]:
     """One line per dataset both were scored on, then the average over those datasets."""
     scores = primary_scores(rows)
-    datasets = _order({d for m, d in scores if m == model} & {d for m, d in scores if m == baseline})
+    datasets = in_table_order({d for m, d in scores if m == model} & {d for m, d in scores if m == baseline})
     lines, deltas = [], []
     for d in datasets:
         ours, base = scores[(model, d)][0], scores[(baseline, d)][0]

@@ -14,7 +14,6 @@ key with a filtered scan. The theory behind steps 2-4 is in `pearl_model/negativ
 """
 from __future__ import annotations
 
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,9 +23,9 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from pearl_model import negatives as neg
+from storage.buckets import bucket_of
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
-from tasks.phrase_occurrences import phrase_bucket
 
 CODE_VERSION = "negatives-1"
 
@@ -92,7 +91,7 @@ def block_part(phrases: Dataset, part: int, counts: Counter, out: Dataset, param
     rows = []
     for phrase, key in zip(t["phrase"].to_pylist(), t["phrase_key"].to_pylist()):
         for block_key in neg.blocking_keys(phrase, counts, threshold, q):
-            rows.append({"block_bucket": zlib.crc32(block_key.encode()) % n, "block_key": block_key,
+            rows.append({"block_bucket": bucket_of(block_key, n), "block_key": block_key,
                          "phrase_key": key, "phrase": phrase})
     return out.write_part(part, pa.Table.from_pylist(rows, schema=NEGATIVE_BLOCKS))
 
@@ -113,7 +112,7 @@ def candidates_bucket(blocks: Dataset, bucket: int, out: Dataset, params: dict) 
         for a, b, s in neg.candidate_pairs(block, params["threshold"], max_block=params["max_block"], stats=stats):
             found[a, b] = s
     n = params["phrase_buckets"]
-    rows = [{"query_bucket": phrase_bucket(q, n), "query_key": q, "candidate_key": c, "candidate": surface[c],
+    rows = [{"query_bucket": bucket_of(q, n), "query_key": q, "candidate_key": c, "candidate": surface[c],
              "edit_sim": s} for q, c, s in neg.both_directions((a, b, s) for (a, b), s in found.items())]
     out.write_part(bucket, pa.Table.from_pylist(rows, schema=NEGATIVE_CANDIDATES))
     return {"bucket": bucket, "reused": False, "pairs_compared": stats.pairs_compared,

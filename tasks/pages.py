@@ -8,7 +8,6 @@ seen before (the same source listed twice, a repeated id in JSON lines) is quara
 """
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import syntok.segmenter as segmenter
 
+from storage.buckets import bucket_of
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks import wikitext
@@ -40,9 +40,7 @@ class PageOutputs:
         return (self.pages, self.sentences, self.alias_mentions, self.quarantine)
 
 
-def alias_bucket(alias: str, n_buckets: int) -> int:
-    # crc32, not hash(): stable across processes and Python versions.
-    return zlib.crc32(alias.encode("utf-8")) % n_buckets
+alias_bucket = bucket_of  # the alias reducer an alias goes to
 
 
 def split_sentences(paragraph: str) -> list[str]:

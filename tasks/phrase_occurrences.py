@@ -8,7 +8,6 @@ Each chunk also writes what happened to every one of its sentences and occurrenc
 from __future__ import annotations
 
 import json
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import check_stats, make_ner, make_parser, mine
+from storage.buckets import bucket_of
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES
 
@@ -37,8 +37,7 @@ class OccurrenceOutputs:
     stats: Dataset
 
 
-def phrase_bucket(key: str, n_buckets: int) -> int:
-    return zlib.crc32(key.encode("utf-8")) % n_buckets
+phrase_bucket = bucket_of  # the phrase-count reducer a phrase key goes to
 
 
 def plan_chunks(sentences: Dataset, sentences_per_chunk: int) -> list[Chunk]:

@@ -122,7 +122,7 @@ def failure_markdown(stage: str, error: BaseException, current: str | None) -> s
 
 def scores_by_model(rows: list[dict]) -> dict[str, dict[str, float]]:
     """model -> dataset -> primary score (mean over seeds), from eval_results rows."""
-    from tasks.eval_report import primary_scores
+    from pearl_model.evaluation.scores import primary_scores
 
     out: dict[str, dict[str, float]] = {}
     for (model, dataset), (mean, _, _) in primary_scores(rows).items():

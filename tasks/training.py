@@ -20,9 +20,9 @@ import json
 import logging
 import shutil
 import tempfile
-import zlib
 from pathlib import Path
 
+from storage.buckets import stable_hash
 from storage.datasets import Dataset, check_version, latest_version, resolve_root
 from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
@@ -101,16 +101,12 @@ def heldout_of(training_set: Dataset) -> Dataset | None:
     return Dataset(training_set.root, "heldout_aliases", version, HELDOUT_ALIASES) if version else None
 
 
-def _hash(text: str) -> int:
-    return zlib.crc32(text.encode("utf-8"))
-
-
 def distractor_titles(aliases: Dataset, exclude: set[str], k: int) -> list[str]:
     """The ``k`` titles with the smallest crc32 (stable as the corpus grows), read batch by batch."""
     best: set[tuple[int, str]] = set()
     for batch in aliases.iter_batches(columns=["title"]):
         titles = {t for t in batch.column(0).to_pylist() if t not in exclude}
-        best = set(heapq.nsmallest(k, best | {(_hash(t), t) for t in titles}))
+        best = set(heapq.nsmallest(k, best | {(stable_hash(t), t) for t in titles}))
     return [t for _, t in sorted(best)]
 
 
@@ -122,7 +118,7 @@ def retrieval_task(heldout: Dataset, max_pairs: int, max_titles: int):
     from pearl_model.training import AliasRetrieval
 
     t = heldout.read(columns=["alias", "title"])
-    pairs = sorted(zip(t["alias"].to_pylist(), t["title"].to_pylist()), key=lambda p: (_hash(f"{p[0]}\t{p[1]}"), p))
+    pairs = sorted(zip(t["alias"].to_pylist(), t["title"].to_pylist()), key=lambda p: (stable_hash(f"{p[0]}\t{p[1]}"), p))
     chosen, titles = [], {}
     for alias, title in pairs:
         if len(chosen) >= max_pairs or (title not in titles and len(titles) >= max_titles):

@@ -16,7 +16,6 @@ with its title.
 """
 from __future__ import annotations
 
-import zlib
 from collections import Counter, defaultdict
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.mining import phrase_key
+from storage.buckets import in_share
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import HELDOUT_ALIASES, TRAINING_SET
 
@@ -34,11 +34,11 @@ _HOLDOUT_SALT = "alias-holdout:"  # decorrelates the held-out articles from the 
 
 
 def split_of(key: str, validation_fraction: float) -> str:
-    return "validation" if zlib.crc32(key.encode("utf-8")) % 10_000 < validation_fraction * 10_000 else "train"
+    return "validation" if in_share(key, validation_fraction) else "train"
 
 
 def title_held_out(title: str, fraction: float) -> bool:
-    return zlib.crc32((_HOLDOUT_SALT + title).encode("utf-8")) % 10_000 < fraction * 10_000
+    return in_share(_HOLDOUT_SALT + title, fraction)
 
 
 # --- held-out aliases ----------------------------------------------------------------------

@@ -214,10 +214,9 @@ def test_export_is_atomic_and_refuses_to_clobber(model, exported, tmp_path, monk
 # --- where the pipeline and the CLI pick it up -------------------------------------------
 
 def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
-    pytest.importorskip("prefect")
-    from tasks.evaluation import load_model
+    from pearl_model.loading import load_encoder
 
-    enc = load_model(str(exported))
+    enc = load_encoder(str(exported))  # what the evaluate flow, the report and the CLI call
     assert isinstance(enc, PearlEncoder) and enc.name == str(exported)
     np.testing.assert_allclose(enc.encode(PHRASES), model.encode(PHRASES), atol=1e-5)  # default engine: onnx
     raw = enc.encode(PHRASES, normalize=False, batch_size=2)

@@ -399,3 +399,16 @@ def test_memory_url_end_to_end(memory_root, tmp_path, monkeypatch):
     # A fresh handle (as on another worker) sees the same dataset.
     assert pickle.loads(pickle.dumps(d)).read().num_rows == 7
     assert list(tmp_path.iterdir()) == []
+
+
+def test_buckets_and_shares_are_the_crc32_ones_stored_datasets_were_written_with():
+    import zlib
+
+    from storage.buckets import bucket_of, in_share, stable_hash
+
+    keys = ["New York", "café", "", "東京"]
+    assert [stable_hash(k) for k in keys] == [zlib.crc32(k.encode("utf-8")) for k in keys]
+    assert [bucket_of(k, 7) for k in keys] == [zlib.crc32(k.encode("utf-8")) % 7 for k in keys]
+    many = [f"title {i}" for i in range(5000)]
+    assert 0.08 < sum(in_share(k, 0.1) for k in many) / len(many) < 0.12
+    assert not any(in_share(k, 0.0) for k in many) and all(in_share(k, 1.0) for k in many)
