@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from .evaluation.dev import run_dev_benchmark
+from .evaluation.scores import primary_scores
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,8 @@ def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS,
 
     rows = run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(datasets), seeds=tuple(seeds)) \
         if datasets else []
-    out: dict[str, float] = {}
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = [r for r in rows if r["dataset"] == dataset]
-        primary = mine[0]["metric"]  # a dataset's first row carries its primary metric
-        out[dataset] = statistics.mean(r["value"] for r in mine if r["metric"] == primary)
-        out |= {f"{dataset}/l2": r["value"] for r in mine if r["metric"] == "nmi_l2norm"}
+    out = {dataset: mean for (_, dataset), (mean, _, _) in primary_scores(rows).items()}
+    out |= {f"{r['dataset']}/l2": r["value"] for r in rows if r["metric"] == "nmi_l2norm"}
     if retrieval is not None:
         out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
     return out
