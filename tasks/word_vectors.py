@@ -1,7 +1,12 @@
 """Stage 6: `sentences` -> `word_vectors`, a fastText model trained on the corpus.
 
-One task (gensim trains with its own threads, not per partition). The corpus is streamed
-from the sentences parts on every pass gensim makes, so it is never held in memory.
+One task (gensim trains with its own threads, not per partition: `workers`; one worker is
+reproducible, more are faster and not). The corpus is streamed from the sentences parts on
+every pass gensim makes, so it is never held in memory; above `max_sentences` a hash-chosen
+share of the sentences is what it reads (the same share on every pass and every rerun).
+The n-gram table is sized to the corpus (`bucket`; none: 4 buckets per sentence read, as a
+power of two between 2^16 and gensim's 2M): the 2M default made the model 778 MB for the
+206-page sample.
 Tokens are lowercased words (letters, digits, inner hyphens and apostrophes): the same
 tokenisation `word_tokens` gives everything that later looks words up.
 
@@ -21,10 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.buckets import in_share
 from storage.datasets import Dataset, atomic_path, dataset_version
 from storage.schemas import WORD_VECTORS, WORD_VECTORS_NGRAMS
 
-CODE_VERSION = "word-vectors-2"  # -2: n-gram vectors as .npy instead of gensim's pickled model
+# -2: n-gram vectors as .npy instead of gensim's pickled model; -3: buckets sized to the corpus, sampling
+CODE_VERSION = "word-vectors-3"
+MIN_BUCKETS, MAX_BUCKETS = 2**16, 2_000_000
 _WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
 _ROWS_PER_PART = 50_000
 
@@ -34,17 +42,35 @@ def word_tokens(text: str) -> list[str]:
 
 
 class SentenceCorpus:
-    """Restartable iterable of tokenised sentences, read part by part (gensim passes several times)."""
+    """Restartable iterable of tokenised sentences, read part by part (gensim passes several times).
 
-    def __init__(self, sentences: Dataset):
-        self.sentences = sentences
+    ``share`` < 1: only the sentences whose id falls in that hash-chosen share."""
+
+    def __init__(self, sentences: Dataset, share: float = 1.0):
+        self.sentences, self.share = sentences, share
 
     def __iter__(self):
-        for batch in self.sentences.iter_batches(columns=["text"], batch_size=8192):
-            for text in batch.column(0).to_pylist():
+        for batch in self.sentences.iter_batches(columns=["sentence_id", "text"], batch_size=8192):
+            ids, texts = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            for sid, text in zip(ids, texts):
+                if self.share < 1.0 and not in_share(f"sentence:{sid}", self.share):
+                    continue
                 tokens = word_tokens(text)
                 if tokens:
                     yield tokens
+
+
+def sentence_count(sentences: Dataset) -> int:
+    return sum(p["rows"] for p in sentences.manifest()["parts"])
+
+
+def ngram_buckets(n_sentences: int, bucket: int | None = None) -> int:
+    """``bucket`` when given, else 4 per sentence as a power of two in [2^16, 2M]."""
+    if bucket is not None:
+        if bucket < 1:
+            raise ValueError(f"fastText bucket must be >= 1, got {bucket!r}")
+        return int(bucket)
+    return int(min(MAX_BUCKETS, max(MIN_BUCKETS, 1 << max(0, 4 * n_sentences - 1).bit_length())))
 
 
 class _HashingWriter:
@@ -73,9 +99,15 @@ def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[
     from pearl_model.synonyms import train_fasttext
 
     t0 = time.perf_counter()
-    model = train_fasttext(SentenceCorpus(sentences), vector_size=params["dim"], window=params["window"],
+    total = sentence_count(sentences)
+    cap = params.get("max_sentences")
+    if cap is not None and cap < 1:
+        raise ValueError(f"fastText max_sentences must be >= 1 or None, got {cap!r}")
+    share = min(1.0, cap / total) if cap and total else 1.0
+    bucket = ngram_buckets(round(total * share), params.get("bucket"))
+    model = train_fasttext(SentenceCorpus(sentences, share), vector_size=params["dim"], window=params["window"],
                            min_count=params["min_count"], epochs=params["epochs"], seed=params["seed"],
-                           workers=params["workers"])
+                           workers=params["workers"], bucket=bucket)
     seconds = time.perf_counter() - t0
     wv = model.wv
     words = list(wv.index_to_key)
@@ -88,8 +120,9 @@ def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[
             "vector": pa.array(list(vectors[start:end]), type=pa.list_(pa.float32()))}, schema=WORD_VECTORS))
     ngrams = write_array(out, WORD_VECTORS_NGRAMS, np.asarray(wv.vectors_ngrams, dtype=np.float32))
     stats = {"vocabulary": len(words), "corpus_words": int(model.corpus_total_words),
-             "corpus_sentences": int(model.corpus_count), "train_seconds": round(seconds, 1),
-             "ngram_buckets": int(wv.bucket)}
+             "corpus_sentences": int(model.corpus_count), "sentences_in_dataset": total,
+             "sentence_share": round(share, 6), "train_seconds": round(seconds, 1), "ngram_buckets": int(wv.bucket),
+             "ngram_bytes": int(wv.vectors_ngrams.nbytes), "workers": params["workers"]}
     return stats, {"files": [ngrams], "fasttext": {"min_n": wv.min_n, "max_n": wv.max_n, "bucket": int(wv.bucket),
                                                    "dim": int(wv.vector_size)}}
 

@@ -136,7 +136,8 @@ def test_fasttext_neighbours_are_the_trained_models(stores):
     root, _, _, vectors = stores
     p = VECTOR_PARAMS
     model = train_fasttext(SentenceCorpus(Dataset(root, "sentences", "s1", SENTENCES)), vector_size=p["dim"],
-                           window=p["window"], min_count=p["min_count"], epochs=p["epochs"], seed=p["seed"])
+                           window=p["window"], min_count=p["min_count"], epochs=p["epochs"], seed=p["seed"],
+                           bucket=vectors.manifest()["extra"]["fasttext"]["bucket"])
     stored = aug._fasttext(vectors, 0.5)
     assert "cars" not in stored.wv.key_to_index and "car" in stored.wv.key_to_index
     for w in WORDS:

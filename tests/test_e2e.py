@@ -99,8 +99,8 @@ def test_first_run_writes_reconciled_datasets(first):
     assert sum(aug["positives"].values()) == mans["augmentations"]["rows"] > 0
     assert "wordnet" in aug["positives"] and "fasttext" not in aug["positives"]  # README "Positives"
     assert mans["word_vectors"]["stats"]["vocabulary"] == mans["word_vectors"]["rows"] > 100
-    assert [f["file"] for f in mans["word_vectors"]["extra"]["files"]] == ["fasttext_ngrams.npy"]
-    assert (root / "word_vectors" / versions["word_vectors"] / "fasttext_ngrams.npy").is_file()
+    assert [f["file"] for f in mans["word_vectors"]["extra"]["files"]] == ["_fasttext_ngrams.npy"]
+    assert (root / "word_vectors" / versions["word_vectors"] / "_fasttext_ngrams.npy").is_file()
 
     # Negatives and the published training set: one row per phrase, every count adding up.
     negs = result["negatives"]

@@ -11,7 +11,7 @@ import pytest
 from storage.datasets import MANIFEST, Dataset
 from storage.schemas import SENTENCES, WORD_VECTORS_NGRAMS
 from tasks.word_vectors import (
-    SentenceCorpus, build_word_vectors, plan_word_vectors, read_vectors, word_tokens,
+    SentenceCorpus, build_word_vectors, ngram_buckets, plan_word_vectors, read_vectors, word_tokens,
 )
 
 PARAMS = {"dim": 16, "window": 3, "min_count": 2, "epochs": 5, "seed": 0, "workers": 1}
@@ -53,7 +53,8 @@ def test_vectors_match_the_model_and_are_reproducible(root):
     assert vectors.shape == (len(words), 16)
     from pearl_model.synonyms import train_fasttext
 
-    model = train_fasttext(SentenceCorpus(sentences), vector_size=16, window=3, min_count=2, epochs=5, seed=0)
+    model = train_fasttext(SentenceCorpus(sentences), vector_size=16, window=3, min_count=2, epochs=5, seed=0,
+                           bucket=2**16)  # the table sized to 80 sentences: the smallest
     assert words == model.wv.index_to_key
     np.testing.assert_array_equal(model.wv.vectors, vectors)
     assert model.wv.get_vecattr("car", "count") == 16
@@ -107,3 +108,32 @@ def test_an_interrupted_array_write_leaves_no_file(any_root, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         wv.write_array(out, WORD_VECTORS_NGRAMS, np.zeros((4, 2), np.float32))
     assert out.fs.ls(out.path, detail=False) == []
+
+
+def test_the_model_of_a_small_corpus_is_small_and_the_directory_reads_as_parquet(root):
+    import pyarrow.parquet as pq
+
+    sentences = corpus(root)
+    out = plan_word_vectors(sentences, PARAMS)
+    man = build_word_vectors(sentences, out, PARAMS)
+    assert man["stats"]["ngram_buckets"] == 2**16 and man["stats"]["ngram_bytes"] == 2**16 * 16 * 4  # 4 MB, not 128
+    assert pq.read_table(out.path).num_rows == man["stats"]["vocabulary"]  # the .npy is skipped by name
+    # sized to the corpus: a power of two, 4 per sentence, between 2^16 and gensim's 2M
+    assert [ngram_buckets(n) for n in (0, 80, 16_384, 16_385, 10**9)] == [2**16, 2**16, 2**16, 2**17, 2_000_000]
+    assert ngram_buckets(10**9, 1000) == 1000
+    with pytest.raises(ValueError, match="bucket"):
+        ngram_buckets(10, 0)
+
+
+def test_above_max_sentences_a_fixed_hash_chosen_share_is_read(root):
+    sentences = corpus(root)
+    params = {**PARAMS, "max_sentences": 40}
+    out = plan_word_vectors(sentences, params)
+    man = build_word_vectors(sentences, out, params)
+    assert man["stats"]["sentences_in_dataset"] == 80 and man["stats"]["sentence_share"] == 0.5
+    assert 25 <= man["stats"]["corpus_sentences"] <= 55
+    assert list(SentenceCorpus(sentences, 0.5)) == list(SentenceCorpus(sentences, 0.5))  # the same every pass
+    assert out.version != plan_word_vectors(sentences, PARAMS).version
+    with pytest.raises(ValueError, match="max_sentences"):
+        build_word_vectors(sentences, plan_word_vectors(sentences, {**PARAMS, "max_sentences": 0}),
+                           {**PARAMS, "max_sentences": 0})
