@@ -23,6 +23,7 @@ from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplic
 from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
+from tasks.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
 from tasks.raw_pages import check_input_complete_task, plan_raw_pages_task, raw_pages_task
 from tasks.training_set import (
     commit_training_set_task, heldout_aliases_task, plan_training_set_task, training_set_part_task,
@@ -51,12 +52,12 @@ def corpus_stages(
     phrase_params: dict,
     positive_params: dict,
     allow_incomplete_input: bool = False,
+    multistream_index: Optional[str] = "auto",
 ) -> dict:
     report_dask_dashboard()
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
-    raw = plan_raw_pages_task(source, storage_root, read_params)
-    raw_manifest = raw_pages_task.submit(source, raw, read_params).result()
+    raw, raw_manifest = read_raw_pages(source, storage_root, read_params, multistream_index)
 
     page_params = {"alias_buckets": alias_buckets, "min_sentence_words": min_sentence_words,
                    "max_sentence_chars": max_sentence_chars}
@@ -121,6 +122,21 @@ def corpus_stages(
                          "heldout_aliases": heldout.version, "training_set": training.version}}
 
 
+def read_raw_pages(source: Union[str, list[str]], storage_root: str, read_params: dict,
+                   multistream_index: Optional[str]) -> tuple:
+    """raw_pages in one task, or, for a multistream dump with its index, one task per run of
+    bz2 streams on the Dask workers and a commit of their summed counts."""
+    index = index_for(source, multistream_index)
+    if index is None:
+        raw = plan_raw_pages_task(source, storage_root, read_params)
+        return raw, raw_pages_task.submit(source, raw, read_params).result()
+    raw, dump, partitions = plan_multistream_task(source, index, storage_root, read_params)
+    if dump is None:  # that version is complete
+        return raw, raw.manifest()
+    part_stats = raw_partition_task.map(unmapped(dump), partitions, unmapped(raw), unmapped(read_params)).result()
+    return raw, commit_multistream_task(raw, dump, part_stats, read_params)
+
+
 MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
                  "min_words", "max_words", "phrase_buckets", "examples_per_phrase", "sentences_per_chunk")
 
@@ -134,6 +150,7 @@ def build_corpus(
     max_page_bytes: int = 4 * 1024 * 1024,
     max_pages: Optional[int] = None,
     allow_incomplete_input: bool = False,
+    multistream_index: Optional[str] = "auto",
     alias_buckets: int = 8,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
@@ -193,6 +210,11 @@ def build_corpus(
         max_pages: stop after this many pages (a slice for trying things out).
         allow_incomplete_input: go on with the pages read from an input that ended early or
             is corrupt; by default such a run fails once extraction has committed them.
+        multistream_index: the index of a multistream dump, which is then read in parallel
+            (partitions of whole bz2 streams, at least pages_per_partition pages each; a
+            damaged stream's pages are quarantined as corrupt_stream). "auto": the
+            `X-multistream-index.txt.bz2` beside a single `X-multistream.xml.bz2` source, if
+            there is one; null: always read sequentially.
         alias_buckets: reducers for the alias map-reduce.
         min_sentence_words: shorter sentences are dropped.
         max_sentence_chars: longer sentences are dropped.
@@ -276,7 +298,7 @@ def build_corpus(
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(source, storage_root, input_format, pages_per_partition, max_page_bytes, max_pages,
                alias_buckets, min_sentence_words, max_sentence_chars, phrase_params, positive_params,
-               allow_incomplete_input)
+               allow_incomplete_input, multistream_index)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ fsspec URL) or JSON lines of ``{"title", "text"}`` records; or several of them (
 split in many files, or a dump plus JSON lines), read in the given order into one
 dataset. Reading is sequential (a bz2 stream cannot be split), so this stage only cuts
 the input into partitions; the CPU-heavy cleaning runs on those partitions in parallel.
+A multistream dump with its index is the exception: tasks/multistream.py reads its
+streams in parallel with the same cutting and parsing code as here.
 
 mwxml parses each page, but the stream is cut into ``<page>`` blocks here first, by
 their tags (not by line, so any layout of a well-formed export reads): mwxml's
@@ -211,7 +213,7 @@ class _Reached:
     error: BaseException | None = None
 
 
-def _cut_pages(stream: BinaryIO, keep: int, reached: _Reached) -> Iterator[tuple[str, bytes, int]]:
+def _cut_pages(stream: BinaryIO, keep: int, reached: _Reached, header: bool = True) -> Iterator[tuple[str, bytes, int]]:
     """Cut a byte stream at its ``<page>`` and ``</page>`` tags, not by line.
 
     Yields ``(kind, kept bytes, size)`` per segment; a segment keeps at most ``keep`` bytes
@@ -220,9 +222,11 @@ def _cut_pages(stream: BinaryIO, keep: int, reached: _Reached) -> Iterator[tuple
     the next ``<page>``), "orphan" (``...</page>`` with no ``<page>``: a page whose opening
     tag is damaged), "between" (bytes up to a ``<page>``: the header, or what lies between
     two pages), "end" (bytes after the last tag), "truncated" (the page the input ended in).
+    ``header=False``: the stream starts after the dump's header (a stream of a multistream
+    dump), so its first segment is kept like any other.
     """
     read = getattr(stream, "read1", stream.read)  # read1: no bytes before an error are lost
-    buf, pos, eof, inside, first = b"", 0, False, False, True
+    buf, pos, eof, inside, first = b"", 0, False, False, header
     seg, size = bytearray(), 0
 
     def take(end: int) -> None:
@@ -306,38 +310,50 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
                 raise SourceError("the dump holds no <page>")
             namespaces = _namespace_map(header)
             size -= len(header)
-        if kind == "page":
-            row = _parse_page(seq, data, namespaces, max_page_bytes, size)
-        elif kind == "unclosed":
-            raw = data.rstrip()
-            row = _unreadable(seq, raw, "malformed_xml", "<page> without </page>" + _kept(size, data, raw))
-        elif kind == "orphan":
-            raw = data.lstrip()
-            row = _unreadable(seq, raw, "malformed_xml", "</page> without <page>" + _kept(size, data, raw))
-        elif kind == "truncated":
-            ended = data.rfind(_END_TAG) if reached.error is None else -1
-            if ended >= 0:  # the dump did end: its last page lost its </page>
-                row = _unreadable(seq, data[:ended].rstrip(), "malformed_xml", "<page> without </page>")
-            else:
-                row = _unreadable(seq, data, "truncated_input", _ended_early(stats, reached, "input ended inside a <page>"))
-        else:  # between two pages, or after the last one
-            rest, reason, detail = data, "stray_text", f"{size} bytes of text outside any <page>"
-            if kind == "end":
-                ended = data.rfind(_END_TAG)
-                if ended >= 0:
-                    rest = data[:ended] + data[ended + len(_END_TAG):]
-                else:  # whatever is here is the start of what the input lost
-                    reason = "truncated_input"
-                    detail = _ended_early(stats, reached, "input ended before </mediawiki>")
-            if not rest.strip() and size <= len(data):
-                continue
-            raw = data.strip()
-            row = _unreadable(seq, raw, reason, detail + _kept(size, data, raw))
+        row = _segment_row(seq, kind, data, size, namespaces, max_page_bytes, stats, reached)
+        if row is None:
+            continue
         yield row
         seq += 1
     if reached.error is not None and stats.input_complete:  # e.g. after </mediawiki>
         _ended_early(stats, reached, "")
     stats.input_offset = reached.offset
+
+
+def _segment_row(seq: int, kind: str, data: bytes, size: int, namespaces: dict, max_page_bytes: int,
+                 stats: ReadStats, reached: _Reached, dump_ends: bool = True) -> dict | None:
+    """The row for one segment of `_cut_pages` (None: only whitespace between two pages).
+
+    ``dump_ends=False`` for a stream of a multistream dump other than the last: it holds whole
+    pages and no ``</mediawiki>``, so its end is not the end of the input.
+    """
+    if kind == "page":
+        return _parse_page(seq, data, namespaces, max_page_bytes, size)
+    # cut at the next <page>, or at the end of a stream that is not the dump's last
+    if kind == "unclosed" or (kind == "truncated" and not dump_ends):
+        raw = data.rstrip()
+        return _unreadable(seq, raw, "malformed_xml", "<page> without </page>" + _kept(size, data, raw))
+    if kind == "orphan":
+        raw = data.lstrip()
+        return _unreadable(seq, raw, "malformed_xml", "</page> without <page>" + _kept(size, data, raw))
+    if kind == "truncated":
+        ended = data.rfind(_END_TAG) if reached.error is None else -1
+        if ended >= 0:  # the dump did end: its last page lost its </page>
+            return _unreadable(seq, data[:ended].rstrip(), "malformed_xml", "<page> without </page>")
+        return _unreadable(seq, data, "truncated_input", _ended_early(stats, reached, "input ended inside a <page>"))
+    # between two pages, or after the last one
+    rest, reason, detail = data, "stray_text", f"{size} bytes of text outside any <page>"
+    if kind == "end" and dump_ends:
+        ended = data.rfind(_END_TAG)
+        if ended >= 0:
+            rest = data[:ended] + data[ended + len(_END_TAG):]
+        else:  # whatever is here is the start of what the input lost
+            reason = "truncated_input"
+            detail = _ended_early(stats, reached, "input ended before </mediawiki>")
+    if not rest.strip() and size <= len(data):
+        return None
+    raw = data.strip()
+    return _unreadable(seq, raw, reason, detail + _kept(size, data, raw))
 
 
 # --- JSON lines ------------------------------------------------------------------------
