@@ -212,7 +212,7 @@ def build_corpus(
             is corrupt; by default such a run fails once extraction has committed them.
         multistream_index: the index of a multistream dump, which is then read in parallel
             (partitions of whole bz2 streams, at least pages_per_partition pages each; a
-            damaged stream's pages are quarantined as corrupt_stream). "auto": the
+            damaged stream's pages are quarantined as bad_stream). "auto": the
             `X-multistream-index.txt.bz2` beside a single `X-multistream.xml.bz2` source, if
             there is one; null: always read sequentially.
         alias_buckets: reducers for the alias map-reduce.

@@ -11,7 +11,7 @@ the same rows, ``seq`` numbers (from the index: a stream's first page comes afte
 page listed before it) and counts as a sequential one. (One difference: a damaged segment
 over ``max_page_bytes`` at a stream's start keeps its first bytes from the stream's start,
 where the sequential reading starts at the previous page's end, a newline earlier.) A stream
-that cannot be decompressed loses only its own pages: one ``corrupt_stream`` row per page
+that cannot be decompressed loses only its own pages: one ``bad_stream`` row per page
 the index lists for it.
 """
 from __future__ import annotations
@@ -248,14 +248,14 @@ def _stream_rows(text: bytes, stream: Stream, dump: Multistream, max_page_bytes:
 
 
 def _lost_rows(stream: Stream, error: BaseException, entries: list[tuple[int, str]] | None) -> list[dict]:
-    """One ``corrupt_stream`` row per page the index lists in a stream that cannot be read."""
+    """One ``bad_stream`` row per page the index lists in a stream that cannot be read."""
     detail = (f"the bz2 stream at bytes [{stream.start}, {stream.end}) cannot be decompressed "
               f"({type(error).__name__}: {error}); its {stream.pages} pages are lost")
     if not entries or len(entries) != stream.pages:
         entries = [(None, None)] * stream.pages
     rows = []
     for k, (page_id, title) in enumerate(entries):
-        row = _unreadable(stream.first_seq + k, b"", "corrupt_stream", detail)
+        row = _unreadable(stream.first_seq + k, b"", "bad_stream", detail)
         row.update(page_id=page_id, title=title, raw=None)
         rows.append(row)
     return rows
@@ -264,7 +264,7 @@ def _lost_rows(stream: Stream, error: BaseException, entries: list[tuple[int, st
 def read_partition(dump: Multistream, part: Partition, *, max_page_bytes: int,
                    max_pages: int | None = None) -> tuple[list[dict], dict]:
     """The rows of one partition, in seq order, and its counts (as ``ReadStats.as_dict``, plus
-    ``streams`` and ``corrupt_streams``)."""
+    ``streams`` and ``bad_streams``)."""
     start = part.streams[0].start
     data = _read_range(dump.source, start, part.streams[-1].end)
     stats = ReadStats()
@@ -293,7 +293,7 @@ def read_partition(dump: Multistream, part: Partition, *, max_page_bytes: int,
             stats.errors[r["error"]] = stats.errors.get(r["error"], 0) + 1
     corrupt = [{"start": s.start, "end": s.end, "pages": s.pages, "error": f"{type(e).__name__}: {e}"}
                for s in part.streams if (e := lost.get(s.start)) is not None]
-    return rows, {**stats.as_dict(), "streams": len(part.streams), "corrupt_streams": corrupt}
+    return rows, {**stats.as_dict(), "streams": len(part.streams), "bad_streams": corrupt}
 
 
 def write_partition(dump: Multistream, part: Partition, out: Dataset, *, max_page_bytes: int,
@@ -319,11 +319,11 @@ def multistream_stats(dump: Multistream, part_stats: list[dict]) -> dict:
             src.errors[reason] = src.errors.get(reason, 0) + n
         if not st["input_complete"] and src.input_complete:
             src.input_complete, src.input_error = False, st["input_error"]
-        corrupt += st["corrupt_streams"]
+        corrupt += st["bad_streams"]
     total = ReadStats(src.pages_read, src.input_complete, src.input_error and f"{dump.source}: {src.input_error}",
                       errors=dict(src.errors))
     source = {"source": dump.source, "format": "mediawiki-xml", "first_seq": 0, **src.as_dict(),
-              "index": dump.index, "streams": sum(st["streams"] for st in part_stats), "corrupt_streams": corrupt}
+              "index": dump.index, "streams": sum(st["streams"] for st in part_stats), "bad_streams": corrupt}
     return {**total.as_dict(), "parts": len(part_stats), "format": "mediawiki-xml", "sources": [source]}
 
 
@@ -401,8 +401,8 @@ def raw_partition_task(dump: Multistream, part: Partition, out: Dataset, params:
 def commit_multistream_task(out: Dataset, dump: Multistream, part_stats: list[dict], params: dict) -> dict:
     stats = multistream_stats(dump, part_stats)
     logger = get_run_logger()
-    for bad in stats["sources"][0]["corrupt_streams"]:
-        logger.warning("bz2 stream at bytes [%d, %d) is damaged (%s): its %d pages are quarantined as corrupt_stream",
+    for bad in stats["sources"][0]["bad_streams"]:
+        logger.warning("bz2 stream at bytes [%d, %d) is damaged (%s): its %d pages are quarantined as bad_stream",
                        bad["start"], bad["end"], bad["error"], bad["pages"])
     return out.commit(code_version=MULTISTREAM_CODE_VERSION, params=params,
                       inputs={"source": dump.source, "index": dump.index}, stats=stats)

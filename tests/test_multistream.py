@@ -89,7 +89,7 @@ def _read(source: str, root: str, version: str, index: str | None = None, **kw) 
 
 def _sequential_keys(stats: dict) -> dict:
     """The statistics without what only a multistream reading adds (its index and streams)."""
-    source = {k: v for k, v in stats["sources"][0].items() if k not in ("index", "streams", "corrupt_streams")}
+    source = {k: v for k, v in stats["sources"][0].items() if k not in ("index", "streams", "bad_streams")}
     return {**stats, "sources": [source]}
 
 
@@ -167,7 +167,7 @@ def test_parallel_reading_gives_the_sequential_rows_and_counts(dumps, root, name
     assert rows == expected  # every column of every row
     assert _sequential_keys(parallel) == sequential
     assert [p["rows"] for p in out.manifest()["parts"]] == [p["rows"] for p in seq_out.manifest()["parts"]]
-    assert parallel["sources"][0]["streams"] == 21 and parallel["sources"][0]["corrupt_streams"] == []
+    assert parallel["sources"][0]["streams"] == 21 and parallel["sources"][0]["bad_streams"] == []
     reasons = {"too_large": 7}
     if name == "damaged":
         reasons = {"too_large": 7, "malformed_xml": 3, "invalid_utf8": 1}
@@ -207,15 +207,15 @@ def test_a_damaged_stream_is_quarantined_and_the_others_read(dumps, root, tmp_pa
     assert [r["seq"] for r in rows] == list(range(206))
     assert [r for r in rows if r["seq"] not in lost] == [r for r in expected if r["seq"] not in lost]
     assert stats["pages_read"] == 206 and stats["input_complete"]
-    assert stats["unreadable_by_reason"] == {"corrupt_stream": bad.pages}
+    assert stats["unreadable_by_reason"] == {"bad_stream": bad.pages}
     quarantined = [r for r in rows if r["seq"] in lost]
     assert [(r["page_id"], r["title"]) for r in quarantined] == [(i, t) for o, i, t in entries if o == bad.start]
     assert [(r["page_id"], r["title"]) for r in quarantined] == [
         (r["page_id"], r["title"]) for r in expected if r["seq"] in lost]
-    assert all(r["error"] == "corrupt_stream" and r["text"] is None for r in quarantined)
+    assert all(r["error"] == "bad_stream" and r["text"] is None for r in quarantined)
     assert quarantined[0]["error_detail"].startswith(
         f"the bz2 stream at bytes [{bad.start}, {bad.end}) cannot be decompressed (OSError: ")
-    [corrupt] = stats["sources"][0]["corrupt_streams"]
+    [corrupt] = stats["sources"][0]["bad_streams"]
     assert (corrupt["start"], corrupt["end"], corrupt["pages"]) == (bad.start, bad.end, bad.pages)
     # The sequential reading of the same file stops at the damage.
     sequential, _, _ = _read(damaged, root, "seq", pages_per_part=50)
@@ -248,7 +248,7 @@ def test_a_dump_cut_inside_its_last_stream_reads_as_the_sequential_reading(root,
     assert rows == expected and 103 < len(rows) < 206
     assert rows[-1]["error"] == "truncated_input" and all(r["error"] is None for r in rows[:-1])
     assert parallel["unreadable_by_reason"] == sequential["unreadable_by_reason"] == {"truncated_input": 1}
-    assert not parallel["input_complete"] and parallel["sources"][0]["corrupt_streams"] == []
+    assert not parallel["input_complete"] and parallel["sources"][0]["bad_streams"] == []
     assert parallel["input_error"] == (f"{dump}: EOFError: Compressed file ended before the end-of-stream marker "
                                        f"was reached, in the bz2 stream at bytes [{last.start}, {len(cut)})")
 
