@@ -1,0 +1,1014 @@
+"""Every stage of `build-corpus`, measured, and the full English Wikipedia build projected.
+
+    python benchmarks/stage_rates.py run --max-pages 100 --workers 1,2 --replicate 1,4 \\
+        --out benchmarks/results/stage_rates_sample.json
+    python benchmarks/stage_rates.py run --source sample --source data/inputs/ovos_summaries.jsonl ...
+    python benchmarks/stage_rates.py project benchmarks/results/stage_rates_sample.json [--cores 64]
+
+`run`: for each (workers, replicate), in a process of its own, the corpus stages in the order
+`corpus_stages` runs them, on a fresh storage root and a fresh Dask LocalCluster of `workers`
+single-threaded worker processes. Per stage: wall seconds, units (from the datasets'
+manifests), units/s per core, CPU seconds, peak RSS of every worker process and of the flow's
+process (sampled every 50 ms), bytes written; per step the same, and its number of tasks.
+
+How a stage is run: the body of each Prefect task of `corpus_stages` (`task.fn`), with the
+arguments the flow gives it, where the flow runs it: `.map` over the Dask workers (one
+future per item, gathered: the flow's `.result()` barrier), `.submit` as one task on a
+worker (raw_pages), and a plain call (`plan-*`, `commit-*`, reports, word_vectors,
+held-out aliases) in this process, as a Prefect 3 flow runs a task it calls directly.
+Parameters are the flow's own: `build_corpus`'s body is run with `corpus_stages` swapped
+for a recorder, so the defaults and the parameter dicts come from the flow, not a copy.
+Not through a Prefect server: with one, each stage would also carry the API's per-task-run
+calls and a server process on the same 2 cores, and its windows would have to be pieced
+together from task-run timestamps; here a stage is exactly the span between two barriers.
+Prefect's run logger and artifacts are replaced by a logger and no-ops (`offline_prefect`),
+so the artifacts' content is still computed, not sent. What is left out: the Prefect API's
+overhead per task run (the number of tasks per step is recorded), and model loading
+(spaCy, WordNet, E5, fastText neighbours), which is done on every worker before the stage
+that needs it and reported as `load_s`: once per worker, seconds against hours at scale.
+
+Replication (`--replicate N`): the input's first `--max-pages` pages are written N times into
+a temporary input of the same format and compression, copy k with page ids + k * 10^d and
+" (copy k)" in titles and redirect targets (before a trailing "(...)", so "(disambiguation)"
+still reads), so every copy is a distinct page with the same text.
+
+`project` (also printed by `run`): each stage's hours for full English Wikipedia on
+`--cores` cores, from the largest replicate's per-core rates (the issue's figure, an upper
+bound on a small input: fixed costs are scaled up too) and from the marginal cost between
+the smallest and the largest replicate (the headline), with the bottleneck, what moves each
+stage, and the bytes it would write; see `project_stages`.
+"""
+from __future__ import annotations
+
+import bz2
+import datetime as dt
+import gzip
+import json
+import logging
+import math
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import psutil
+import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from phrase_mining import PeakPerProcess  # noqa: E402  (benchmarks/ is on sys.path)
+
+app = typer.Typer(add_completion=False)
+MB = 2**20
+
+# Full English Wikipedia, the sizes the projection scales to (override on the command line).
+# Articles and words: https://en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia (6,816,939
+# articles and 4.5 billion words in April 2024). Pages of a pages-articles dump with the
+# redirects: ~23M (tasks/pages.py, find_duplicate_pages, on a full dump). Sentences: ~150M
+# (4.5B words at ~30 words per kept prose sentence; lists, tables and infoboxes are not kept).
+ENWIKI = {"articles": 6.7e6, "pages": 23e6, "sentences": 150e6}
+METHOD = ("each Prefect task body of corpus_stages (task.fn) where the flow runs it: .map/.submit on a Dask "
+          "LocalCluster of single-threaded worker processes, direct calls in the flow's process; no Prefect server; "
+          "models loaded before their stage (load_s); each (workers, replicate) in a fresh process")
+SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia, "
+                "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages.py); ~150M sentences "
+                "(4.5B words / ~30 words per kept sentence)")
+
+
+# --- Prefect tasks without a Prefect run --------------------------------------------------
+# The modules of the tasks corpus_stages runs.
+STAGE_MODULES = ("tasks.raw_pages", "tasks.pages", "tasks.aliases", "tasks.corpus_report",
+                 "tasks.phrase_occurrences", "tasks.phrases", "tasks.phrase_report", "tasks.word_vectors",
+                 "tasks.augmentations", "tasks.negatives", "tasks.training_set")
+
+
+class _NoArtifact:
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+def offline_prefect() -> None:
+    """Let task bodies run outside a flow run in this process: the run logger becomes a plain
+    logger, artifacts are computed by the caller and not sent (no API). Idempotent: the mark
+    is on prefect.artifacts itself (a flag here would travel, set, with this function to the
+    workers, which pickle it by value)."""
+    import importlib
+
+    import prefect.artifacts as artifacts
+
+    if getattr(artifacts, "_stage_rates_offline", False):
+        return
+
+    noop = _NoArtifact()
+    for name in dir(artifacts):
+        if name.startswith(("create_", "update_")) and name.endswith("_artifact"):
+            setattr(artifacts, name, noop)
+    for module in STAGE_MODULES:
+        m = importlib.import_module(module)
+        if hasattr(m, "get_run_logger"):
+            m.get_run_logger = lambda _n=module: logging.getLogger(_n)
+        for name in dir(m):
+            if name.startswith(("create_", "update_")) and name.endswith("_artifact"):
+                setattr(m, name, noop)
+    artifacts._stage_rates_offline = True
+
+
+def resolve_task(ref: str):
+    """"tasks.pages:extract_part_task" -> the Prefect task object."""
+    import importlib
+
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _run_task(ref: str, args: tuple):
+    """On a Dask worker: the body of the task, as the flow's task run would execute it."""
+    offline_prefect()
+    return resolve_task(ref).fn(*args)
+
+
+def _warm_imports() -> None:
+    """Import what the stages import (once per process in a real run too), so that the first
+    task of a stage does not carry it."""
+    import importlib
+
+    for module in STAGE_MODULES + ("gensim.models", "pearl_model.synonyms", "pearl_model.negatives"):
+        importlib.import_module(module)
+    from tasks.figures import pyplot
+
+    pyplot()
+    offline_prefect()
+
+
+# Model loading before a stage (per worker; lru_caches of the task modules), not timed in it.
+def _warm_mining(params: dict) -> None:
+    from tasks.phrase_occurrences import backends
+
+    backends(params)
+
+
+def _warm_augmentations(vectors, params: dict) -> None:
+    from tasks import augmentations as a
+
+    kinds = params.get("kinds", a.KINDS)
+    a._tagger(params["spacy_model"])
+    if "wordnet" in kinds:
+        a._wordnet(params.get("wordnet_max_senses"))
+    if "fasttext" in kinds:
+        a._fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
+    if any(c is not None and k in kinds for k, c in (params.get("min_cosine") or {}).items()):
+        a._encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"])
+    if params.get("paraphrase_options") and "paraphrase" in kinds:
+        a._paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
+
+
+def _warm_embeddings(params: dict) -> None:
+    from tasks.negatives import _encoder
+
+    _encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"], normalize=True)
+
+
+# --- the flow's parameters ------------------------------------------------------------------
+def flow_params(source, storage_root: str, workers: int, overrides: dict) -> dict:
+    """The arguments `build_corpus` gives `corpus_stages` (its defaults, then `overrides`)."""
+    import inspect
+    from unittest import mock
+
+    import flows.build_corpus as bc
+
+    signature = inspect.signature(bc.corpus_stages.fn)
+    captured: dict = {}
+
+    class Recorder:
+        def with_options(self, **_):
+            return self
+
+        def __call__(self, *args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            captured.update(bound.arguments)
+            return {}
+
+    with mock.patch.object(bc, "corpus_stages", Recorder()):
+        bc.build_corpus.fn(**{"source": source, "storage_root": storage_root, "dask_workers": workers, **overrides})
+    return captured
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+# --- replicated inputs ------------------------------------------------------------------------
+_TITLE = re.compile(rb"<title>(.*?)</title>", re.S)
+_ID = re.compile(rb"<id>(\d+)</id>")
+_REDIRECT = re.compile(rb'<redirect title="([^"]*)"')
+
+
+def copy_title(title: str, k: int) -> str:
+    """Copy k's title: " (copy k)" before a trailing "(...)", so page_kind still reads
+    "(disambiguation)" and "List of ..."; copy 0 is the page itself."""
+    if k == 0:
+        return title
+    mark = f" (copy {k})"
+    if title.endswith(")") and " (" in title:
+        i = title.rindex(" (")
+        return title[:i] + mark + title[i:]
+    return title + mark
+
+
+def _open_out(path: Path):
+    if path.suffix == ".bz2":
+        return bz2.open(path, "wb", compresslevel=9)
+    if path.suffix == ".gz":
+        return gzip.open(path, "wb")
+    return open(path, "wb")
+
+
+def _suffix(path: str) -> str:
+    m = re.search(r"\.(bz2|gz|xz)$", path.lower())
+    return "" if m is None or m.group(1) == "xz" else f".{m.group(1)}"
+
+
+def read_xml_pages(path: str, limit: int | None) -> tuple[bytes, list[bytes]]:
+    """The dump's header and its first `limit` <page> blocks, cut as raw_pages cuts them
+    (streamed: a whole dump is not read for a slice)."""
+    import fsspec
+
+    from tasks.raw_pages import _cut_pages, _decompressor, _Reached, _split_header
+
+    header, pages = None, []
+    if limit == 0:
+        return b"", []
+    with fsspec.open(path, "rb") as raw:
+        for kind, data, _ in _cut_pages(_decompressor(path, raw), 1 << 62, _Reached()):
+            if header is None:
+                header, _ = _split_header(data)
+            if kind == "page":
+                pages.append(data)
+                if limit is not None and len(pages) >= limit:
+                    break
+    return header or b"", pages
+
+
+def read_jsonl_records(path: str, limit: int | None) -> list[dict]:
+    """The first `limit` records of a JSON-lines input (lines that are not a record with a
+    string title are left out: this is benchmark input, not a quarantine test)."""
+    import fsspec
+
+    from tasks.raw_pages import _decompressor
+
+    out = []
+    if limit == 0:
+        return out
+    with fsspec.open(path, "rb") as raw:
+        for line in _decompressor(path, raw):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("title"), str):
+                out.append(record)
+                if limit is not None and len(out) >= limit:
+                    break
+    return out
+
+
+def _xml_copy(block: bytes, k: int, offset: int) -> bytes:
+    if k == 0:
+        return block
+    block = _TITLE.sub(lambda m: b"<title>" + copy_title(m.group(1).decode(), k).encode() + b"</title>", block, count=1)
+    block = _ID.sub(lambda m: b"<id>%d</id>" % (int(m.group(1)) + k * offset), block, count=1)  # the page's id
+    return _REDIRECT.sub(lambda m: b'<redirect title="' + copy_title(m.group(1).decode(), k).encode() + b'"',
+                         block, count=1)
+
+
+def _json_id(record: dict) -> int | None:
+    i = record.get("id")
+    return int(i) if isinstance(i, int) or (isinstance(i, str) and i.isdigit()) else None
+
+
+def replicate_inputs(sources: list[str], max_pages: int | None, copies: int, out_dir: Path) -> dict:
+    """One input per source: its pages (the first `max_pages` over all sources, in order)
+    written `copies` times with distinct ids and titles. Returns the paths and page counts."""
+    from tasks.raw_pages import detect_format, resolve_source
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    taken, left, ids = [], max_pages, [1]
+    for source in sources:
+        path = resolve_source(source)
+        fmt = detect_format(path)
+        if fmt == "mediawiki-xml":
+            header, items = read_xml_pages(path, left)
+            ids += [int(m.group(1)) for b in items if (m := _ID.search(b))]
+        else:
+            header, items = b"", read_jsonl_records(path, left)
+            ids += [i for r in items if (i := _json_id(r)) is not None]
+        taken.append((source, path, fmt, header, items))
+        left = None if left is None else left - len(items)
+    offset = 10 ** len(str(max(ids)))  # copy k's ids: id + k * offset, clear of every original id
+    paths, pages = [], []
+    for n, (source, path, fmt, header, items) in enumerate(taken):
+        pages.append({"source": source, "pages": len(items), "pages_written": len(items) * copies})
+        if not items:  # max_pages ran out before this input
+            continue
+        target = out_dir / f"input{n}{'.xml' if fmt == 'mediawiki-xml' else '.jsonl'}{_suffix(path)}"
+        with _open_out(target) as fh:
+            if fmt == "mediawiki-xml":
+                fh.write(header + b"\n")
+                for k in range(copies):
+                    for block in items:
+                        fh.write(_xml_copy(block, k, offset) + b"\n")
+                fh.write(b"</mediawiki>\n")
+            else:
+                for k in range(copies):
+                    for record in items:
+                        r = dict(record, title=copy_title(record["title"], k))
+                        if k and _json_id(record) is not None:
+                            r["id"] = _json_id(record) + k * offset
+                        fh.write(json.dumps(r, ensure_ascii=False).encode() + b"\n")
+        paths.append(str(target))
+    if not paths:
+        raise ValueError(f"no page read from {sources} (max_pages={max_pages})")
+    return {"paths": paths, "pages": pages, "id_offset": offset}
+
+
+# --- measuring ------------------------------------------------------------------------------
+def _cpu(pid: int) -> float:
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return float("nan")
+
+
+def _rss(pid: int) -> int:
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+class Runner:
+    """Runs task bodies where the flow runs them, one measured step per call, grouped in stages."""
+
+    def __init__(self, client, interval: float = 0.05):
+        self.client, self.interval = client, interval
+        self.driver = os.getpid()
+        self.workers = sorted(client.run(os.getpid).values())
+        self.stages: list[dict] = []
+        self.current: dict | None = None
+        self._load_s = 0.0
+
+    def warm(self, fn, *args, here: bool = False) -> None:
+        """Load what the next stage's tasks load, on every worker (and here): not timed in the stage."""
+        t = time.perf_counter()
+        self.client.run(fn, *args)
+        if here:
+            fn(*args)
+        self._load_s += time.perf_counter() - t
+
+    @contextmanager
+    def stage(self, name: str, unit: str) -> Iterator[dict]:
+        self.current = {"stage": name, "unit": unit, "units": None, "load_s": round(self._load_s, 2), "steps": [],
+                        "outputs": [], "rss_start_mb": {"driver": round(_rss(self.driver) / MB, 1),
+                                                        "workers": [round(_rss(p) / MB, 1) for p in self.workers]}}
+        self._load_s = 0.0
+        yield self.current
+        st = self.current
+        steps = st["steps"]
+        st["wall_s"] = round(sum(s["wall_s"] for s in steps), 3)
+        st["core_s"] = round(sum(s["wall_s"] * s["cores"] for s in steps), 3)
+        st["cpu_s"] = round(sum(s["cpu_s"] for s in steps), 3)
+        st["units_per_s_per_core"] = round(st["units"] / st["core_s"], 2) if st["units"] and st["core_s"] else None
+        mapped = [s for s in steps if s["kind"] != "flow"]
+        st["peak_rss_mb_per_worker"] = [max(vals) for vals in zip(*(s["peak_rss_mb_workers"] for s in mapped))] \
+            if mapped else []
+        st["peak_rss_mb_driver"] = max(s["peak_rss_mb_driver"] for s in steps) if steps else None
+        st["output_bytes"] = sum(_du(d) for d in st.pop("_datasets", []))
+        self.stages.append(st)
+        self.current = None
+
+    def outputs(self, *datasets) -> None:
+        self.current.setdefault("_datasets", []).extend(datasets)
+        self.current["outputs"].extend(f"{d.name}/{d.version}" for d in datasets)
+
+    @contextmanager
+    def _step(self, ref: str, kind: str, tasks: int, rule: str | None, threads: int = 1):
+        pids = [self.driver] if kind == "flow" else self.workers
+        cpu0 = sum(_cpu(p) for p in pids)
+        t0 = time.perf_counter()
+        with PeakPerProcess(self.interval) as mem:
+            yield
+        wall = time.perf_counter() - t0
+        cpu = sum(_cpu(p) for p in pids) - cpu0
+        for p in [self.driver, *self.workers]:  # a step shorter than the interval may have no sample
+            mem.peaks[p] = max(mem.peaks.get(p, 0), _rss(p))
+        self.current["steps"].append({
+            "step": resolve_task(ref).name, "task": ref.split(":")[1], "kind": kind, "tasks": tasks,
+            "tasks_rule": rule, "threads": threads, "wall_s": round(wall, 3),
+            "cores": len(self.workers) if kind == "map" else 1, "cpu_s": round(cpu, 3),
+            "peak_rss_mb_workers": [round(mem.peaks.get(p, 0) / MB, 1) for p in self.workers],
+            "peak_rss_mb_driver": round(mem.peaks.get(self.driver, 0) / MB, 1)})
+
+    def flow(self, ref: str, *args, threads: int = 1):
+        """A task the flow calls directly: it runs in the flow's process (this one)."""
+        offline_prefect()
+        with self._step(ref, "flow", 1, None, threads):
+            return resolve_task(ref).fn(*args)
+
+    def task(self, ref: str, *args):
+        """A task the flow `.submit`s: one task on a worker."""
+        with self._step(ref, "task", 1, None):
+            return self.client.submit(_run_task, ref, args, pure=False).result()
+
+    def map(self, ref: str, items: list[tuple], rule: str):
+        """A task the flow `.map`s over the workers, then waits for (`.result()`)."""
+        with self._step(ref, "map", len(items), rule):
+            return self.client.gather(self.client.map(_run_task, [ref] * len(items), items, pure=False))
+
+
+def _du(d) -> int:
+    try:
+        return int(d.fs.du(d.path))
+    except FileNotFoundError:
+        return 0
+
+
+def run_stages(r: Runner, p: dict) -> dict:
+    """`corpus_stages`, stage by stage (flows/build_corpus.py; keep the two in step: the test
+    checks that every task it calls is called here). Returns the run's counts."""
+    from flows.build_corpus import MINING_PARAMS
+
+    source, phrase_params, positive = p["source"], p["phrase_params"], p["positive_params"]
+    read_params = {"input_format": p["input_format"], "pages_per_part": p["pages_per_partition"],
+                   "max_page_bytes": p["max_page_bytes"], "max_pages": p["max_pages"]}
+    with r.stage("raw_pages", "pages") as st:
+        raw = r.flow("tasks.raw_pages:plan_raw_pages_task", source, p["storage_root"], read_params)
+        raw_manifest = r.task("tasks.raw_pages:raw_pages_task", source, raw, read_params)
+        st["units"] = raw_manifest["rows"]
+        r.outputs(raw)
+
+    page_params = {"alias_buckets": p["alias_buckets"], "min_sentence_words": p["min_sentence_words"],
+                   "max_sentence_chars": p["max_sentence_chars"]}
+    with r.stage("pages", "pages") as st:
+        pages = r.flow("tasks.pages:plan_page_outputs_task", raw, page_params)
+        duplicates = r.flow("tasks.pages:find_duplicate_pages_task", raw)
+        r.map("tasks.pages:extract_part_task", [(raw, i, pages, page_params, duplicates[i])
+                                                for i in range(len(raw_manifest["parts"]))], "parts")
+        r.flow("tasks.pages:commit_page_outputs_task", pages, raw, page_params)
+        st["units"] = raw_manifest["rows"]
+        r.outputs(*pages.all())
+
+    alias_params = {"alias_buckets": p["alias_buckets"]}
+    with r.stage("aliases", "alias mentions") as st:
+        aliases = r.flow("tasks.aliases:plan_aliases_task", pages.alias_mentions, alias_params)
+        r.map("tasks.aliases:alias_bucket_task", [(pages.alias_mentions, b, aliases)
+                                                  for b in range(p["alias_buckets"])], "alias_buckets")
+        r.flow("tasks.aliases:commit_aliases_task", aliases, pages.alias_mentions, alias_params)
+        st["units"] = pages.alias_mentions.manifest()["rows"]
+        r.outputs(aliases)
+
+    with r.stage("corpus_report", "pages") as st:
+        corpus = r.flow("tasks.corpus_report:corpus_report_task", raw, pages.pages, pages.sentences,
+                        pages.quarantine, pages.alias_mentions, aliases)
+        r.flow("tasks.raw_pages:check_input_complete_task", raw_manifest, p["allow_incomplete_input"])
+        st["units"] = raw_manifest["rows"]
+
+    mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
+    r.warm(_warm_mining, mining_params, here=True)  # plan-phrase-occurrences loads them here too
+    with r.stage("phrase_occurrences", "sentences") as st:
+        mined, chunks = r.flow("tasks.phrase_occurrences:plan_occurrences_task", pages.sentences, mining_params)
+        r.map("tasks.phrase_occurrences:mine_chunk_task", [(pages.sentences, c, mined, mining_params)
+                                                           for c in chunks], "chunks")
+        r.flow("tasks.phrase_occurrences:commit_occurrences_task", mined, pages.sentences, mining_params)
+        st["units"] = pages.sentences.manifest()["rows"]
+        r.outputs(mined.occurrences, mined.stats)
+
+    buckets = range(phrase_params["phrase_buckets"])
+    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase")}
+    with r.stage("phrases", "phrases") as st:
+        phrases = r.flow("tasks.phrases:plan_phrases_task", mined.occurrences, reduce_params)
+        bucket_stats = r.map("tasks.phrases:phrase_bucket_task", [(mined.occurrences, b, phrases, reduce_params)
+                                                                  for b in buckets], "phrase_buckets")
+        r.flow("tasks.phrases:commit_phrases_task", phrases, mined.occurrences, reduce_params, bucket_stats)
+        st["units"] = phrases.manifest()["rows"]
+        r.outputs(phrases)
+
+    with r.stage("phrase_report", "phrases") as st:
+        r.flow("tasks.phrase_report:phrase_report_task", mined.occurrences, mined.stats, phrases)
+        st["units"] = phrases.manifest()["rows"]
+
+    ft = positive["fasttext"]
+    with r.stage("word_vectors", "corpus words") as st:
+        vectors = r.flow("tasks.word_vectors:word_vectors_task", pages.sentences, ft, threads=ft["workers"])
+        wv = vectors.manifest()["stats"]
+        st["units"] = wv["corpus_words"]
+        r.outputs(vectors)
+
+    aug_params = positive["augmentations"]
+    r.warm(_warm_augmentations, vectors, aug_params)
+    with r.stage("augmentations", "phrases") as st:
+        positives = r.flow("tasks.augmentations:plan_augmentations_task", phrases, aliases, vectors, aug_params)
+        r.map("tasks.augmentations:augment_part_task", [(phrases, i, aliases, vectors, positives, aug_params)
+                                                        for i in buckets], "phrase_buckets")
+        r.flow("tasks.augmentations:commit_augmentations_task", positives, phrases, aliases, vectors, aug_params)
+        r.flow("tasks.augmentations:augmentation_report_task", positives)
+        st["units"] = phrases.manifest()["rows"]
+        r.outputs(positives)
+
+    neg_params = positive["negatives"]
+    r.warm(_warm_embeddings, neg_params)
+    with r.stage("phrase_embeddings", "phrases") as st:
+        negs = r.flow("tasks.negatives:plan_negatives_task", phrases, neg_params)
+        r.map("tasks.negatives:embed_part_task", [(phrases, i, negs, neg_params) for i in buckets], "phrase_buckets")
+        r.flow("tasks.negatives:commit_step_task", negs.embeddings, phrases, neg_params)
+        st["units"] = phrases.manifest()["rows"]
+        r.outputs(negs.embeddings)
+
+    with r.stage("negatives", "phrases") as st:
+        grams = r.map("tasks.negatives:gram_counts_task", [(phrases, i, neg_params) for i in buckets],
+                      "phrase_buckets")
+        r.map("tasks.negatives:block_part_task", [(phrases, i, grams, negs, neg_params) for i in buckets],
+              "phrase_buckets")
+        r.flow("tasks.negatives:commit_step_task", negs.blocks, phrases, neg_params)
+        work = r.map("tasks.negatives:candidates_task", [(negs, b, neg_params)
+                                                         for b in range(neg_params["block_buckets"])],
+                     "negative_buckets")
+        r.flow("tasks.negatives:commit_candidates_task", negs, phrases, neg_params, work)
+        r.map("tasks.negatives:select_task", [(phrases, i, negs, neg_params) for i in buckets], "phrase_buckets")
+        r.flow("tasks.negatives:commit_negatives_task", negs, phrases, neg_params)
+        r.flow("tasks.negatives:negatives_report_task", negs, positives)
+        st["units"] = phrases.manifest()["rows"]
+        r.outputs(negs.blocks, negs.candidates, negs.negatives)
+
+    split_params = positive["training_set"]
+    with r.stage("training_set", "phrases") as st:
+        heldout = r.flow("tasks.training_set:heldout_aliases_task", aliases,
+                         {"alias_holdout_fraction": split_params["alias_holdout_fraction"]})
+        training = r.flow("tasks.training_set:plan_training_set_task", phrases, positives, negs.negatives,
+                          split_params, heldout)
+        r.map("tasks.training_set:training_set_part_task",
+              [(phrases, positives, negs.negatives, i, training, split_params, heldout) for i in buckets],
+              "phrase_buckets")
+        published = r.flow("tasks.training_set:commit_training_set_task", training, phrases, positives,
+                           negs.negatives, split_params, heldout)
+        st["units"] = phrases.manifest()["rows"]
+        r.outputs(heldout, training)
+
+    scan = scan_cost(pages.sentences)
+    return {"pages": raw_manifest["rows"], "kept": corpus["kept"], "filtered": corpus["filtered"],
+            "quarantined": corpus["quarantined"], "sentences": corpus["sentences"],
+            "alias_mentions": pages.alias_mentions.manifest()["rows"],
+            "occurrences": mined.stats.manifest()["stats"].get("occurrences_kept"),
+            "phrases": phrases.manifest()["rows"], "corpus_words": wv["corpus_words"],
+            "fasttext_sentences": wv["corpus_sentences"], "fasttext_epochs": ft["epochs"],
+            "augmentations": positives.manifest()["rows"], "negatives": negs.negatives.manifest()["rows"],
+            "training_set": published["rows"], "word_vectors_scan_s_per_sentence": scan}
+
+
+def scan_cost(sentences, rows: int = 200_000, per_part: int = 10_000) -> float:
+    """Seconds per sentence of one hash-share pass of word_vectors' corpus (above
+    fasttext_max_sentences it reads every sentence on every pass and keeps a share): the
+    run's sentences tiled to `rows`, in parts of a real run's size (500 pages of enwiki),
+    so the per-file cost of a small input does not count as per-sentence cost."""
+    import pyarrow as pa
+
+    from storage.datasets import Dataset
+    from tasks.word_vectors import SentenceCorpus
+
+    texts = sentences.read(columns=["text"])["text"].to_pylist() or ["A sentence."]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Dataset(tmp, "sentences", "scan", sentences.schema)
+        for part, start in enumerate(range(0, rows, per_part)):
+            ids = list(range(start, start + per_part))
+            d.write_part(part, pa.table({"sentence_id": ids, "page_id": [i // 20 for i in ids], "index": ids,
+                                         "text": [texts[i % len(texts)] for i in ids]}, schema=sentences.schema))
+        d.commit(code_version="scan", params={}, inputs={})
+        t = time.perf_counter()
+        sum(1 for _ in SentenceCorpus(d, share=1e-9))  # keeps 1 in 10,000 (in_share's resolution)
+        return (time.perf_counter() - t) / rows
+
+
+def run_once(inputs: list[str], workers: int, root: str, overrides: dict, interval: float) -> dict:
+    from distributed import Client, LocalCluster
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("distributed"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+    source = inputs[0] if len(inputs) == 1 else inputs
+    params = flow_params(source, root, workers, overrides)
+    offline_prefect()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        runner = Runner(client, interval)
+        t = time.perf_counter()
+        runner.warm(_warm_imports, here=True)
+        imports = time.perf_counter() - t
+        runner._load_s = 0.0
+        t = time.perf_counter()
+        counts = run_stages(runner, params)
+        wall = time.perf_counter() - t
+    return {"counts": counts, "stages": runner.stages, "wall_s": round(wall, 2), "imports_s": round(imports, 2),
+            "params": {k: v for k, v in params.items() if k not in ("source", "storage_root")}}
+
+
+# --- tables ---------------------------------------------------------------------------------
+def _fmt(x: float | None, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def markdown(rows: list[list], header: list[str]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def run_table(run: dict) -> str:
+    rows = []
+    for st in run["stages"]:
+        busy = st["cpu_s"] / st["wall_s"] if st["wall_s"] else None
+        rows.append([st["stage"], st["unit"], st["units"], _fmt(st["wall_s"], 2), _fmt(st["units_per_s_per_core"]),
+                     _fmt(busy, 2), "/".join(_fmt(x, 0) for x in st["peak_rss_mb_per_worker"]) or "-",
+                     _fmt(st["peak_rss_mb_driver"], 0), _fmt(st["output_bytes"] / MB, 2), _fmt(st["load_s"])])
+    total = sum(st["wall_s"] for st in run["stages"])
+    rows.append(["**total**", "", "", _fmt(total, 1), "", "", "", "", "", ""])
+    return markdown(rows, ["stage", "unit", "units", "wall s", "units/s per core", "CPU/wall",
+                           "peak RSS per worker MB", "flow-process peak MB", "output MB", "load s"])
+
+
+def scaling_table(runs: list[dict]) -> str:
+    """Per worker count: the largest replicate against the smallest, stage by stage."""
+    rows = []
+    for w in sorted({r["workers"] for r in runs}):
+        mine = sorted((r for r in runs if r["workers"] == w), key=lambda r: r["replicate"])
+        if len(mine) < 2:
+            continue
+        a, b = mine[0], mine[-1]
+        for sa, sb in zip(a["stages"], b["stages"]):
+            units = sb["units"] / sa["units"] if sa["units"] else None
+            secs = sb["wall_s"] / sa["wall_s"] if sa["wall_s"] else None
+            per_unit = secs / units if secs and units else None
+            rss_a = max(sa["peak_rss_mb_per_worker"] or [sa["peak_rss_mb_driver"]])
+            rss_b = max(sb["peak_rss_mb_per_worker"] or [sb["peak_rss_mb_driver"]])
+            rows.append([w, f"{a['replicate']}->{b['replicate']}", sa["stage"], _fmt(units, 2), _fmt(secs, 2),
+                         _fmt(per_unit, 2), f"{_fmt(rss_a, 0)} -> {_fmt(rss_b, 0)}", _fmt(rss_b / rss_a, 2)])
+    return markdown(rows, ["workers", "replicate", "stage", "units x", "wall x", "s per unit x",
+                           "peak RSS MB (worker; flow process if none)", "RSS x"])
+
+
+# --- projection -----------------------------------------------------------------------------
+# What each stage's work grows with, at full size. Sentences stand for the text volume (the
+# sample's pages are far longer than enwiki's average, so pages would not); the phrase reduce
+# reads the mined occurrences, which grow with the sentences; the later stages work on the
+# distinct phrases.
+DRIVERS = {"raw_pages": "sentences", "pages": "sentences", "aliases": "sentences", "corpus_report": "sentences",
+           "phrase_occurrences": "sentences", "phrases": "sentences", "phrase_report": "phrases",
+           "word_vectors": "corpus_words", "augmentations": "phrases", "phrase_embeddings": "phrases",
+           "negatives": "phrases", "training_set": "phrases"}
+
+HINTS = {
+    "raw_pages": "a multistream dump (read in parallel, as assumed here); a plain .xml.bz2 is one core",
+    "pages": "more cores (wikitext cleaning + sentence splitting, per part)",
+    "corpus_report": "little: one pass in the flow process",
+    "phrase_occurrences": "more cores (spaCy parse + NER, per chunk); ner=none; no cheaper parser (e.g. PMI "
+                          "chunking) in the code yet",
+    "phrase_report": "little: one pass in the flow process",
+    "augmentations": "the E5 cosine check of replacement words (min_cosine) runs the encoder: a GPU (its share "
+                     "of the time is not measured here)",
+    "phrase_embeddings": "E5 on a GPU (~16,000 phrases/s on an H100) or onnx-int8 (~2x onnx on CPU; README)",
+    "negatives": "pairs grow faster than phrases until blocks reach negative_max_block",
+}
+BUCKET_PARAMS = {"alias_buckets": "alias_buckets", "phrase_buckets": "phrase_buckets",
+                 "negative_buckets": "negative_buckets"}
+
+
+def _tasks_at_scale(step: dict, params: dict, totals: dict) -> int:
+    """How many tasks the step's `.map` makes at full size (what can run in parallel)."""
+    rule = step["tasks_rule"]
+    if rule == "parts":
+        return math.ceil(totals["pages"] / params["pages_per_partition"])
+    if rule == "chunks":  # at least; a part's tail makes one more
+        return math.ceil(totals["sentences"] / params["phrase_params"]["sentences_per_chunk"])
+    if rule == "alias_buckets":
+        return params["alias_buckets"]
+    if rule == "phrase_buckets":
+        return params["phrase_params"]["phrase_buckets"]
+    if rule == "negative_buckets":
+        return params["positive_params"]["negatives"]["block_buckets"]
+    raise ValueError(f"unknown tasks rule {rule!r}")
+
+
+def _core_s(step: dict, basis: str) -> float:
+    """Core-seconds a step took: wall * the cores it held, or the CPU seconds its processes used."""
+    return step["cpu_s"] if basis == "cpu" else step["wall_s"] * step["cores"]
+
+
+def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, phrases: float | None = None,
+                   raw_pages: str = "multistream", basis: str = "cpu", min_s: float = 2.0,
+                   buckets: int | None = None) -> dict:
+    """Hours per stage for full enwiki on `cores` cores.
+
+    Per step, core-seconds per unit of the stage's driver (DRIVERS), the slower of the worker
+    counts, two ways:
+      rate      wall * cores held (a `.map`: all workers; else 1) / driver at the largest
+                replicate: the issue's units/s per core. Every fixed cost of the step (task
+                start-up, a report's figure, a commit) is scaled up with the corpus too, so on a
+                small input this is an upper bound.
+      marginal  (core-s at the largest replicate - at the smallest) / (driver there - here):
+                what one more unit costs, fixed costs dropped (a step whose time did not grow
+                counts 0). Core-s on `basis`: "cpu", the CPU seconds of the processes doing the
+                step (what dedicated cores would take: the machine may be shared), or "wall".
+    Hours = driver at full size * that / the cores the step can use: a `.map` min(cores, its
+    tasks at full size; parts and chunks grow with the corpus, buckets do not), anything else
+    its threads (1; word_vectors: fasttext_workers). Stages run one after another (each waits
+    for the previous one), so the build is their sum. A stage that took under `min_s` at the
+    largest replicate is not measured cleanly: its hours are noise times the scale-up.
+    Full size: `enwiki` sentences and pages; phrases = phrases per sentence of the smallest
+    replicate (real text, not copies) * sentences, linear (an upper bound: distinct phrases grow
+    sublinearly) unless `phrases` is given; word_vectors reads min(sentences,
+    fasttext_max_sentences) * words per sentence, plus a hash-share scan of every sentence on
+    each of its epochs + 1 passes. `buckets`: project with that many alias, phrase and negative
+    buckets instead of the run's (the per-unit costs are the run's).
+    """
+    import copy
+
+    enwiki = {**ENWIKI, **(enwiki or {})}
+    runs = results["runs"]
+    big, small = max(r["replicate"] for r in runs), min(r["replicate"] for r in runs)
+    base = next(r for r in runs if r["replicate"] == small)["counts"]
+    top = sorted((r for r in runs if r["replicate"] == big), key=lambda r: r["workers"])
+    pairs = [(next((s for s in runs if s["replicate"] == small and s["workers"] == r["workers"]), None), r)
+             for r in top]
+    params = copy.deepcopy(top[0]["params"])
+    if buckets is not None:
+        params["alias_buckets"] = params["phrase_params"]["phrase_buckets"] = buckets
+        params["positive_params"]["negatives"]["block_buckets"] = buckets
+    S = enwiki["sentences"]
+    phrases_per_sentence = base["phrases"] / base["sentences"]
+    words_per_sentence = base["corpus_words"] / base["fasttext_sentences"]
+    ft = params["positive_params"]["fasttext"]
+    read_sentences = min(S, ft["max_sentences"]) if ft.get("max_sentences") else S
+    full = {"sentences": S, "phrases": phrases if phrases is not None else phrases_per_sentence * S,
+            "corpus_words": read_sentences * words_per_sentence}
+    scan_s = max(r["counts"]["word_vectors_scan_s_per_sentence"] for r in top)
+    scan_h = (ft["epochs"] + 1) * (S - read_sentences) * scan_s / 3600
+    totals = {"pages": enwiki["pages"], "sentences": S}
+    out, memory = [], []
+    for i, name in enumerate(s["stage"] for s in top[0]["stages"]):
+        driver = DRIVERS[name]
+        hours = {"rate": 0.0, "marginal": 0.0 if small < big else None}
+        limited, flat = [], []
+        for j, step in enumerate(top[0]["stages"][i]["steps"]):
+            rate = max(_core_s(r["stages"][i]["steps"][j], "wall") / r["counts"][driver] for _, r in pairs)
+            slopes = [(_core_s(b["stages"][i]["steps"][j], basis) - _core_s(a["stages"][i]["steps"][j], basis))
+                      / (b["counts"][driver] - a["counts"][driver])
+                      for a, b in pairs if a is not None and b["counts"][driver] > a["counts"][driver]]
+            marginal = max(slopes) if slopes else None
+            if marginal is not None and marginal <= 0:
+                flat.append(step["step"])
+                marginal = 0.0
+            if name == "raw_pages" and step["task"] == "raw_pages_task" and raw_pages == "multistream":
+                parallel = min(cores, math.ceil(enwiki["pages"] / params["pages_per_partition"]))
+            elif step["kind"] == "map":
+                tasks = _tasks_at_scale(step, params, totals)
+                parallel = min(cores, tasks)
+                if tasks < cores:
+                    limited.append((step["tasks_rule"], tasks, full[driver] * (rate if marginal is None else marginal)))
+            else:
+                parallel = step.get("threads") or 1
+            hours["rate"] += full[driver] * rate / parallel / 3600
+            if hours["marginal"] is not None:
+                hours["marginal"] = (None if marginal is None
+                                     else hours["marginal"] + full[driver] * marginal / parallel / 3600)
+        if name == "word_vectors" and read_sentences < S:
+            hours = {k: (v + scan_h if v is not None else None) for k, v in hours.items()}
+        headline = hours["rate"] if hours["marginal"] is None else hours["marginal"]
+        hint = HINTS.get(name, "")
+        if name == "raw_pages" and raw_pages != "multistream":
+            hint = "a multistream dump with its index: read in parallel (here on one core)"
+        if limited:
+            now = ", ".join(sorted({f"{BUCKET_PARAMS[r]}={t}" for r, t, _ in limited}))
+            gain = sum(core_s / t - core_s / cores for _, t, core_s in limited) / 3600
+            hint = (f"{now} ({min(t for _, t, _ in limited)} of {cores} cores); {cores} buckets: -{gain:.2f} h"
+                    + (f"; {hint}" if hint else ""))
+        if name == "word_vectors":
+            threads = ft["workers"]
+            train = headline - (scan_h if read_sentences < S else 0)
+            hint = (f"fasttext_workers={threads} trains on {threads} core(s); 16 threads: "
+                    f"~{train * threads / 16 + headline - train:.2f} h if gensim scaled linearly (not measured); "
+                    "or a lower fasttext_max_sentences")
+        stage_top = [r["stages"][i] for r in top]
+        longest = max(s["wall_s"] for s in stage_top)
+        # bytes written: no timing noise, so the marginal is exact for what grows with the rows
+        rows_driver = "phrases" if name == "phrases" else driver  # the reduce reads occurrences, writes phrases
+        out_small, out_big = pairs[0][0], pairs[0][1]
+        if out_small is not None and out_big["counts"][rows_driver] > out_small["counts"][rows_driver]:
+            per_unit = ((out_big["stages"][i]["output_bytes"] - out_small["stages"][i]["output_bytes"])
+                        / (out_big["counts"][rows_driver] - out_small["counts"][rows_driver]))
+        else:
+            per_unit = out_big["stages"][i]["output_bytes"] / out_big["counts"][rows_driver]
+        out_gb = max(per_unit, 0) * full[rows_driver] / 1e9
+        if name == "word_vectors":  # the n-gram table is sized by the sentences read, not the words
+            from tasks.word_vectors import ngram_buckets
+
+            out_gb = ngram_buckets(round(read_sentences), ft.get("bucket")) * ft["dim"] * 4 / 1e9
+        if limited:
+            tasks = min(t for _, t, _ in limited)
+            peak = max(max(st["peak_rss_mb_per_worker"] or [0]) for st in stage_top)
+            memory.append(f"{name}: {tasks} tasks, each {full[driver] / tasks / 1e6:,.1f}M {driver.replace('_', ' ')}' "
+                          f"worth at full size ({out_big['counts'][driver]:,} in all here, peak RSS per worker "
+                          f"{peak:,.0f} MB)")
+        out.append({"stage": name, "unit": stage_top[0]["unit"], "driver": driver, "full_size": full[driver],
+                    "rate_per_core": {str(r["workers"]): r["stages"][i]["units_per_s_per_core"] for r in top},
+                    "hours_rate": hours["rate"], "hours_marginal": hours["marginal"], "flat_steps": flat,
+                    "measured_s": longest, "clean": longest >= min_s, "output_gb": out_gb,
+                    "what_moves_it": hint})
+
+    def total(key: str) -> float | None:
+        vals = [s[key] for s in out]
+        return None if any(v is None for v in vals) else sum(vals)
+
+    key = "hours_rate" if total("hours_marginal") is None else "hours_marginal"
+    pages_ratio = top[0]["counts"]["pages"] / top[0]["counts"]["sentences"]
+    by_pages = sum(s["hours_rate"] * enwiki["pages"] / (S * pages_ratio) for s in out
+                   if s["stage"] in ("raw_pages", "pages"))
+    unclean = [s for s in out if not s["clean"]]
+    notes = [
+        SOURCES_NOTE,
+        f"measured: replicate {big} ({top[0]['counts']['pages']} pages, {top[0]['counts']['sentences']} sentences, "
+        f"{top[0]['counts']['phrases']} phrases) with {', '.join(str(r['workers']) for r in top)} workers, the "
+        f"slower per core; marginal: against replicate {small}, on {basis} time; ratios of replicate {small}: "
+        f"{base['sentences'] / base['pages']:.1f} sentences per page, {phrases_per_sentence:.3f} phrases per "
+        f"sentence, {words_per_sentence:.1f} words per sentence",
+        f"raw_pages and pages scale with the sentences: by pages (23M) at the rate they would take {by_pages:.2f} h, "
+        f"but the measured pages hold {1 / pages_ratio:.0f} sentences each, enwiki's {S / enwiki['pages']:.1f}",
+        f"phrases: {full['phrases'] / 1e6:,.0f}M ({'given' if phrases is not None else 'linear in the sentences'}); "
+        "the paper mined 3.8M; distinct phrases grow sublinearly, so the phrase stages are an upper bound",
+        f"word_vectors: {read_sentences / 1e6:,.0f}M sentences read (fasttext_max_sentences) of {S / 1e6:,.0f}M; "
+        f"each of its {ft['epochs'] + 1} passes hashes every sentence ({scan_s * 1e6:.2f} us each: {scan_h:.2f} h)",
+        f"raw_pages read as a {raw_pages} dump" + (" (the sequential reader's per-core rate: the parallel reader cuts "
+                                                   "and parses the same way)" if raw_pages == "multistream" else ""),
+        "left out: Prefect's API overhead per task run, and model loading (load_s; once per worker)",
+    ]
+    if unclean:
+        notes.append(f"not measured cleanly (under {min_s:g} s at replicate {big}; their hours are timer noise "
+                     "times the scale-up, read them as 'small' or rerun on a larger input): "
+                     + ", ".join(f"{s['stage']} ({s['measured_s']:.2f} s)" for s in unclean))
+    if memory:
+        notes.append("memory: buckets do not grow with the corpus, so what one task holds does (parts and chunks "
+                     "keep their size); " + "; ".join(memory))
+    if any(s["flat_steps"] for s in out):
+        notes.append("steps whose time did not grow between the replicates (marginal 0): " + "; ".join(
+            f"{s['stage']}: {', '.join(s['flat_steps'])}" for s in out if s["flat_steps"]))
+    clean = [s for s in out if s["clean"]] or out
+    return {"cores": cores, "basis": basis, "enwiki": {**enwiki, **full}, "replicates": [small, big], "stages": out,
+            "total_hours_rate": total("hours_rate"), "total_hours_marginal": total("hours_marginal"),
+            "total_hours_clean": sum(s[key] for s in clean), "headline": key,
+            "bottleneck": max(clean, key=lambda s: s[key])["stage"], "notes": notes}
+
+
+def projection_markdown(proj: dict) -> str:
+    workers = sorted({w for s in proj["stages"] for w in s["rate_per_core"]}, key=int)
+    rows = []
+    for s in proj["stages"]:
+        rate = " / ".join(_fmt(s["rate_per_core"].get(w)) for w in workers)
+        name = f"**{s['stage']}**" if s["stage"] == proj["bottleneck"] else s["stage"]
+        marginal = "-" if s["hours_marginal"] is None else f"{s['hours_marginal']:.2f}"
+        rows.append([name, f"{rate} {s['unit']}/s", f"{s['full_size'] / 1e6:,.0f}M {s['driver'].replace('_', ' ')}",
+                     f"{s['hours_rate']:.2f}", marginal, "yes" if s["clean"] else f"no ({s['measured_s']:.2f} s)",
+                     _fmt(s["output_gb"]), s["what_moves_it"]])
+    tm = proj["total_hours_marginal"]
+    rows.append(["**total**", "", "", f"{proj['total_hours_rate']:.2f}", "-" if tm is None else f"**{tm:.2f}**", "",
+                 _fmt(sum(s["output_gb"] for s in proj["stages"])), ""])
+    table = markdown(rows, ["stage", f"per core ({' / '.join(workers)} workers)", "full enwiki",
+                            f"h on {proj['cores']} cores (rate)", f"h (marginal, {proj['basis']} time)",
+                            "measured cleanly", "output GB", "what moves it"])
+    total = tm if proj["headline"] == "hours_marginal" else proj["total_hours_rate"]
+    verdict = "under" if total < 4 else "over"
+    return (f"{table}\n\nBottleneck ({proj['headline'].split('_')[1]}, among the stages measured cleanly): "
+            f"{proj['bottleneck']}. Projected build {total:.1f} h on {proj['cores']} cores "
+            f"({proj['total_hours_clean']:.1f} h in the stages measured cleanly): {verdict} the 4 h target.\n\n"
+            + "\n".join(f"- {n}" for n in proj["notes"]))
+
+
+# --- commands -------------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
+
+
+def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dict, interval: float) -> dict:
+    """`run_once` in a fresh process: nothing one run loaded (spaCy in the flow process, caches)
+    is in the next one's memory or time."""
+    import subprocess
+
+    out = Path(root + ".json")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--workers", str(workers), "--root", root,
+           "--overrides", json.dumps(overrides), "--interval", str(interval), "--out", str(out)]
+    for path in inputs:
+        cmd += ["--input", path]
+    subprocess.run(cmd, check=True)
+    return json.loads(out.read_text())
+
+
+@app.command(hidden=True)
+def one(input: list[str] = typer.Option(...), workers: int = typer.Option(...), root: str = typer.Option(...),
+        overrides: str = typer.Option("{}"), interval: float = typer.Option(0.05), out: Path = typer.Option(...)):
+    """One (workers, input) run, for `run` (which starts each in its own process)."""
+    out.write_text(json.dumps(run_once(input, workers, root, json.loads(overrides), interval), default=str))
+
+
+@app.command()
+def run(
+    source: list[str] = typer.Option(["sample"], help="input(s), read in order: 'sample', a dump, JSON lines"),
+    workers: str = typer.Option("1,2", help="comma-separated worker counts"),
+    replicate: str = typer.Option("1,4", help="comma-separated copies of the input"),
+    max_pages: Optional[int] = typer.Option(100, help="pages taken from the input(s) before replicating"),
+    pages_per_partition: int = typer.Option(10, help="small parts, so that every worker has parts to extract"),
+    sentences_per_chunk: int = typer.Option(500, help="small chunks, so that every worker has sentences to mine"),
+    param: list[str] = typer.Option([], help="more build-corpus parameters, key=JSON (e.g. phrase_buckets=16)"),
+    interval: float = typer.Option(0.05, help="seconds between RSS samples"),
+    cores: int = typer.Option(64, help="cores of the projection printed at the end"),
+    out: Path = typer.Option(Path("benchmarks/results/stage_rates.json")),
+) -> None:
+    """Measure every stage per (workers, replicate); print the tables and the projection."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    overrides = {"pages_per_partition": pages_per_partition, "sentences_per_chunk": sentences_per_chunk,
+                 **parse_overrides(param)}
+    from storage.datasets import git_commit
+
+    results = {"setup": {"method": METHOD, "machine": machine(), "source": source, "max_pages": max_pages,
+                         "workers": workers,
+                         "replicate": replicate, "overrides": overrides, "git_commit": git_commit(),
+                         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
+               "runs": []}
+    with tempfile.TemporaryDirectory(prefix="stage_rates_") as tmp:
+        for n in [int(x) for x in replicate.split(",")]:
+            made = replicate_inputs(source, max_pages, n, Path(tmp) / f"input-r{n}")
+            results["setup"].setdefault("inputs", {})[str(n)] = made["pages"]
+            for w in [int(x) for x in workers.split(",")]:
+                typer.echo(f"\n## workers={w} replicate={n}: {sum(x['pages_written'] for x in made['pages'])} pages")
+                one = {"workers": w, "replicate": n,
+                       **run_in_subprocess(made["paths"], w, f"{tmp}/store-w{w}-r{n}", overrides, interval)}
+                results["runs"].append(one)
+                typer.echo(run_table(one))
+                typer.echo(f"run wall {one['wall_s']} s; counts: {json.dumps(one['counts'])}")
+    results["setup"]["machine"]["load_avg_end"] = os.getloadavg()
+    typer.echo("\n## scaling (largest replicate against smallest)\n" + scaling_table(results["runs"]))
+    if results["runs"]:
+        proj = project_stages(results, cores)
+        results["projection"] = proj
+        typer.echo(f"\n## projection: full English Wikipedia on {cores} cores\n" + projection_markdown(proj))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    typer.echo(f"wrote {out}")
+
+
+@app.command()
+def project(
+    results: Path = typer.Argument(..., help="a JSON written by `run`"),
+    cores: int = typer.Option(64),
+    sentences: float = typer.Option(ENWIKI["sentences"], help="sentences of full enwiki"),
+    pages: float = typer.Option(ENWIKI["pages"], help="pages of a full pages-articles dump, redirects included"),
+    phrases: Optional[float] = typer.Option(None, help="phrases at full size (default: linear in sentences)"),
+    raw_pages: str = typer.Option("multistream", help="multistream (parallel read) or sequential"),
+    basis: str = typer.Option("cpu", help="marginal cost on cpu (CPU seconds) or wall (wall * cores) time"),
+    min_s: float = typer.Option(2.0, help="a stage shorter than this at the largest replicate is flagged"),
+    buckets: Optional[int] = typer.Option(None, help="alias, phrase and negative buckets at full size"),
+    save: Optional[Path] = typer.Option(None, help="also write the projection as JSON here"),
+) -> None:
+    """Print the projection table (markdown, for the README) from a `run` result."""
+    data = json.loads(results.read_text())
+    proj = project_stages(data, cores, {"sentences": sentences, "pages": pages}, phrases, raw_pages, basis, min_s,
+                          buckets)
+    typer.echo(projection_markdown(proj))
+    if save:
+        save.write_text(json.dumps(proj, indent=2))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,129 @@
+"""benchmarks/stage_rates.py: it runs what corpus_stages runs, with the flow's parameters, on
+replicated inputs whose copies are distinct pages, and projects with the stated arithmetic."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location(
+    "stage_rates", Path(__file__).resolve().parents[1] / "benchmarks" / "stage_rates.py")
+sr = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sr)
+
+# read_raw_pages' parallel path for a multistream dump: replicated inputs are plain dumps
+MULTISTREAM_ONLY = {"plan_multistream_task", "raw_partition_task", "commit_multistream_task"}
+
+
+def test_every_task_corpus_stages_calls_is_run_and_nothing_else():
+    import flows.build_corpus as bc
+
+    flow = set(re.findall(r"\b(\w+_task)\b", inspect.getsource(bc.corpus_stages.fn)))
+    flow |= set(re.findall(r"\b(\w+_task)\b", inspect.getsource(bc.read_raw_pages))) - MULTISTREAM_ONLY
+    refs = re.findall(r'"(tasks\.\w+:\w+_task)"', inspect.getsource(sr.run_stages))
+    assert {ref.split(":")[1] for ref in refs} == flow
+    for ref in refs:  # each names the task object the flow imports
+        assert getattr(bc, ref.split(":")[1]) is sr.resolve_task(ref)
+
+
+def test_parameters_are_the_flows_defaults_with_the_overrides():
+    p = sr.flow_params("sample", "/tmp/root", 3, {"phrase_buckets": 5, "pages_per_partition": 7})
+    assert p["storage_root"] == "/tmp/root" and p["pages_per_partition"] == 7
+    assert p["phrase_params"]["phrase_buckets"] == 5 and p["positive_params"]["negatives"]["phrase_buckets"] == 5
+    assert p["positive_params"]["fasttext"]["workers"] == 1  # build_corpus's default
+
+
+def _raw_rows(paths, root):
+    from storage.datasets import Dataset
+    from storage.schemas import RAW_PAGES
+    from tasks.raw_pages import write_raw_pages
+
+    raw = Dataset(root, "raw_pages", "t", RAW_PAGES)
+    stats = write_raw_pages(paths if len(paths) > 1 else paths[0], raw, pages_per_part=50)
+    raw.commit(code_version="t", params={}, inputs={})
+    return stats, raw.read(columns=["page_id", "title", "redirect_target", "text", "error"]).to_pylist()
+
+
+def test_replicated_sample_pages_are_distinct_pages_with_the_same_text(tmp_path):
+    made = sr.replicate_inputs(["sample"], 6, 3, tmp_path / "in")
+    assert made["paths"][0].endswith(".xml.bz2") and made["pages"][0]["pages_written"] == 18
+    stats, rows = _raw_rows(made["paths"], str(tmp_path / "store"))
+    assert stats["input_complete"] and not stats["unreadable_by_reason"]
+    assert len(rows) == 18 and len({r["page_id"] for r in rows}) == 18 and len({r["title"] for r in rows}) == 18
+    first, third = rows[:6], rows[12:]
+    assert [r["text"] for r in first] == [r["text"] for r in third]
+    assert [r["page_id"] + 2 * made["id_offset"] for r in first] == [r["page_id"] for r in third]
+    redirects = [(a, b) for a, b in zip(first, third) if a["redirect_target"]]
+    assert redirects and all(b["redirect_target"] == sr.copy_title(a["redirect_target"], 2) for a, b in redirects)
+
+
+def test_replicated_json_lines_keep_ids_distinct(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": 7, "title": "Seven", "text": "Seven is a number."}) + "\n"
+                   + json.dumps({"title": "Mercury (disambiguation)", "text": "Mercury may be a planet."}) + "\n")
+    made = sr.replicate_inputs([str(src)], None, 2, tmp_path / "out")
+    _, rows = _raw_rows(made["paths"], str(tmp_path / "store"))
+    assert [r["title"] for r in rows] == ["Seven", "Mercury (disambiguation)", "Seven (copy 1)",
+                                          "Mercury (copy 1) (disambiguation)"]
+    assert len({r["page_id"] for r in rows}) == 4 and rows[2]["page_id"] == 7 + made["id_offset"]
+
+
+def test_copy_titles_keep_what_page_kind_reads():
+    from tasks.wikitext import page_kind
+
+    assert page_kind(sr.copy_title("Mercury (disambiguation)", 3)) == "disambiguation"
+    assert page_kind(sr.copy_title("List of moons", 3)) == "list"
+    assert sr.copy_title("Anarchism", 0) == "Anarchism"
+
+
+def _step(task, kind, wall, cores, rule=None, threads=1):
+    return {"step": task, "task": task, "kind": kind, "wall_s": wall, "cores": cores, "cpu_s": wall * cores / 2,
+            "tasks_rule": rule, "tasks": 8, "threads": threads}
+
+
+def _run(workers, replicate, sentences, phrases, mine_s, reduce_s, commit_s):
+    counts = {"pages": 10 * replicate, "sentences": sentences, "phrases": phrases, "corpus_words": 10 * sentences,
+              "fasttext_sentences": sentences, "word_vectors_scan_s_per_sentence": 0.0}
+    stages = [
+        {"stage": "phrase_occurrences", "unit": "sentences", "units": sentences, "wall_s": mine_s + commit_s,
+         "units_per_s_per_core": 1.0, "output_bytes": 10 * sentences, "peak_rss_mb_per_worker": [100.0],
+         "steps": [_step("mine_chunk_task", "map", mine_s, workers, "chunks"),
+                   _step("commit_occurrences_task", "flow", commit_s, 1)]},
+        {"stage": "augmentations", "unit": "phrases", "units": phrases, "wall_s": reduce_s,
+         "units_per_s_per_core": 1.0, "output_bytes": 100 + 2 * phrases, "peak_rss_mb_per_worker": [100.0],
+         "steps": [_step("augment_part_task", "map", reduce_s, workers, "phrase_buckets")]},
+    ]
+    params = {"pages_per_partition": 10, "alias_buckets": 8,
+              "phrase_params": {"sentences_per_chunk": 100, "phrase_buckets": 8},
+              "positive_params": {"fasttext": {"max_sentences": None, "epochs": 5, "workers": 1},
+                                  "negatives": {"block_buckets": 8}}}
+    return {"workers": workers, "replicate": replicate, "counts": counts, "stages": stages, "params": params}
+
+
+def test_projection_scales_by_the_driver_over_the_cores_a_step_can_use():
+    # 1 worker: mining 100 s for 1,000 sentences (+1 s commit), 2,000 sentences 200 s (+1 s);
+    # augmentations 10 s for 500 phrases, 18 s for 900 phrases.
+    results = {"runs": [_run(1, 1, 1000, 500, 100.0, 10.0, 1.0), _run(1, 2, 2000, 900, 200.0, 18.0, 1.0)]}
+    proj = sr.project_stages(results, cores=64, enwiki={"sentences": 1e6, "pages": 1e4}, basis="wall")
+    mining, aug = proj["stages"]
+    # rate: 0.1 core-s per sentence (map, 64 of 1e4 chunks) + 0.0005 s (commit, 1 core)
+    assert mining["hours_rate"] == pytest.approx((1e6 * 0.1 / 64 + 1e6 * 0.0005) / 3600)
+    # marginal: 100 s per 1,000 more sentences; the commit did not grow: 0
+    assert mining["hours_marginal"] == pytest.approx(1e6 * 0.1 / 64 / 3600)
+    assert mining["flat_steps"] == ["commit_occurrences_task"]
+    # phrases: 0.5 per sentence at replicate 1 -> 5e5; 8 buckets are 8 cores
+    assert proj["enwiki"]["phrases"] == pytest.approx(5e5)
+    assert aug["hours_rate"] == pytest.approx(5e5 * 0.02 / 8 / 3600)
+    assert aug["hours_marginal"] == pytest.approx(5e5 * (8 / 400) / 8 / 3600)
+    assert "phrase_buckets=8" in aug["what_moves_it"]
+    assert proj["total_hours_marginal"] == pytest.approx(mining["hours_marginal"] + aug["hours_marginal"])
+    assert aug["output_gb"] == pytest.approx(2 * 5e5 / 1e9)  # bytes per phrase, the fixed 100 dropped
+    assert mining["clean"] and aug["clean"] and proj["bottleneck"] == "phrase_occurrences"  # 0.43 h vs 0.35 h
+    # on CPU time (here half the core-seconds), the marginal hours halve; the rate is wall time
+    on_cpu = sr.project_stages(results, cores=64, enwiki={"sentences": 1e6, "pages": 1e4})
+    assert on_cpu["stages"][1]["hours_marginal"] == pytest.approx(aug["hours_marginal"] / 2)
+    assert on_cpu["stages"][1]["hours_rate"] == pytest.approx(aug["hours_rate"])
