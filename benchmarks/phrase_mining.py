@@ -59,15 +59,17 @@ class PeakPerProcess:
 def build_sentences(source: str, root: str, pages_per_part: int, max_pages: int | None):
     from storage.datasets import Dataset
     from storage.schemas import RAW_PAGES
-    from tasks.pages import commit_page_outputs, extract_part, plan_page_outputs
+    from tasks.pages import commit_page_outputs, extract_part, find_duplicate_pages, plan_page_outputs
     from tasks.raw_pages import resolve_source, write_raw_pages
 
     raw = Dataset(root, "raw_pages", "bench", RAW_PAGES)
     read = write_raw_pages(resolve_source(source), raw, pages_per_part=pages_per_part, max_pages=max_pages)
     raw.commit(code_version="bench", params={}, inputs={})
     outs = plan_page_outputs(raw, {"bench": True})
-    stats = [extract_part(raw, i, outs) for i in range(read["parts"])]
-    commit_page_outputs(outs, raw, {"bench": True}, stats)
+    duplicates = find_duplicate_pages(raw)
+    for i in range(read["parts"]):
+        extract_part(raw, i, outs, duplicates[i])
+    commit_page_outputs(outs, raw, {"bench": True})
     return outs.sentences
 
 
