@@ -8,8 +8,9 @@ similarity without vectors that only AutoFJ can score).
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 
-__all__ = ["load_encoder"]
+__all__ = ["load_encoder", "shared_encoder"]
 
 
 def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend: str = "auto",
@@ -28,3 +29,10 @@ def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend:
     if is_static_model(spec):
         return StaticEncoder.load(spec)
     return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
+
+
+@lru_cache(maxsize=2)
+def shared_encoder(spec: str, cache_dir: str | None = None):
+    """:func:`load_encoder` once per (spec, cache_dir) in a process: the stages a Dask worker
+    runs with the same backbone (augmentations, phrase embeddings) share one copy of it."""
+    return load_encoder(spec, cache_dir)

@@ -120,11 +120,10 @@ def _wordnet(max_senses: int | None = None):
     return WordNetSynonyms(max_senses=max_senses)
 
 
-@lru_cache(maxsize=1)
 def _encoder(backbone: str, cache_dir: str | None):
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.loading import shared_encoder
 
-    return PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir)
+    return shared_encoder(backbone, cache_dir)
 
 
 @lru_cache(maxsize=1)

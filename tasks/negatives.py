@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -60,11 +59,10 @@ def _phrase_part(phrases: Dataset, part: int) -> pa.Table:
     return phrases.read_part(part, columns=["phrase", "phrase_key"])
 
 
-@lru_cache(maxsize=1)
 def _encoder(backbone: str, cache_dir: str | None):
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.loading import shared_encoder
 
-    return PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir)
+    return shared_encoder(backbone, cache_dir)
 
 
 def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict) -> int:

