@@ -31,7 +31,7 @@ def params(max_steps: int, **training) -> dict:
     """A small retrain: the e2e corpus, a few CPU steps on real E5, BIRD for the gate."""
     return {"corpus": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION},
             "training": {"max_steps": max_steps, "batch_size": 16, "char_epochs": 1, "char_max_words": 3000,
-                         "device": "cpu", **training},
+                         "device": "cpu", "select_every": 0, **training},  # dev selection: test_e2e's train
             "benchmark_datasets": ["bird"], "eval_seeds": [0], "dask_workers": 1}
 
 
