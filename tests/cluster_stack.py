@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.prefect_stack import ROOT, free_port, stop_tree, tagged_processes
+from tests.prefect_stack import ROOT, describe, free_port, stop_tree, tagged_processes
 
 PG_PROGRAMS = ("initdb", "postgres", "pg_ctl")
 UNPRIVILEGED = "nobody"
@@ -47,16 +47,6 @@ def find_postgres_bin() -> Path | None:
         if all(os.access(Path(d) / p, os.X_OK) for p in PG_PROGRAMS):
             return Path(d)
     return None
-
-
-def describe(procs: list[psutil.Process]) -> list[str]:
-    out = []
-    for p in procs:
-        try:
-            out.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
-        except psutil.Error:
-            pass
-    return out
 
 
 def sweep(tag: str) -> list[str]:

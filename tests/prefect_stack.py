@@ -86,6 +86,17 @@ def stop_tree(procs: list[subprocess.Popen], extra: list[psutil.Process] = (), t
             pass
 
 
+def describe(procs: list[psutil.Process]) -> list[str]:
+    """pid and command line of each process still alive (what a test reports as left over)."""
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
+        except psutil.Error:
+            pass
+    return out
+
+
 class Stack:
     """The server, worker and CLI of one test session, all on a temporary PREFECT_HOME."""
 
@@ -226,10 +237,4 @@ class Stack:
         while left and time.monotonic() < deadline:
             stop_tree([], extra=left, timeout=5)
             left = tagged_processes(self.tag)
-        described = []
-        for p in left:
-            try:
-                described.append(f"{p.pid}: {' '.join(p.cmdline())[:200]}")
-            except psutil.Error:
-                pass
-        return described
+        return describe(left)
