@@ -65,6 +65,11 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "distill_1": ({"distill_weight": 1.0}, {}),
     "distill_0.3": ({"distill_weight": 0.3}, {}),
     "distill_3": ({"distill_weight": 3.0}, {}),
+    # each OTHER anchor pinned to its original vector; entity-typed anchors left to the type head
+    "pin_other_3": ({"distill_weight": 3.0, "distill_target": "vectors", "distill_labels": "other"}, {}),
+    "pin_other_10": ({"distill_weight": 10.0, "distill_target": "vectors", "distill_labels": "other"}, {}),
+    "pin_all_10": ({"distill_weight": 10.0, "distill_target": "vectors"}, {}),
+    "distill_other_1": ({"distill_weight": 1.0, "distill_labels": "other"}, {}),
     "no_case_kind": ({"positive_kinds": ("char", "swap_tokens", "wordnet")}, {}),  # the recipe before the case kind
     "batch_x2": ({"batch_size": "x2"}, {}),
     "freeze_emb": ({"freeze_embeddings": True}, {}),
@@ -159,6 +164,10 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         batch_size: int = typer.Option(64), seeds: str = typer.Option("0"),
         post_hoc: str = typer.Option("base@0", help="variants (name or name@seed) also scored at every "
                                                      "average_weight and char_scale"),
+        post_hoc_weights: str = typer.Option(",".join(map(str, POST_HOC["average_weight"])),
+                                             help="the post-hoc grid's average weights (the fine-tuned share)"),
+        post_hoc_scales: str = typer.Option(",".join(map(str, POST_HOC["char_scale"])),
+                                            help="the post-hoc grid's character-part scales"),
         probe_seeds: str = typer.Option("0,1,2", help="PPDB probe seeds"),
         dev: str = typer.Option("", help="a subset of the dev datasets (a quick screen; default: all four)"),
         benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
@@ -178,6 +187,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         torch.set_num_threads(threads)
     todo = jobs(variants, seeds)
     grid = set(post_hoc.split(","))
+    weights = sorted({float(w) for w in post_hoc_weights.split(",")} | {0.5})  # 0.5: the curve's points
+    scales = sorted({float(s) for s in post_hoc_scales.split(",")} | {1.0})
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
@@ -211,7 +222,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     char_dir = char.local_copy()
     for name, seed in todo:
         overrides, model_kw = resolve(name)
-        settings = [(w, s) for w in POST_HOC["average_weight"] for s in POST_HOC["char_scale"]] \
+        settings = [(w, s) for w in weights for s in scales] \
             if name in grid or f"{name}@{seed}" in grid else [(0.5, 1.0)]
         if model_kw.get("char_proj_dim") == 0:
             settings = sorted({(w, 1.0) for w, _ in settings})

@@ -48,6 +48,8 @@ def train(
     freeze_embeddings: bool = False,
     freeze_layers: Annotated[int, Field(ge=0)] = 0,
     distill_weight: Annotated[float, Field(ge=0)] = 0.0,
+    distill_target: Literal["layout", "vectors"] = "layout",
+    distill_labels: Literal["all", "other"] = "all",
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
     select_every: Annotated[int, Field(ge=0)] = 25,
@@ -85,6 +87,10 @@ def train(
         freeze_embeddings / freeze_layers: keep the backbone's embedding matrix / lowest N layers as they are.
         distill_weight: weight of the term that keeps the anchors' similarities to each other as the
             original backbone's (>= 0; 0: off); see README "Training".
+        distill_target: what that term keeps: the anchors' similarities to each other (layout), or each
+            anchor's own direction (vectors: 1 - cosine to the original backbone's vector of it).
+        distill_labels: the anchors it applies to: all, or only the *-OTHER ones (entity-typed anchors
+            are left to the type head).
         max_steps: stop after this many steps (tiny runs).
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         select_every: every this many steps (and at the end) score the checkpoint, as it would be
@@ -115,6 +121,7 @@ def train(
               "type_loss_on": type_loss_on, "type_loss_labels": type_loss_labels,
               "type_input": type_input, "freeze_embeddings": freeze_embeddings,
               "freeze_layers": freeze_layers, "distill_weight": distill_weight, "select_every": select_every,
+              **({"distill_target": distill_target, "distill_labels": distill_labels} if distill_weight > 0 else {}),
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version (nor the

@@ -87,6 +87,8 @@ class TrainConfig:
     freeze_layers: int = 0           # the lowest N transformer layers kept as is
     distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
     distill_temperature: float = 0.05
+    distill_target: str = "layout"   # layout (anchors' similarities to each other) | vectors (each anchor's own)
+    distill_labels: str = "all"      # all | other (only *-OTHER anchors: entity types stay free for the type head)
     select_every: int = 0            # steps between scoring the checkpoint on dev (train(select=...)); 0: keep the last
 
     def check(self) -> None:
@@ -103,6 +105,8 @@ class TrainConfig:
                  ("freeze_layers", self.freeze_layers >= 0, ">= 0"),
                  ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
                  ("distill_temperature", self.distill_temperature > 0, "> 0"),
+                 ("distill_target", self.distill_target in ("layout", "vectors"), "'layout' or 'vectors'"),
+                 ("distill_labels", self.distill_labels in ("all", "other"), "'all' or 'other'"),
                  ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)")]
         for name, ok, rule in rules:
             if not ok:
@@ -294,6 +298,31 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
     log_q = F.log_softmax((s @ s.T / temperature)[off].view(b, b - 1), dim=-1)
     p = F.softmax((t @ t.T / temperature)[off].view(b, b - 1), dim=-1)
     return F.kl_div(log_q, p, reduction="batchmean")
+
+
+def vector_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean (1 - cosine) of each anchor's vector (the backbone part) to the frozen original
+    backbone's vector of the same anchor.
+
+    Why, beside :func:`distill_loss`: the layout term leaves a batch free to rotate as a whole,
+    and BC5CDR's chemical/disease direction went with such drifts; pinning each anchor keeps the
+    backbone's directions while the positives (not pinned) learn to land on them."""
+    if student.shape[0] == 0:
+        return student.sum() * 0.0
+    return (1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
+
+
+def distill_term(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, cfg: "TrainConfig"
+                 ) -> torch.Tensor:
+    """The configured distillation term over the anchors it applies to (``cfg.distill_labels``)."""
+    if cfg.distill_labels == "other":
+        keep = torch.isin(labels, _other_ids(labels.device))
+        student, teacher = student[keep], teacher[keep]
+    if cfg.distill_target == "vectors":
+        return vector_distill_loss(student, teacher)
+    if student.shape[0] < 3:  # a softmax over fewer than 2 others says nothing
+        return student.sum() * 0.0
+    return distill_loss(student, teacher, cfg.distill_temperature)
 
 
 def frozen_teacher(model, reference: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -637,7 +666,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                     t = mean_pool(teacher(input_ids=inputs["input_ids"][:b],
                                           attention_mask=inputs["attention_mask"][:b]).last_hidden_state,
                                   inputs["attention_mask"][:b])
-                d = distill_loss(emb[:b, :model.backbone_dim], t, cfg.distill_temperature)
+                d = distill_term(emb[:b, :model.backbone_dim], t, labels, cfg)
                 loss = loss + cfg.distill_weight * d
                 parts["distill"] = d.detach()
             if not torch.isfinite(loss):

@@ -138,6 +138,51 @@ def test_distillation_keeps_the_anchors_layout_and_needs_the_original_weights(pa
     assert drift[10.0] < drift[0.0], drift  # the term holds the layout the plain recipe moves
 
 
+def test_vector_distillation_counts_only_the_anchors_it_is_told_to():
+    from pearl_model.phrases.labels import LABELS, OTHER
+
+    other = next(i for i, lab in enumerate(LABELS) if lab.endswith(f"-{OTHER}"))
+    entity = next(i for i, lab in enumerate(LABELS) if not lab.endswith(f"-{OTHER}"))
+    torch.manual_seed(0)
+    t = torch.randn(4, 8)
+    s = t.clone()
+    s[0] = -s[0]  # an entity anchor turned around
+    labels = torch.tensor([entity, other, other, entity])
+    assert float(T.vector_distill_loss(2 * t, t)) == pytest.approx(0.0, abs=1e-6)  # the norm is free
+    every = T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors"))
+    assert float(every) == pytest.approx(2 / 4, abs=1e-5)  # (1 - (-1)) / 4 anchors
+    only_other = T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors", distill_labels="other"))
+    assert float(only_other) == pytest.approx(0.0, abs=1e-6)  # the entity anchor is the type head's
+    s[1] = -s[1]
+    assert float(T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors", distill_labels="other"))) \
+        == pytest.approx(1.0, abs=1e-5)
+    # no OTHER anchor in the batch: a zero term that still backpropagates, not a NaN
+    none = T.distill_term(s.requires_grad_(True), t, torch.tensor([entity] * 4),
+                          T.TrainConfig(distill_target="vectors", distill_labels="other"))
+    none.backward()
+    assert float(none.detach()) == 0.0 and torch.isfinite(s.grad).all()
+    with pytest.raises(ValueError, match="^distill_target must be"):
+        T.TrainConfig(distill_target="norms").check()
+
+
+def test_pinned_anchors_stay_where_the_backbone_put_them(parts):
+    exs = toy_examples()
+    drift = {}
+    for w in (0.0, 10.0):
+        model = make_model(parts)
+        original = T.backbone_state(model)
+        res = T.train(model, exs, cfg(epochs=4, lr=3e-3, distill_weight=w, distill_target="vectors"),
+                      reference=original)
+        assert ("distill" in res.history[-1]) == (w > 0)
+        with torch.no_grad():
+            batch = model.batcher([e.phrase for e in exs])
+            now = model(**batch)[0][:, :model.backbone_dim]
+            model.backbone.load_state_dict(original)
+            before = model(**batch)[0][:, :model.backbone_dim]
+        drift[w] = float(T.vector_distill_loss(now, before))
+    assert drift[10.0] < drift[0.0], drift
+
+
 def test_lr_decays_in_steps():
     c = T.TrainConfig(lr=1e-3, lr_decay=0.5, lr_decay_every=10)
     assert [T.lr_at(s, c) for s in (0, 9, 10, 25)] == [1e-3, 1e-3, 5e-4, 2.5e-4]
