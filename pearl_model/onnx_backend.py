@@ -40,6 +40,13 @@ OPSET = 17
 _FILES = {"onnx": "model.onnx", "onnx-int8": "model_int8.onnx"}
 
 
+def intra_op_threads() -> int:
+    """The threads one ONNX session may use: torch's count (OMP_NUM_THREADS when set, else the cores)."""
+    import torch
+
+    return max(1, torch.get_num_threads())
+
+
 class OnnxGraphError(RuntimeError):
     """An exported graph that exists but cannot be read or run; the message names the file."""
 
@@ -193,8 +200,10 @@ class OnnxRunner:
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            opts.intra_op_num_threads = threads
+        # ORT's own default is one thread per physical core, whatever OMP_NUM_THREADS says; torch's
+        # count follows it, and Dask's worker processes set it to their share (1): without this, n
+        # workers each ran a pool of every core.
+        opts.intra_op_num_threads = threads or intra_op_threads()
         try:
             return ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
         except Exception as e:  # ORT raises its own Fail/InvalidProtobuf/... types

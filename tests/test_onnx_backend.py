@@ -72,3 +72,16 @@ def test_backend_names_are_checked(tiny):
         tiny.encode(["a"], backend="tensorrt")
     with pytest.raises(TypeError, match="not a single string"):  # encode()'s own checks come first
         tiny.encode("a city", backend="onnx")
+
+
+def test_onnx_session_takes_torchs_thread_count_not_every_core(tiny):
+    # Dask's worker processes set OMP_NUM_THREADS=1 (torch follows it); ORT alone would start
+    # one thread per core in each of them.
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        tiny._runners.pop("onnx", None)
+        tiny.encode(["a city"], backend="onnx")
+        assert tiny._runners["onnx"].session.get_session_options().intra_op_num_threads == 1
+    finally:
+        torch.set_num_threads(before)
