@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, run_deployment
+from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, RUN_TIMEOUT, run_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -183,7 +183,8 @@ def test_train_deployment_on_the_built_corpus(stack, first):
     bench = default_benchmark_dir()  # without the benchmark files, train and export only
     params = {"max_steps": 3, "batch_size": 16, "char_epochs": 1, "char_max_words": 3000, "device": "cpu",
               "benchmark_datasets": ["bird"], "eval_seeds": [0], "dask_workers": 1, "evaluate_model": bench is not None}
-    run = run_deployment(stack, root, "e2e-train", "train/pearl", params)
+    # the dev selection scores the backbone and the model on four dev sets (~2 min on 2 idle cores)
+    run = run_deployment(stack, root, "e2e-train", "train/pearl", params, timeout=2 * RUN_TIMEOUT)
     result = run["result"]
     model_dir = root / "models" / result["model"]["version"]
     man = json.loads((model_dir / "_manifest.json").read_text())
