@@ -65,7 +65,8 @@ def bench_stages(source: str, root: str, workers: int, pages_per_part: int) -> d
     from storage.datasets import Dataset
     from storage.schemas import RAW_PAGES
     from tasks.pages import extract_part, find_duplicate_pages, plan_page_outputs
-    from tasks.raw_pages import resolve_source, write_raw_pages
+    from tasks.raw_pages.sequential import write_raw_pages
+    from tasks.raw_pages.xml_dump import resolve_source
 
     raw = Dataset(root, "raw_pages", "bench", RAW_PAGES)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \

@@ -60,7 +60,8 @@ def build_sentences(source: str, root: str, pages_per_part: int, max_pages: int 
     from storage.datasets import Dataset
     from storage.schemas import RAW_PAGES
     from tasks.pages import commit_page_outputs, extract_part, find_duplicate_pages, plan_page_outputs
-    from tasks.raw_pages import resolve_source, write_raw_pages
+    from tasks.raw_pages.sequential import write_raw_pages
+    from tasks.raw_pages.xml_dump import resolve_source
 
     raw = Dataset(root, "raw_pages", "bench", RAW_PAGES)
     read = write_raw_pages(resolve_source(source), raw, pages_per_part=pages_per_part, max_pages=max_pages)

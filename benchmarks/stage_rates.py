@@ -81,7 +81,7 @@ SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wi
 
 # --- Prefect tasks without a Prefect run --------------------------------------------------
 # The modules of the tasks corpus_stages runs.
-STAGE_MODULES = ("tasks.raw_pages", "tasks.pages", "tasks.aliases", "tasks.corpus_report",
+STAGE_MODULES = ("tasks.raw_pages.sequential", "tasks.pages", "tasks.aliases", "tasks.corpus_report",
                  "tasks.phrase_occurrences", "tasks.phrases", "tasks.phrase_report", "tasks.word_vectors",
                  "tasks.augmentations", "tasks.negatives", "tasks.training_set")
 
@@ -245,15 +245,15 @@ def read_xml_pages(path: str, limit: int | None) -> tuple[bytes, list[bytes]]:
     (streamed: a whole dump is not read for a slice)."""
     import fsspec
 
-    from tasks.raw_pages import _cut_pages, _decompressor, _Reached, _split_header
+    from tasks.raw_pages.xml_dump import Reached, cut_pages, decompressor, split_header
 
     header, pages = None, []
     if limit == 0:
         return b"", []
     with fsspec.open(path, "rb") as raw:
-        for kind, data, _ in _cut_pages(_decompressor(path, raw), 1 << 62, _Reached()):
+        for kind, data, _ in cut_pages(decompressor(path, raw), 1 << 62, Reached()):
             if header is None:
-                header, _ = _split_header(data)
+                header, _ = split_header(data)
             if kind == "page":
                 pages.append(data)
                 if limit is not None and len(pages) >= limit:
@@ -266,13 +266,13 @@ def read_jsonl_records(path: str, limit: int | None) -> list[dict]:
     string title are left out: this is benchmark input, not a quarantine test)."""
     import fsspec
 
-    from tasks.raw_pages import _decompressor
+    from tasks.raw_pages.xml_dump import decompressor
 
     out = []
     if limit == 0:
         return out
     with fsspec.open(path, "rb") as raw:
-        for line in _decompressor(path, raw):
+        for line in decompressor(path, raw):
             if not line.strip():
                 continue
             try:
@@ -303,7 +303,7 @@ def _json_id(record: dict) -> int | None:
 def replicate_inputs(sources: list[str], max_pages: int | None, copies: int, out_dir: Path) -> dict:
     """One input per source: its pages (the first `max_pages` over all sources, in order)
     written `copies` times with distinct ids and titles. Returns the paths and page counts."""
-    from tasks.raw_pages import detect_format, resolve_source
+    from tasks.raw_pages.xml_dump import detect_format, resolve_source
 
     out_dir.mkdir(parents=True, exist_ok=True)
     taken, left, ids = [], max_pages, [1]
@@ -456,8 +456,8 @@ def run_stages(r: Runner, p: dict) -> dict:
     read_params = {"input_format": p["input_format"], "pages_per_part": p["pages_per_partition"],
                    "max_page_bytes": p["max_page_bytes"], "max_pages": p["max_pages"]}
     with r.stage("raw_pages", "pages") as st:
-        raw = r.flow("tasks.raw_pages:plan_raw_pages_task", source, p["storage_root"], read_params)
-        raw_manifest = r.task("tasks.raw_pages:raw_pages_task", source, raw, read_params)
+        raw = r.flow("tasks.raw_pages.sequential:plan_raw_pages_task", source, p["storage_root"], read_params)
+        raw_manifest = r.task("tasks.raw_pages.sequential:raw_pages_task", source, raw, read_params)
         st["units"] = raw_manifest["rows"]
         r.outputs(raw)
 
@@ -484,7 +484,7 @@ def run_stages(r: Runner, p: dict) -> dict:
     with r.stage("corpus_report", "pages") as st:
         corpus = r.flow("tasks.corpus_report:corpus_report_task", raw, pages.pages, pages.sentences,
                         pages.quarantine, pages.alias_mentions, aliases)
-        r.flow("tasks.raw_pages:check_input_complete_task", raw_manifest, p["allow_incomplete_input"])
+        r.flow("tasks.raw_pages.sequential:check_input_complete_task", raw_manifest, p["allow_incomplete_input"])
         st["units"] = raw_manifest["rows"]
 
     mining_params = {k: phrase_params[k] for k in MINING_PARAMS}

@@ -23,8 +23,8 @@ from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplic
 from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
-from tasks.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
-from tasks.raw_pages import check_input_complete_task, plan_raw_pages_task, raw_pages_task
+from tasks.raw_pages.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
+from tasks.raw_pages.sequential import check_input_complete_task, plan_raw_pages_task, raw_pages_task
 from tasks.training_set import (
     commit_training_set_task, heldout_aliases_task, plan_training_set_task, training_set_part_task,
 )

@@ -17,7 +17,7 @@ from tasks.corpus_report import (
     sentence_length_table,
 )
 from tasks.pages import commit_page_outputs, extract_part, find_duplicate_pages, plan_page_outputs
-from tasks.raw_pages import write_raw_pages
+from tasks.raw_pages.sequential import write_raw_pages
 from tests.conftest import mediawiki_dump, page_xml
 
 PARAMS = {"alias_buckets": 3, "min_sentence_words": 3, "max_sentence_chars": 1000}

@@ -1,4 +1,5 @@
-"""tasks.multistream: a multistream dump read in partitions of bz2 streams, as the sequential reader would."""
+"""tasks.raw_pages.multistream: a multistream dump read in partitions of bz2 streams, as the sequential
+reader would."""
 from __future__ import annotations
 
 import bz2
@@ -12,10 +13,11 @@ import pytest
 
 from storage.datasets import Dataset, latest_version
 from storage.schemas import RAW_PAGES
-from tasks.multistream import (
+from tasks.raw_pages.multistream import (
     Stream, decompress_streams, index_for, plan_multistream, plan_partitions, read_index, write_multistream,
 )
-from tasks.raw_pages import SourceError, sample_dump, write_raw_pages
+from tasks.raw_pages.sequential import write_raw_pages
+from tasks.raw_pages.xml_dump import SourceError, sample_dump
 
 
 # --- a real multistream dump, built the way Wikimedia builds them -----------------------------------

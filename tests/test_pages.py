@@ -341,7 +341,7 @@ def test_find_duplicate_pages_names_later_records_and_the_first_seq(root):
 def test_the_same_source_twice_or_a_repeated_id_gives_no_duplicate_sentence_ids(tmp_path, root):
     import json
 
-    from tasks.raw_pages import write_raw_pages
+    from tasks.raw_pages.sequential import write_raw_pages
 
     src = tmp_path / "pages.jsonl"
     src.write_text("\n".join(json.dumps(r) for r in [

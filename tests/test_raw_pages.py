@@ -15,18 +15,9 @@ import pytest
 
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import RAW_PAGES
-from tasks import raw_pages
-from tasks.raw_pages import (
-    CODE_VERSION,
-    InputIncomplete,
-    SourceError,
-    check_input_complete,
-    check_source,
-    detect_format,
-    plan_raw_pages,
-    sample_dump,
-    write_raw_pages,
-)
+from tasks.raw_pages import sequential, xml_dump
+from tasks.raw_pages.sequential import InputIncomplete, check_input_complete, plan_raw_pages, write_raw_pages
+from tasks.raw_pages.xml_dump import CODE_VERSION, SourceError, check_source, detect_format, sample_dump
 from tests.conftest import HEADER, FOOTER, mediawiki_dump, page_xml
 
 
@@ -266,7 +257,7 @@ def test_tags_split_across_reads(tmp_path, root, monkeypatch, chunk):
     pages = [page_xml(i, f"P{i}", f"Text {i}.") for i in range(1, 5)]
     dump = _relayout(mediawiki_dump(*pages), "two per line") + b"\n"
     _, expected, _ = _run(_write(tmp_path, "d.xml", dump), root, version="whole")
-    monkeypatch.setattr(raw_pages, "_CHUNK", chunk)
+    monkeypatch.setattr(xml_dump, "_CHUNK", chunk)
     stats, rows, _ = _run(_write(tmp_path, "d.xml", dump), root)
     assert stats["pages_read"] == 4 and stats["input_complete"] and stats["unreadable_by_reason"] == {}
     assert _fields(rows) == _fields(expected) and [r["page_id"] for r in rows] == [1, 2, 3, 4]
@@ -655,7 +646,7 @@ def test_an_unreadable_input_is_not_retried(prefect_harness, tmp_path, root, mon
     from prefect import flow
 
     calls = []
-    real = raw_pages.write_raw_pages
+    real = sequential.write_raw_pages
 
     def counting(*args, **kwargs):
         calls.append(1)
@@ -663,10 +654,10 @@ def test_an_unreadable_input_is_not_retried(prefect_harness, tmp_path, root, mon
 
     @flow
     def read(source: str) -> dict:
-        return raw_pages.raw_pages_task(source, Dataset(root, "raw_pages", "v1", RAW_PAGES), {
+        return sequential.raw_pages_task(source, Dataset(root, "raw_pages", "v1", RAW_PAGES), {
             "input_format": "auto", "pages_per_part": 10, "max_page_bytes": 1 << 20, "max_pages": None})
 
-    monkeypatch.setattr(raw_pages, "write_raw_pages", counting)
+    monkeypatch.setattr(sequential, "write_raw_pages", counting)
     with pytest.raises(SourceError, match="not found"):
         read(str(tmp_path / "missing.xml.bz2"))
     assert len(calls) == 1
@@ -677,7 +668,7 @@ def test_an_unreadable_input_is_not_retried(prefect_harness, tmp_path, root, mon
             raise OSError("connection reset")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(raw_pages, "write_raw_pages", flaky)
+    monkeypatch.setattr(sequential, "write_raw_pages", flaky)
     assert read(_write(tmp_path, "d.xml", mediawiki_dump(page_xml(1, "A", "a."))))["rows"] == 1
     assert len(calls) == 3  # retried once
 

@@ -27,7 +27,7 @@ def test_a_failing_step_leaves_the_current_model_and_says_where(root, tmp_path):
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.retrain import retrain
-    from tasks.raw_pages import SourceError
+    from tasks.raw_pages.xml_dump import SourceError
 
     stored_model(root, "m1", tmp_path)
     reg = ModelRegistry(root)

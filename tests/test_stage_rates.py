@@ -24,7 +24,7 @@ def test_every_task_corpus_stages_calls_is_run_and_nothing_else():
 
     flow = set(re.findall(r"\b(\w+_task)\b", inspect.getsource(bc.corpus_stages.fn)))
     flow |= set(re.findall(r"\b(\w+_task)\b", inspect.getsource(bc.read_raw_pages))) - MULTISTREAM_ONLY
-    refs = re.findall(r'"(tasks\.\w+:\w+_task)"', inspect.getsource(sr.run_stages))
+    refs = re.findall(r'"(tasks\.[\w.]+:\w+_task)"', inspect.getsource(sr.run_stages))
     assert {ref.split(":")[1] for ref in refs} == flow
     for ref in refs:  # each names the task object the flow imports
         assert getattr(bc, ref.split(":")[1]) is sr.resolve_task(ref)
@@ -40,7 +40,7 @@ def test_parameters_are_the_flows_defaults_with_the_overrides():
 def _raw_rows(paths, root):
     from storage.datasets import Dataset
     from storage.schemas import RAW_PAGES
-    from tasks.raw_pages import write_raw_pages
+    from tasks.raw_pages.sequential import write_raw_pages
 
     raw = Dataset(root, "raw_pages", "t", RAW_PAGES)
     stats = write_raw_pages(paths if len(paths) > 1 else paths[0], raw, pages_per_part=50)

@@ -6,7 +6,7 @@ streams: the first holds the XML header (``<mediawiki>`` and ``<siteinfo>``), ea
 one line ``offset:page_id:title`` per page, ``offset`` being where the page's stream starts.
 So the dump can be cut without reading it: a partition is a run of consecutive streams,
 read by seeking to its first byte. Each stream is decompressed on its own and cut and
-parsed by the sequential reader's code (tasks/raw_pages.py), so a partitioned reading gives
+parsed by the shared code of xml_dump.py, so a partitioned reading gives
 the same rows, ``seq`` numbers (from the index: a stream's first page comes after every
 page listed before it) and counts as a sequential one. (One difference: a damaged segment
 over ``max_page_bytes`` at a stream's start keeps its first bytes from the stream's start,
@@ -28,10 +28,10 @@ import pyarrow as pa
 
 from storage.datasets import Dataset
 from storage.schemas import RAW_PAGES
-from tasks.raw_pages import (
-    _READ_ERRORS, CODE_VERSION, ReadStats, Source, SourceError, _Reached, _cut_pages, _decompressor, _ended_early,
-    _namespace_map, _retry_unless_source_error, _segment_row, _split_header, _unreadable, check_source,
-    resolve_source, source_fingerprint, source_list,
+from tasks.raw_pages.xml_dump import (
+    CODE_VERSION, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages, decompressor,
+    ended_early, namespace_map, resolve_source, retry_unless_source_error, segment_row, source_fingerprint,
+    source_list, split_header, unreadable,
 )
 
 MULTISTREAM_CODE_VERSION = f"{CODE_VERSION}+multistream-1"
@@ -100,11 +100,11 @@ def _index_lines(index: str) -> Iterable[tuple[int, bytes]]:
     """(line number, line) of the index; a missing or unreadable index is a SourceError."""
     try:
         with fsspec.open(index, "rb") as raw:
-            for n, line in enumerate(_decompressor(index, raw), 1):
+            for n, line in enumerate(decompressor(index, raw), 1):
                 yield n, line
     except FileNotFoundError:
         raise SourceError(f"multistream index not found: {index}") from None
-    except _READ_ERRORS as exc:
+    except READ_ERRORS as exc:
         raise SourceError(f"cannot read the multistream index {index}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -194,7 +194,7 @@ def decompress_streams(data: bytes) -> tuple[bytes, BaseException | None]:
             if not dec.eof:
                 raise EOFError("Compressed file ended before the end-of-stream marker was reached")
             data = dec.unused_data
-    except _READ_ERRORS as exc:
+    except READ_ERRORS as exc:
         return b"".join(out), exc
     return b"".join(out), None
 
@@ -205,11 +205,11 @@ def read_header(source: str, end: int) -> dict:
     if error is not None:
         raise SourceError(f"{source}: bytes [0, {end}) before the index's first offset are not the header's bz2 "
                           f"stream ({type(error).__name__}: {error}): the index does not match the dump") from error
-    header, rest = _split_header(text)
+    header, rest = split_header(text)
     if b"<mediawiki" not in header or b"</siteinfo>" not in header or rest.strip():
         raise SourceError(f"{source}: the first bz2 stream does not hold just the dump's <mediawiki> <siteinfo> "
                           "header: not a multistream dump, or not this index")
-    return _namespace_map(header)
+    return namespace_map(header)
 
 
 def plan_reading(source: str, index: str, pages_per_partition: int,
@@ -228,17 +228,17 @@ def plan_reading(source: str, index: str, pages_per_partition: int,
 
 # --- reading one partition -----------------------------------------------------------------------
 def _stream_rows(text: bytes, stream: Stream, dump: Multistream, max_page_bytes: int, stats: ReadStats,
-                 dump_ends: bool, reached: _Reached) -> list[dict]:
+                 dump_ends: bool, reached: Reached) -> list[dict]:
     """The rows of one decompressed stream, cut and parsed as the sequential reader does
     (``reached.error``: the error that cut the stream short)."""
     rows: list[dict] = []
-    for kind, data, size in _cut_pages(io.BytesIO(text), max_page_bytes, reached, header=False):
-        row = _segment_row(stream.first_seq + len(rows), kind, data, size, dump.namespaces, max_page_bytes,
-                           stats, reached, dump_ends)
+    for kind, data, size in cut_pages(io.BytesIO(text), max_page_bytes, reached, header=False):
+        row = segment_row(stream.first_seq + len(rows), kind, data, size, dump.namespaces, max_page_bytes,
+                          stats, reached, dump_ends)
         if row is not None:
             rows.append(row)
     if reached.error is not None and stats.input_complete:  # cut after </mediawiki>
-        _ended_early(stats, reached, "")
+        ended_early(stats, reached, "")
     # More rows than listed would take the seq numbers of the next stream's pages.
     if len(rows) > stream.pages:
         raise SourceError(f"{dump.source}: the bz2 stream at bytes [{stream.start}, {stream.end}) holds {len(rows)} "
@@ -255,7 +255,7 @@ def _lost_rows(stream: Stream, error: BaseException, entries: list[tuple[int, st
         entries = [(None, None)] * stream.pages
     rows = []
     for k, (page_id, title) in enumerate(entries):
-        row = _unreadable(stream.first_seq + k, b"", "bad_stream", detail)
+        row = unreadable(stream.first_seq + k, b"", "bad_stream", detail)
         row.update(page_id=page_id, title=title, raw=None)
         rows.append(row)
     return rows
@@ -277,7 +277,7 @@ def read_partition(dump: Multistream, part: Partition, *, max_page_bytes: int,
         if error is not None and not (dump_ends and isinstance(error, EOFError)):
             found.append(error)
             continue
-        found.append(_stream_rows(text, stream, dump, max_page_bytes, stats, dump_ends, _Reached(error=error)))
+        found.append(_stream_rows(text, stream, dump, max_page_bytes, stats, dump_ends, Reached(error=error)))
         if dump_ends and not stats.input_complete:  # only the dump's last stream can end it early
             stats.input_error += f", in the bz2 stream at bytes [{stream.start}, {stream.end})"
     lost = {s.start: e for s, e in zip(part.streams, found) if isinstance(e, BaseException)}
@@ -392,7 +392,7 @@ def plan_multistream_task(source: Source, index: str, storage_root: str,
     return out, dump, partitions
 
 
-@task(name="raw-pages-partition", cache_policy=NONE, retries=1, retry_condition_fn=_retry_unless_source_error)
+@task(name="raw-pages-partition", cache_policy=NONE, retries=1, retry_condition_fn=retry_unless_source_error)
 def raw_partition_task(dump: Multistream, part: Partition, out: Dataset, params: dict) -> dict:
     return write_partition(dump, part, out, max_page_bytes=params["max_page_bytes"], max_pages=params["max_pages"])
 
