@@ -273,6 +273,55 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         del model, original
 
 
+@app.command()
+def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="exports kept by run --keep-exports"),
+            scales: str = typer.Option("0,0.5,1", help="character-part scales to score"),
+            training_set: str = typer.Option(None, help="a training_set version (its held-out aliases)"),
+            probe_seeds: str = typer.Option("0"), dev: str = typer.Option(""),
+            benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
+            out: Path = typer.Option(...), threads: int = typer.Option(0)) -> None:
+    """Score kept exports at other character-part scales (no training): records named after the
+    export directory (``<variant>@<seed>[-<anchors>]``), beside a backbone record."""
+    import torch
+
+    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.export import PearlEncoder, load_pearl
+    from tasks.training import heldout_of, retrieval_task
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if threads:
+        torch.set_num_threads(threads)
+    ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
+                 TRAINING_SET)
+    heldout = heldout_of(ts)
+    retrieval = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    pseeds = tuple(int(x) for x in probe_seeds.split(","))
+    dev_sets = tuple(dev.split(",")) if dev else None
+    records = _load(out)
+    done = {_key(r) for r in records}
+    setup = {"storage_root": storage_root, "training_set": ts.version, "probe_seeds": pseeds,
+             "rescored": [str(e) for e in exports]}
+
+    def add(rec: dict) -> None:
+        records.append(rec)
+        _save(out, records, setup)
+        log.info("%s", json.dumps(rec))
+
+    if ("backbone", None, None, None, None) not in done:
+        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
+        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
+                                                         retrieval, pseeds, dev_sets)})
+    for path in exports:
+        exported = PearlEncoder(load_pearl(path, device="cpu"), name=path.name)
+        enc = CachedScaled(exported, exported.model.backbone_dim, path.name)
+        for sc in sorted(float(x) for x in scales.split(",")):
+            if (path.name, None, 0.5, sc, None) in done:
+                continue
+            enc.scale = sc
+            add({"variant": path.name, "seed": None, "average_weight": 0.5, "char_scale": sc,
+                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets)})
+
+
 def _datasets(records: list[dict]) -> list[str]:
     return [k for k in records[0] if ":" in k or k.startswith("heldout_")]
 

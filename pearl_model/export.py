@@ -113,8 +113,27 @@ def _has_pooler(backbone) -> bool | None:
     return None if not hasattr(backbone, "pooler") else backbone.pooler is not None
 
 
+def head_state(model: PearlModel, char_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """The type head's and character projection's tensors as exported, the character part of the
+    vector scaled by ``char_scale`` (its projection's weight and bias multiplied, the type head's
+    columns reading it divided, so type logits stay as trained).
+
+    Why: KMeans reads the raw concatenated vector, and the character part's variance (spelling:
+    abbreviations and codes against words) outweighed the backbone's in BC5CDR's two clusters;
+    at half scale the backbone part's chemical/disease split decides (README "Training")."""
+    if not char_scale > 0:
+        raise ValueError(f"char_scale must be > 0, got {char_scale!r}")
+    head = {"type_head.weight": model.type_head.weight.detach().clone(),
+            "type_head.bias": model.type_head.bias.detach().clone()}
+    if model.char_proj is not None:
+        head |= {"char_proj.weight": model.char_proj.weight.detach() * char_scale,
+                 "char_proj.bias": model.char_proj.bias.detach() * char_scale}
+        head["type_head.weight"][:, model.backbone_dim:] /= char_scale
+    return head
+
+
 def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = None,
-                averaged_with: float | None = None, metadata: dict | None = None) -> None:
+                averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0) -> None:
     """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl)."""
     from safetensors.torch import save_file
 
@@ -122,16 +141,14 @@ def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = N
         raise ValueError("export needs the model's tokenizer and char vocabulary: "
                          "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
     metadata = dict(metadata or {})
-    config = _pearl_config(model, averaged_with, metadata)
+    config = _pearl_config(model, averaged_with, metadata) | {"char_scale": float(char_scale)}
     text = json.dumps(config, ensure_ascii=False, indent=2)  # fails early on unserialisable metadata
     state = backbone_state if backbone_state is not None else model.backbone.state_dict()
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     model.backbone.save_pretrained(out, state_dict=state, safe_serialization=True)
     model.batcher.tokenizer.save_pretrained(out)
     char_io.save(model.char_encoder, model.batcher.char_vocab, out / CHAR_DIR)
-    head = {"type_head.weight": model.type_head.weight, "type_head.bias": model.type_head.bias}
-    if model.char_proj is not None:
-        head |= {"char_proj.weight": model.char_proj.weight, "char_proj.bias": model.char_proj.bias}
+    head = head_state(model, char_scale)
     save_file({k: v.detach().float().cpu().contiguous() for k, v in head.items()}, str(out / HEAD_FILE),
               metadata={"format": FORMAT})
     _write_json(out / "pearl_backbone.json", {"pooling": "mean", "query_prefix": config["query_prefix"],
@@ -168,12 +185,13 @@ def _version(package: str) -> str | None:
 
 def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbone_state: dict | None = None,
                  average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False,
-                 fast_backend: bool = True) -> Path:
+                 fast_backend: bool = True, char_scale: float = 1.0) -> Path:
     """Write ``model`` as a PEARL export directory at ``path`` and return the path.
 
     With ``original_backbone_state`` (the backbone's ``state_dict()`` before fine-tuning),
     the saved backbone is ``average_weight * fine-tuned + (1 - average_weight) * original``;
-    the in-memory model is left unchanged. ``metadata`` (JSON-serialisable: training-set
+    the in-memory model is left unchanged. ``char_scale``: the character part of the vector
+    multiplied by it (:func:`head_state`). ``metadata`` (JSON-serialisable: training-set
     version, backbone spec, ...) goes into ``pearl_model.json``. The directory appears
     complete or not at all; an existing ``path`` is an error unless ``overwrite``.
     ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.onnx_backend`)
@@ -189,7 +207,8 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata)
+        write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata,
+                    char_scale=char_scale)
         if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
             load_pearl(tmp, device="cpu").encode(["a phrase"], backend="onnx")
         if path.exists():  # overwrite: move the old one aside first, drop it after the rename

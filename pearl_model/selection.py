@@ -54,26 +54,32 @@ def selection_score(scores: dict[str, float], baseline: dict[str, float]) -> tup
 
 
 @contextmanager
-def exported_weights(model, original: dict[str, torch.Tensor], average_weight: float):
-    """``model``'s backbone holding the weights its export will have, restored afterwards."""
-    from .export import average_state_dicts
+def exported_weights(model, original: dict[str, torch.Tensor], average_weight: float, char_scale: float = 1.0):
+    """``model`` holding the weights its export will have (backbone averaged, character part
+    scaled), restored afterwards."""
+    from .export import average_state_dicts, head_state
 
-    trained = {k: v.detach().clone() for k, v in model.backbone.state_dict().items()}
-    model.backbone.load_state_dict(average_state_dicts(trained, original, average_weight))
+    trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.backbone.load_state_dict(average_state_dicts(model.backbone.state_dict(), original, average_weight))
+    if char_scale != 1.0:
+        with torch.no_grad():
+            for name, value in head_state(model, char_scale).items():
+                model.get_parameter(name).copy_(value)
     try:
         yield model
     finally:
-        model.backbone.load_state_dict(trained)
+        model.load_state_dict(trained)
 
 
 def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weight: float, baseline: dict,
-                 retrieval=None, datasets=SELECT_DATASETS) -> Callable[[torch.nn.Module], dict]:
+                 retrieval=None, datasets=SELECT_DATASETS, char_scale: float = 1.0
+                 ) -> Callable[[torch.nn.Module], dict]:
     """What ``train(select=...)`` calls at its selection points: the model's scores as exported,
     with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`)."""
     from .export import PearlEncoder
 
     def select(model) -> dict:
-        with exported_weights(model, original, average_weight):
+        with exported_weights(model, original, average_weight, char_scale):
             scores = dev_scores(PearlEncoder(model, name="selection"), benchmark_dir, retrieval, datasets)
         worst, mean = selection_score(scores, baseline)
         return {**{f"dev_{k}": v for k, v in scores.items()}, "select_worst": worst, "select_mean": mean}

@@ -27,8 +27,9 @@ from storage.datasets import Dataset, check_version, latest_version, resolve_roo
 from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
-# -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev
-CODE_VERSION = "train-4"
+# -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev;
+# -5: char_scale at export (and in the dev selection)
+CODE_VERSION = "train-5"
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ def train_config(params: dict):
     w = params.get("average_weight", 0.5)
     if not 0 <= w <= 1:
         raise ValueError(f"average_weight must be in [0, 1] (the fine-tuned backbone's share), got {w!r}")
+    if not params.get("char_scale", 1.0) > 0:
+        raise ValueError(f"char_scale must be > 0 (the character part's scale in the export), "
+                         f"got {params['char_scale']!r}")
     for name in ("alias_holdout_pairs", "alias_holdout_titles"):
         if params.get(name, 0) < 0:
             raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
@@ -195,7 +199,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
             "params": params, "summary": summary}
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=params["average_weight"], metadata=meta)
+                            average_weight=params["average_weight"], metadata=meta,
+                            char_scale=params.get("char_scale", 1.0))
         if retrieval is not None:  # what is promoted is the averaged model: score it too
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
@@ -230,7 +235,8 @@ def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
     baseline = dev_scores(backbone, bench, retrieval, datasets)
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
     del backbone
-    return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets)
+    return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets,
+                        params.get("char_scale", 1.0))
 
 
 def training_log(out: FileSet) -> dict:

@@ -150,6 +150,35 @@ def test_export_averages_the_backbone_only(model, original, tmp_path):
             assert torch.equal(p, getattr(model, k).state_dict()[name]), (k, name)
 
 
+def test_char_scale_scales_the_character_part_only_and_keeps_the_type_logits(model, tmp_path):
+    out = export_pearl(model, tmp_path / "half", char_scale=0.5)
+    loaded = load_pearl(out, device="cpu")
+    d = model.backbone_dim
+    ref, half = model.encode(PHRASES, normalize=False), loaded.encode(PHRASES, normalize=False, backend="torch")
+    np.testing.assert_allclose(half[:, :d], ref[:, :d], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(half[:, d:], 0.5 * ref[:, d:], atol=1e-6, rtol=0)
+    assert np.abs(ref[:, d:]).max() > 1e-3  # there is a character part to scale
+    b = model.batcher(PHRASES)
+    with torch.no_grad():
+        np.testing.assert_allclose(loaded(**b)[1].numpy(), model(**b)[1].numpy(), atol=1e-5, rtol=1e-5)
+    assert json.loads((out / "pearl_model.json").read_text())["char_scale"] == 0.5
+    with pytest.raises(ValueError, match="char_scale must be > 0"):
+        export_pearl(model, tmp_path / "zero", char_scale=0.0)
+    assert not (tmp_path / "zero").exists()
+
+
+def test_selection_scores_the_model_as_exported_with_its_char_scale(model, original):
+    from pearl_model.selection import exported_weights
+
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    d = model.backbone_dim
+    ref = model.encode(PHRASES, normalize=False)
+    with exported_weights(model, original.state_dict(), 1.0, char_scale=0.25) as inside:
+        inner = inside.encode(PHRASES, normalize=False)
+    np.testing.assert_allclose(inner[:, d:], 0.25 * ref[:, d:], atol=1e-6, rtol=0)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # restored
+
+
 def test_backbone_loads_with_plain_transformers(exported, model):
     bert = transformers.AutoModel.from_pretrained(exported)
     tok = transformers.AutoTokenizer.from_pretrained(exported)
