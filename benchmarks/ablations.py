@@ -154,6 +154,36 @@ def _key(r: dict) -> tuple:
     return r["variant"], r.get("seed"), r.get("average_weight"), r.get("char_scale"), r.get("anchors")
 
 
+def _heldout_retrieval(ts):
+    """The training set's held-out aliases as the retrieval task the `train` flow scores (its caps)."""
+    from tasks.training import heldout_of, retrieval_task
+
+    heldout = heldout_of(ts)
+    return retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+
+
+def _results(out: Path, setup: dict):
+    """The records already in ``out``, their keys, and ``add`` (appends one and saves at once)."""
+    records = _load(out)
+    done = {_key(r) for r in records}
+
+    def add(rec: dict) -> None:
+        records.append(rec)
+        _save(out, records, setup)
+        log.info("%s", json.dumps(rec))
+
+    return records, done, add
+
+
+def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=None) -> None:
+    if ("backbone", None, None, None, None) not in done:
+        from pearl_model.encoder import PhraseEncoder
+
+        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
+        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
+                                                         retrieval, probe_seeds, datasets)})
+
+
 @app.command()
 def run(storage_root: str, variants: str = typer.Option("base", help="comma-separated names or name@seed; "
                                                        "a+b combines two variants; 'all': every variant"),
@@ -178,10 +208,9 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                                                      "(<variant>@<seed>[-<anchors>]), to score it later")) -> None:
     import torch
 
-    from pearl_model.encoder import PhraseEncoder
     from pearl_model.export import PearlEncoder, export_pearl, load_pearl
     from pearl_model.training import TrainConfig, backbone_state, build_model, train
-    from tasks.training import heldout_of, load_examples, retrieval_task
+    from tasks.training import load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
@@ -194,8 +223,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
     train_ex, _, _ = load_examples(ts)
-    heldout = heldout_of(ts)
-    retrieval = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    retrieval = _heldout_retrieval(ts)
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
@@ -208,18 +236,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     if curve[-1] != (anchors if score_at else None):
         raise typer.BadParameter(f"--score-at points must be below --anchors ({anchors}): {score_at}")
     setup["score_at"] = [a for a in curve if a is not None]
-    records = _load(out)
-    done = {_key(r) for r in records}
-
-    def add(rec: dict) -> None:
-        records.append(rec)
-        _save(out, records, setup)
-        log.info("%s", json.dumps(rec))
-
-    if ("backbone", None, None, None, None) not in done:
-        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
-        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
-                                                         retrieval, pseeds)})
+    _, done, add = _results(out, setup)
+    _score_backbone(done, add, benchmark_dir, retrieval, pseeds)
     char_dir = char.local_copy()
     for name, seed in todo:
         overrides, model_kw = resolve(name)
@@ -285,33 +303,20 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     export directory (``<variant>@<seed>[-<anchors>]``), beside a backbone record."""
     import torch
 
-    from pearl_model.encoder import PhraseEncoder
     from pearl_model.export import PearlEncoder, load_pearl
-    from tasks.training import heldout_of, retrieval_task
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
         torch.set_num_threads(threads)
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
-    heldout = heldout_of(ts)
-    retrieval = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    retrieval = _heldout_retrieval(ts)
     pseeds = tuple(int(x) for x in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
-    records = _load(out)
-    done = {_key(r) for r in records}
     setup = {"storage_root": storage_root, "training_set": ts.version, "probe_seeds": pseeds,
              "rescored": [str(e) for e in exports]}
-
-    def add(rec: dict) -> None:
-        records.append(rec)
-        _save(out, records, setup)
-        log.info("%s", json.dumps(rec))
-
-    if ("backbone", None, None, None, None) not in done:
-        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
-        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
-                                                         retrieval, pseeds, dev_sets)})
+    _, done, add = _results(out, setup)
+    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets)
     for path in exports:
         exported = PearlEncoder(load_pearl(path, device="cpu"), name=path.name)
         enc = CachedScaled(exported, exported.model.backbone_dim, path.name)

@@ -123,19 +123,23 @@ def test_distillation_keeps_the_anchors_layout_and_needs_the_original_weights(pa
         T.train(make_model(parts), exs, cfg(distill_weight=1.0))
     with pytest.raises(ValueError, match="^distill_weight must be >= 0"):
         T.train(make_model(parts), exs, cfg(distill_weight=-1.0))
-    drift = {}
-    for w in (0.0, 10.0):
-        model = make_model(parts)
-        original = T.backbone_state(model)
-        res = T.train(model, exs, cfg(epochs=4, lr=3e-3, distill_weight=w), reference=original)
-        assert ("distill" in res.history[-1]) == (w > 0)
-        with torch.no_grad():
-            batch = model.batcher([e.phrase for e in exs])
-            now = model(**batch)[0][:, :model.backbone_dim]
-            model.backbone.load_state_dict(original)
-            before = model(**batch)[0][:, :model.backbone_dim]
-        drift[w] = float(T.distill_loss(now, before, 0.05))
+    drift = {w: _drift(parts, exs, lambda now, before: T.distill_loss(now, before, 0.05), distill_weight=w)
+             for w in (0.0, 10.0)}
     assert drift[10.0] < drift[0.0], drift  # the term holds the layout the plain recipe moves
+
+
+def _drift(parts, exs, measure, **overrides) -> float:
+    """``measure`` of how far training moved the backbone part of the vectors of ``exs``."""
+    model = make_model(parts)
+    original = T.backbone_state(model)
+    res = T.train(model, exs, cfg(epochs=4, lr=3e-3, **overrides), reference=original)
+    assert ("distill" in res.history[-1]) == (overrides.get("distill_weight", 0) > 0)
+    with torch.no_grad():
+        batch = model.batcher([e.phrase for e in exs])
+        now = model(**batch)[0][:, :model.backbone_dim]
+        model.backbone.load_state_dict(original)
+        before = model(**batch)[0][:, :model.backbone_dim]
+    return float(measure(now, before))
 
 
 def test_vector_distillation_counts_only_the_anchors_it_is_told_to():
@@ -167,19 +171,8 @@ def test_vector_distillation_counts_only_the_anchors_it_is_told_to():
 
 def test_pinned_anchors_stay_where_the_backbone_put_them(parts):
     exs = toy_examples()
-    drift = {}
-    for w in (0.0, 10.0):
-        model = make_model(parts)
-        original = T.backbone_state(model)
-        res = T.train(model, exs, cfg(epochs=4, lr=3e-3, distill_weight=w, distill_target="vectors"),
-                      reference=original)
-        assert ("distill" in res.history[-1]) == (w > 0)
-        with torch.no_grad():
-            batch = model.batcher([e.phrase for e in exs])
-            now = model(**batch)[0][:, :model.backbone_dim]
-            model.backbone.load_state_dict(original)
-            before = model(**batch)[0][:, :model.backbone_dim]
-        drift[w] = float(T.vector_distill_loss(now, before))
+    drift = {w: _drift(parts, exs, T.vector_distill_loss, distill_weight=w, distill_target="vectors")
+             for w in (0.0, 10.0)}
     assert drift[10.0] < drift[0.0], drift
 
 
