@@ -38,6 +38,7 @@ import numpy as np
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pearl_model.selection import ScaledVectors  # noqa: E402
 from storage.datasets import Dataset, latest_version  # noqa: E402
 from storage.files import FileSet  # noqa: E402
 from storage.schemas import TRAINING_SET  # noqa: E402
@@ -102,29 +103,6 @@ def jobs(variants: str, seeds: str) -> list[tuple[str, int]]:
 POST_HOC = {"average_weight": (0.5, 1.0), "char_scale": (0.0, 0.5, 1.0, 2.0)}
 
 
-class CachedScaled:
-    """An encoder's raw vectors, computed once per phrase, with the character part scaled.
-
-    Scaling after the fact is what a different scale would show to the tasks that read raw
-    vectors (KMeans, the PPDB probe) and to cosine; it does not retrain anything."""
-
-    def __init__(self, base, backbone_dim: int | None, name: str):
-        self.base, self.backbone_dim, self.name, self.scale = base, backbone_dim, name, 1.0
-        self.cache: dict[str, np.ndarray] = {}
-
-    def encode(self, phrases, normalize: bool = True, batch_size: int | None = None, **_):
-        missing = list(dict.fromkeys(p for p in phrases if p not in self.cache))
-        if missing:
-            vectors = self.base.encode(missing, normalize=False, batch_size=batch_size or 128)
-            self.cache.update(zip(missing, vectors))
-        x = np.stack([self.cache[p] for p in phrases]).astype(np.float32)
-        if self.backbone_dim is not None:
-            x[:, self.backbone_dim:] *= self.scale
-        if normalize:
-            x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        return x
-
-
 def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...],
           datasets: tuple[str, ...] | None = None) -> dict:
     """Dev scores (x100, probe seeds averaged) and held-out alias retrieval of one encoder."""
@@ -180,7 +158,7 @@ def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=N
         from pearl_model.encoder import PhraseEncoder
 
         enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
-        add({"variant": "backbone", "seed": None, **score(CachedScaled(enc, None, "backbone"), benchmark_dir,
+        add({"variant": "backbone", "seed": None, **score(ScaledVectors(enc, None, "backbone"), benchmark_dir,
                                                          retrieval, probe_seeds, datasets)})
 
 
@@ -204,6 +182,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
         out: Path = typer.Option(Path("benchmarks/results/ablations_cpu_sample_ovos.json")),
         threads: int = typer.Option(0, help="torch threads (0: torch's default)"),
+        curve_scales: str = typer.Option("1.0", help="character-part scales scored at every point of the "
+                                                     "curve (the post-hoc grid only at its last point)"),
         keep_exports: Path = typer.Option(None, help="copy each export at average weight 0.5 here "
                                                      "(<variant>@<seed>[-<anchors>]), to score it later")) -> None:
     import torch
@@ -245,8 +225,10 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
             if name in grid or f"{name}@{seed}" in grid else [(0.5, 1.0)]
         if model_kw.get("char_proj_dim") == 0:
             settings = sorted({(w, 1.0) for w, _ in settings})
-        # the post-hoc grid at the last point of the curve only; earlier points at the defaults
-        points = [(a, settings if a == curve[-1] else [(0.5, 1.0)]) for a in curve]
+        # the post-hoc grid at the last point of the curve only; earlier points at --curve-scales
+        along = [(0.5, float(s)) for s in curve_scales.split(",")] if model_kw.get("char_proj_dim") != 0 \
+            else [(0.5, 1.0)]
+        points = [(a, sorted(set(settings) | set(along)) if a == curve[-1] else along) for a in curve]
         if all((name, seed, w, s, a) in done for a, st in points for w, s in st):
             continue
         bs = batch_size * 2 if overrides.get("batch_size") == "x2" else batch_size
@@ -280,7 +262,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                                             dirs_exist_ok=True)
                         exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
                         has_char = exported.model.char_proj is not None
-                        enc = CachedScaled(exported, exported.model.backbone_dim if has_char else None, name)
+                        enc = ScaledVectors(exported, exported.model.backbone_dim if has_char else None, name)
                         for s in sorted({s for ww, s in st if ww == w}):
                             if (name, seed, w, s, a) in done:
                                 continue
@@ -319,7 +301,7 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets)
     for path in exports:
         exported = PearlEncoder(load_pearl(path, device="cpu"), name=path.name)
-        enc = CachedScaled(exported, exported.model.backbone_dim, path.name)
+        enc = ScaledVectors(exported, exported.model.backbone_dim, path.name)
         for sc in sorted(float(x) for x in scales.split(",")):
             if (path.name, None, 0.5, sc, None) in done:
                 continue

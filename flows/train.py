@@ -9,7 +9,7 @@ from its last checkpoint.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from prefect import flow
 from pydantic import Field
@@ -52,7 +52,8 @@ def train(
     distill_labels: Literal["all", "other"] = "all",
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
-    char_scale: Annotated[float, Field(gt=0)] = 0.5,
+    char_scale: Union[Annotated[float, Field(gt=0)], Annotated[list[Annotated[float, Field(gt=0)]],
+                                                                Field(min_length=1)]] = 0.5,
     select_every: Annotated[int, Field(ge=0)] = 25,
     seed: int = 0,
     device: str = "auto",
@@ -97,7 +98,8 @@ def train(
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         char_scale: the character part of the exported vector multiplied by this (> 0; 1: as trained).
             KMeans and the PPDB probe read the raw concatenated vector; at 1 the character part's
-            spelling split outweighed the backbone's meaning in BC5CDR (README "Training").
+            spelling split outweighed the backbone's meaning in BC5CDR (README "Training"). A list:
+            candidates the dev selection scores each checkpoint at, keeping the best (select_every > 0).
         select_every: every this many steps (and at the end) score the checkpoint, as it would be
             exported, on the dev splits (CoNLL-2003, BC5CDR, PPDB-filtered) and the held-out aliases,
             and export the one whose worst change against the backbone is largest; 0: the last one.

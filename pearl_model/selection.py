@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import statistics
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .evaluation.dev import run_dev_benchmark
@@ -71,17 +72,58 @@ def exported_weights(model, original: dict[str, torch.Tensor], average_weight: f
         model.load_state_dict(trained)
 
 
+class ScaledVectors:
+    """An encoder's raw vectors, computed once per phrase, with the character part scaled.
+
+    Scaling the vectors is what exporting at another ``char_scale`` does to them (the character
+    projection is linear), so the dev sets are encoded once and scored at every scale."""
+
+    def __init__(self, base, backbone_dim: int | None, name: str = "scaled"):
+        self.base, self.backbone_dim, self.name, self.scale = base, backbone_dim, name, 1.0
+        self.cache: dict[str, np.ndarray] = {}
+
+    def encode(self, phrases, normalize: bool = True, batch_size: int | None = None, **_):
+        missing = list(dict.fromkeys(p for p in phrases if p not in self.cache))
+        if missing:
+            vectors = self.base.encode(missing, normalize=False, batch_size=batch_size or 128)
+            self.cache.update(zip(missing, vectors))
+        x = np.stack([self.cache[p] for p in phrases]).astype(np.float32)
+        if self.backbone_dim is not None:
+            x[:, self.backbone_dim:] *= self.scale
+        if normalize:
+            x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return x
+
+
 def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weight: float, baseline: dict,
-                 retrieval=None, datasets=SELECT_DATASETS, char_scale: float = 1.0
+                 retrieval=None, datasets=SELECT_DATASETS, char_scales: Sequence[float] = (1.0,)
                  ) -> Callable[[torch.nn.Module], dict]:
     """What ``train(select=...)`` calls at its selection points: the model's scores as exported,
-    with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`)."""
+    with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`).
+
+    With several ``char_scales`` each checkpoint is scored at each (encoded once) and the record
+    is that of its best scale, named in ``char_scale``; ``dev_by_scale`` keeps them all. Why: the
+    character part's spread can move KMeans' boundary (BC5CDR's abbreviations against words), by
+    an amount that differs from one checkpoint to the next (README "Training")."""
     from .export import PearlEncoder
 
+    scales = list(dict.fromkeys(float(s) for s in char_scales))
+    if not scales or not all(s > 0 for s in scales):
+        raise ValueError(f"char_scales must be one or more values > 0, got {list(char_scales)!r}")
+
     def select(model) -> dict:
-        with exported_weights(model, original, average_weight, char_scale):
-            scores = dev_scores(PearlEncoder(model, name="selection"), benchmark_dir, retrieval, datasets)
-        worst, mean = selection_score(scores, baseline)
-        return {**{f"dev_{k}": v for k, v in scores.items()}, "select_worst": worst, "select_mean": mean}
+        with exported_weights(model, original, average_weight):
+            enc = ScaledVectors(PearlEncoder(model, name="selection"),
+                                model.backbone_dim if model.char_proj is not None else None)
+            by_scale = {}
+            for scale in scales:
+                enc.scale = scale
+                by_scale[scale] = dev_scores(enc, benchmark_dir, retrieval, datasets)
+        ranked = {s: selection_score(v, baseline) for s, v in by_scale.items()}
+        best = max(scales, key=lambda s: ranked[s])  # ties: the first listed
+        worst, mean = ranked[best]
+        return {**{f"dev_{k}": v for k, v in by_scale[best].items()}, "select_worst": worst, "select_mean": mean,
+                "char_scale": best,
+                **({"dev_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
 
     return select

@@ -53,13 +53,23 @@ def train_config(params: dict):
     w = params.get("average_weight", 0.5)
     if not 0 <= w <= 1:
         raise ValueError(f"average_weight must be in [0, 1] (the fine-tuned backbone's share), got {w!r}")
-    if not params.get("char_scale", 1.0) > 0:
-        raise ValueError(f"char_scale must be > 0 (the character part's scale in the export), "
-                         f"got {params['char_scale']!r}")
+    scales = char_scales(params)
+    if not scales or not all(isinstance(s, (int, float)) and s > 0 for s in scales):
+        raise ValueError(f"char_scale must be > 0, or a list of values > 0 for the dev selection to choose from "
+                         f"(the character part's scale in the export), got {params.get('char_scale')!r}")
+    if len(scales) > 1 and not cfg.select_every:
+        raise ValueError(f"char_scale {list(scales)} lists {len(scales)} candidates: the dev selection chooses "
+                         "among them, so select_every must be > 0 (or give one value)")
     for name in ("alias_holdout_pairs", "alias_holdout_titles"):
         if params.get(name, 0) < 0:
             raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
     return cfg
+
+
+def char_scales(params: dict) -> list[float]:
+    """The character-part scales of a parameter set: one value, or the candidates of the dev selection."""
+    value = params.get("char_scale", 1.0)
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 class TrainingSetMissing(FileNotFoundError):
@@ -189,7 +199,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                "positives_drawn": res.positive_kinds, **read_counts,
                **({"selected_step": res.selected_step,
                    **{k: v for r in res.selection if r["step"] == res.selected_step
-                      for k, v in r.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
+                      for k, v in r.items() if k.startswith(("select_", "dev_")) and k != "dev_by_scale"}}
+                  if res.selection else {}),
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
                **(res.validation[-1] if res.validation else {}),
                **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
@@ -197,10 +208,12 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                   if retrieval else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],
             "params": params, "summary": summary}
+    kept = [r for r in res.selection if r["step"] == res.selected_step]
+    scale = kept[0].get("char_scale", char_scales(params)[0]) if kept else char_scales(params)[0]
+    summary["char_scale"] = scale
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=params["average_weight"], metadata=meta,
-                            char_scale=params.get("char_scale", 1.0))
+                            average_weight=params["average_weight"], metadata=meta, char_scale=scale)
         if retrieval is not None:  # what is promoted is the averaged model: score it too
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
@@ -236,7 +249,7 @@ def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
     del backbone
     return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets,
-                        params.get("char_scale", 1.0))
+                        char_scales(params))
 
 
 def training_log(out: FileSet) -> dict:

@@ -125,18 +125,6 @@ def test_ppdb_validation_split_reports_the_probes_validation_accuracy(monkeypatc
         paraphrase.evaluate_ppdb(Lookup(), "x", split="dev")
 
 
-def test_cached_scaled_encoder_scales_only_the_character_part_and_encodes_once():
-    base = Lookup(dim=6)
-    enc = ablations.CachedScaled(base, backbone_dim=4, name="m")
-    raw = enc.encode(["x", "y"], normalize=False)
-    enc.scale = 0.0
-    zero = enc.encode(["x", "y"], normalize=False)
-    assert np.allclose(zero[:, :4], raw[:, :4]) and np.allclose(zero[:, 4:], 0)
-    unit = enc.encode(["y", "x"], normalize=True)
-    assert np.allclose(np.linalg.norm(unit, axis=1), 1) and np.allclose(unit[1, 4:], 0)
-    assert base.calls == 1  # every later call came from the cache
-
-
 def test_table_reports_deltas_against_the_backbone_and_seed_spread():
     base = {"variant": "backbone", "seed": None, "a:dev": 50.0, "b:validation": 80.0, "heldout_alias_top1": 60.0}
     recs = [base] + [{"variant": "v", "seed": s, "average_weight": 0.5, "char_scale": 1.0, "steps": 10,

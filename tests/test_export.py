@@ -179,6 +179,37 @@ def test_selection_scores_the_model_as_exported_with_its_char_scale(model, origi
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # restored
 
 
+def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best(model, original, monkeypatch):
+    from pearl_model import selection as S
+
+    with S.exported_weights(model, original.state_dict(), 0.5, char_scale=0.25) as inside:
+        want = inside.encode(PHRASES, normalize=False)  # what the export at 0.25 gives
+    seen, calls = {}, []
+    real_encode = PearlEncoder.encode
+    monkeypatch.setattr(PearlEncoder, "encode", lambda self, *a, **kw: calls.append(1) or real_encode(self, *a, **kw))
+
+    def dev_scores(encoder, benchmark_dir, retrieval, datasets):  # best when the vectors are the 0.25 export's
+        seen[encoder.scale] = v = encoder.encode(PHRASES, normalize=False)
+        return {"x:dev": -100 * float(np.abs(v - want).max())}
+
+    monkeypatch.setattr(S, "dev_scores", dev_scores)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rec = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(1.0, 0.25, 0.5))(model)
+    assert rec["char_scale"] == 0.25 and rec["select_worst"] > -1e-3
+    assert rec["dev_x:dev"] == rec["dev_by_scale"]["0.25"]["x:dev"] and set(rec["dev_by_scale"]) == {"1.0", "0.25",
+                                                                                                     "0.5"}
+    np.testing.assert_allclose(seen[0.25], want, atol=1e-5, rtol=0)
+    d = model.backbone_dim
+    np.testing.assert_allclose(seen[0.5][:, d:], 2 * seen[0.25][:, d:], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(seen[0.5][:, :d], seen[0.25][:, :d], atol=0, rtol=0)
+    assert len(calls) == 1  # encoded once, scaled three times
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    one = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(0.25,))(model)
+    assert "dev_by_scale" not in one and one["char_scale"] == 0.25
+    with pytest.raises(ValueError, match="char_scales must be"):
+        S.dev_selector("bench", original.state_dict(), 0.5, {}, char_scales=(0.5, 0.0))
+
+
 def test_backbone_loads_with_plain_transformers(exported, model):
     bert = transformers.AutoModel.from_pretrained(exported)
     tok = transformers.AutoTokenizer.from_pretrained(exported)

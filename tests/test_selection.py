@@ -35,3 +35,24 @@ def test_exported_weights_are_the_average_and_the_trained_ones_come_back():
     with pytest.raises(RuntimeError), S.exported_weights(m, original, 0.5):
         raise RuntimeError("scoring failed")
     assert torch.equal(m.backbone.weight, trained["weight"])  # restored even when scoring fails
+
+
+def test_scaled_vectors_scale_only_the_character_part_and_encode_once():
+    import numpy as np
+
+    class Lookup:
+        calls = 0
+
+        def encode(self, phrases, normalize=True, batch_size=None):
+            Lookup.calls += 1
+            v = np.stack([np.random.default_rng(len(p)).normal(size=6) for p in phrases]).astype(np.float32)
+            return v / np.linalg.norm(v, axis=1, keepdims=True) if normalize else v
+
+    enc = S.ScaledVectors(Lookup(), backbone_dim=4)
+    raw = enc.encode(["x", "yy"], normalize=False)
+    enc.scale = 0.0
+    zero = enc.encode(["x", "yy"], normalize=False)
+    assert np.allclose(zero[:, :4], raw[:, :4]) and np.allclose(zero[:, 4:], 0)
+    unit = enc.encode(["yy", "x"], normalize=True)
+    assert np.allclose(np.linalg.norm(unit, axis=1), 1) and np.allclose(unit[1, 4:], 0)
+    assert Lookup.calls == 1  # every later call came from the cache

@@ -179,12 +179,14 @@ def test_ablation_parameters_that_cannot_work_are_refused_before_training(tmp_pa
     assert ok.type_loss_weight == 0 and ok.positive_kinds == ("alias",)
     for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"average_weight": -0.1}, "average_weight"),
                       ({"type_loss_weight": -1}, "type_loss_weight"), ({"positive_kinds": []}, "positive_kinds"),
-                      ({"alias_holdout_pairs": -1}, "alias_holdout_pairs")]:
+                      ({"alias_holdout_pairs": -1}, "alias_holdout_pairs"), ({"char_scale": 0}, "char_scale"),
+                      ({"char_scale": [0.5, -1]}, "char_scale"), ({"char_scale": []}, "char_scale"),
+                      ({"char_scale": [0.25, 0.5]}, "char_scale")]:  # candidates need select_every > 0
         with pytest.raises(ValueError, match=rf"^{name}"):
             train_config(bad)
     with prefect_test_harness():  # the flow refuses them on its parameters, before any task runs
         for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"type_loss_weight": -0.5}, "type_loss_weight"),
-                          ({"positive_kinds": []}, "positive_kinds")]:
+                          ({"positive_kinds": []}, "positive_kinds"), ({"char_scale": [0.5, 0.0]}, "char_scale")]:
             with pytest.raises(Exception, match=name):
                 train(storage_root=str(tmp_path / "empty"), evaluate_model=False, **bad)
 
@@ -229,7 +231,9 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     char = run_char_encoder(root, {"target": "word_vectors", "epochs": 2, "max_words": 0, "seed": 0},
                             word_vectors_of(ts))["fileset"]
     params = {"backbone": tiny_backbone, "char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3,
-              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3}
+              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3,
+              # without the benchmark, the selection also chooses the character part's scale
+              **({} if with_benchmark else {"char_scale": [0.5, 2.0]})}
     out = plan_model(ts, char, params)
     bench = str(BENCH) if with_benchmark else str(tmp_path / "no-benchmark")
     man = train_model(ts, char, out, {**params, "device": "cpu", "benchmark_dir": bench})
@@ -244,3 +248,10 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     assert expected <= {k for k in best if k.startswith("dev_")}
     if not with_benchmark:  # on the held-out aliases alone
         assert not any(k.startswith(("dev_conll", "dev_bc5", "dev_ppdb")) for k in best)
+        assert all(set(r["dev_by_scale"]) == {"0.5", "2.0"} for r in log["selection"])
+        assert best["dev_heldout_alias_top1"] == best["dev_by_scale"][str(best["char_scale"])]["heldout_alias_top1"]
+        exported = FileSet(root, "models", out.version)
+        with exported.fs.open(f"{exported.path}/pearl_model.json") as fh:
+            assert json.load(fh)["char_scale"] == best["char_scale"] == man["stats"]["char_scale"]
+    else:
+        assert "dev_by_scale" not in best and man["stats"]["char_scale"] == 1.0
