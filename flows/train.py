@@ -99,7 +99,8 @@ def train(
         char_scale: the character part of the exported vector multiplied by this (> 0; 1: as trained).
             KMeans and the PPDB probe read the raw concatenated vector; at 1 the character part's
             spelling split outweighed the backbone's meaning in BC5CDR (README "Training"). A list:
-            candidates the dev selection scores each checkpoint at, keeping the best (select_every > 0).
+            candidates the dev selection scores each checkpoint at, keeping the best (ties and
+            select_every 0: the first).
         select_every: every this many steps (and at the end) score the checkpoint, as it would be
             exported, on the dev splits (CoNLL-2003, BC5CDR, PPDB-filtered) and the held-out aliases,
             and export the one whose worst change against the backbone is largest; 0: the last one.

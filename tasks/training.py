@@ -58,8 +58,8 @@ def train_config(params: dict):
         raise ValueError(f"char_scale must be > 0, or a list of values > 0 for the dev selection to choose from "
                          f"(the character part's scale in the export), got {params.get('char_scale')!r}")
     if len(scales) > 1 and not cfg.select_every:
-        raise ValueError(f"char_scale {list(scales)} lists {len(scales)} candidates: the dev selection chooses "
-                         "among them, so select_every must be > 0 (or give one value)")
+        log.warning("char_scale lists %d candidates but select_every is 0: nothing chooses among them, the "
+                    "export uses the first (%s)", len(scales), scales[0])
     for name in ("alias_holdout_pairs", "alias_holdout_titles"):
         if params.get(name, 0) < 0:
             raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
@@ -67,7 +67,8 @@ def train_config(params: dict):
 
 
 def char_scales(params: dict) -> list[float]:
-    """The character-part scales of a parameter set: one value, or the candidates of the dev selection."""
+    """The character-part scales of a parameter set: one value, or the candidates of the dev selection
+    (in order of preference: ties, and a run without selection, take the first)."""
     value = params.get("char_scale", 1.0)
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -298,6 +299,24 @@ def alias_lines(validation: list[dict], stats: dict) -> str:
     return head + "\n".join(f"| {w} | {t:.3f} | {m:.3f} |" for w, t, m in rows)
 
 
+def selection_lines(selection: list[dict], stats: dict) -> str:
+    """The dev checks of a selecting run as a markdown table, the kept checkpoint marked (empty without)."""
+    if not selection:
+        return ""
+    cols = [k for k in selection[0] if k.startswith("dev_") and "/" not in k and k not in ("dev_by_scale",
+                                                                                            "dev_heldout_alias_mrr")]
+    scaled = any("char_scale" in r for r in selection)
+    head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change", "kept"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in selection:
+        cells = [str(r["step"]), *([f"{r['char_scale']:g}"] if scaled else []), *(f"{r[c]:.1f}" for c in cols),
+                 f"{r['select_worst']:+.1f}", f"{r['select_mean']:+.1f}",
+                 "**kept**" if r["step"] == stats.get("selected_step") else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return ("\n\n## Checkpoints scored on dev data (as exported; changes against the backbone, x100)\n\n"
+            + "\n".join(lines))
+
+
 # --- Prefect wrappers --------------------------------------------------------------------
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
@@ -369,7 +388,7 @@ def training_report_task(out: FileSet) -> dict:
             key="training-curves",
             markdown="# Training curves\n\n" + markdown_image(curves_png(logs["history"], logs["validation"]),
                                                              "loss, learning rate, throughput, held-out aliases")
-            + alias_lines(logs["validation"], stats),
+            + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats),
             description=f"model {out.version}")
     create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
                          description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
