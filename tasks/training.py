@@ -189,7 +189,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                         seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"),
                         type_input=params.get("type_input", "raw"))
     original = backbone_state(model)
-    select = dev_selection(params, cfg, original, retrieval, str(device))
+    select, baseline = dev_selection(params, cfg, original, retrieval, str(device))
     res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
                 on_log=on_log, reference=original, select=select)
     first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
@@ -220,7 +220,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
             del exported
         (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation,
-                                                     "selection": res.selection}))
+                                                     "selection": res.selection,
+                                                     "selection_baseline": baseline}))
         manifest = out.upload(path, code_version=CODE_VERSION, params=params,
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
                               stats=summary)
@@ -230,10 +231,10 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
 
 
 def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
-    """The `select` callable of a run with `select_every` > 0: dev splits of the benchmark and the
-    held-out aliases, compared with the backbone's scores (computed here, once)."""
+    """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark and the
+    held-out aliases, compared with the backbone's scores) and those scores, computed here, once."""
     if not cfg.select_every:
-        return None
+        return None, None
     from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.loading import load_encoder
     from pearl_model.selection import SELECT_DATASETS, dev_scores, dev_selector
@@ -250,7 +251,7 @@ def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
     del backbone
     return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets,
-                        char_scales(params))
+                        char_scales(params)), baseline
 
 
 def training_log(out: FileSet) -> dict:
@@ -299,8 +300,9 @@ def alias_lines(validation: list[dict], stats: dict) -> str:
     return head + "\n".join(f"| {w} | {t:.3f} | {m:.3f} |" for w, t, m in rows)
 
 
-def selection_lines(selection: list[dict], stats: dict) -> str:
-    """The dev checks of a selecting run as a markdown table, the kept checkpoint marked (empty without)."""
+def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = None) -> str:
+    """The dev checks of a selecting run as a markdown table, the kept checkpoint marked, the
+    backbone's scores (``baseline``) as its first row (empty without any check)."""
     if not selection:
         return ""
     cols = [k for k in selection[0] if k.startswith("dev_") and "/" not in k and k not in ("dev_by_scale",
@@ -308,6 +310,10 @@ def selection_lines(selection: list[dict], stats: dict) -> str:
     scaled = any("char_scale" in r for r in selection)
     head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change", "kept"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if baseline:
+        lines.append("| " + " | ".join(["backbone", *([""] if scaled else []),
+                                         *(f"{baseline[c[4:]]:.1f}" if c[4:] in baseline else "" for c in cols),
+                                         "", "", ""]) + " |")
     for r in selection:
         cells = [str(r["step"]), *([f"{r['char_scale']:g}"] if scaled else []), *(f"{r[c]:.1f}" for c in cols),
                  f"{r['select_worst']:+.1f}", f"{r['select_mean']:+.1f}",
@@ -388,7 +394,8 @@ def training_report_task(out: FileSet) -> dict:
             key="training-curves",
             markdown="# Training curves\n\n" + markdown_image(curves_png(logs["history"], logs["validation"]),
                                                              "loss, learning rate, throughput, held-out aliases")
-            + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats),
+            + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats,
+                                                                        logs.get("selection_baseline")),
             description=f"model {out.version}")
     create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
                          description=f"PEARL model trained on training_set {man['inputs']['training_set']}")

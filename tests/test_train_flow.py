@@ -219,6 +219,8 @@ def test_training_curves_show_the_held_out_aliases():
     assert "| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | kept |" in table
     assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 |  |" in table and "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | **kept** |" in table
     assert selection_lines([], {}) == ""
+    with_backbone = selection_lines(sel, {"selected_step": 50}, {"bc5cdr:dev": 58.2, "heldout_alias_top1": 66.6})
+    assert "| backbone |  | 58.2 | 66.6 |  |  |  |\n| 25 |" in with_backbone
     assert curves_png(hist, val)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -248,6 +250,7 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     assert steps == [3, 6, 7]  # every 3 steps and the last (7)
     best = max(log["selection"], key=lambda r: (r["select_worst"], r["select_mean"], -r["step"]))
     assert man["stats"]["selected_step"] == best["step"]
+    assert "heldout_alias_top1" in log["selection_baseline"]  # the backbone's scores, the bar
     assert man["stats"]["select_worst"] == best["select_worst"]
     expected = {"dev_heldout_alias_top1"} | ({"dev_conll2003:dev", "dev_bc5cdr:dev", "dev_ppdb_filtered:validation"}
                                              if with_benchmark else set())
