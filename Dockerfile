@@ -74,6 +74,7 @@ COPY flows/ flows/
 COPY tasks/ tasks/
 COPY storage/ storage/
 COPY pearl_model/ pearl_model/
+COPY pearl_cli/ pearl_cli/
 RUN pip install --no-deps -e . \
     && mkdir data && chown pearl:pearl data \
     && python -c "import flows.build_corpus, flows.train, flows.evaluate, flows.retrain" \

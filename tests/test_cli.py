@@ -1,4 +1,4 @@
-"""pearl_model.cli through typer's runner, on a tiny saved model directory."""
+"""pearl_cli (the `pearl` command) through typer's runner, on a tiny saved model directory."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
-from pearl_model.cli import app  # noqa: E402
+from pearl_cli.main import app  # noqa: E402
 
 WORDS = ["the", "new", "york", "times", "post", "nytimes", "banana"]
 
@@ -136,7 +136,7 @@ def test_encode_defaults_to_the_current_model_and_follows_rollback(model_dir, tm
 
 
 def test_encode_without_a_current_model_says_so_and_uses_the_backbone(tmp_path, monkeypatch):
-    import pearl_model.cli as cli
+    import pearl_cli.main as cli
 
     seen = []
     monkeypatch.setattr(cli, "DEFAULT_BACKBONE", "the-default")
@@ -212,7 +212,7 @@ def test_npy_is_not_written_to_a_terminal(model_dir):
 
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pearl_model.cli", "encode", "banana", "--format", "npy",
+        proc = subprocess.run([sys.executable, "-m", "pearl_cli", "encode", "banana", "--format", "npy",
                                "--backbone", str(model_dir)], stdout=follower, stderr=subprocess.PIPE, timeout=120)
     finally:
         os.close(follower)
@@ -223,7 +223,7 @@ def test_npy_is_not_written_to_a_terminal(model_dir):
 @pytest.fixture
 def no_model(monkeypatch):
     """Records whether the CLI got as far as loading a model (it must not, on a bad --out)."""
-    import pearl_model.cli as cli
+    import pearl_cli.main as cli
 
     loaded = []
     monkeypatch.setattr(cli, "_encoder", lambda spec: loaded.append(spec))
@@ -242,7 +242,7 @@ def test_unwritable_out_fails_before_the_model_is_loaded(make_out, message, tmp_
 
 
 def test_out_without_permission_fails_before_the_model_is_loaded(tmp_path, no_model, monkeypatch):
-    import pearl_model.cli as cli
+    import pearl_cli.main as cli
 
     monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # tests run as root: os.access is always True
     r = CliRunner().invoke(app, ["encode", "banana", "--out", str(tmp_path / "v.npy"), "--backbone", "x"])

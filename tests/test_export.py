@@ -285,7 +285,7 @@ def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
 
     from typer.testing import CliRunner
 
-    from pearl_model.cli import app
+    from pearl_cli.main import app
 
     out = tmp_path / "v.npy"
     r = CliRunner().invoke(app, ["encode", *PHRASES[:3], "--out", str(out), "--backbone", str(exported)])

@@ -43,7 +43,7 @@ def test_a_pearl_export_distils_its_backbone_half(model, tmp_path):
 def test_cli_distils_and_encodes_with_the_static_model(model_dir, tmp_path):
     from typer.testing import CliRunner
 
-    from pearl_model.cli import app
+    from pearl_cli.main import app
 
     out = tmp_path / "static"
     r = CliRunner().invoke(app, ["distill", str(model_dir), "--out", str(out), "--pca-dims", "8"])

@@ -10,6 +10,9 @@
 The default model is `current`: the model the retrain flow last promoted in the registry
 under --storage-root ($PEARL_STORAGE_ROOT, default ./data). Before any promotion it is the
 E5 backbone (a note on stderr says so).
+
+The CLI sits above the library and the storage floor: it reads the registry (`storage`) to
+resolve `current`, and encodes with `pearl_model`, which itself never imports `storage`.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ from typing import BinaryIO, List, Optional, TextIO
 
 import typer
 
-from .backbones import DEFAULT_BACKBONE, BackboneError
-from .onnx_backend import BACKENDS
+from pearl_model.backbones import DEFAULT_BACKBONE, BackboneError
+from pearl_model.onnx_backend import BACKENDS
 
 app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.")
 models_app = typer.Typer(add_completion=False, help="The model registry: list, show, promote, roll back.")
@@ -68,8 +71,8 @@ def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
 
 
 def _encoder(backbone: str, backend: str = "auto"):
-    from .export import PearlExportError
-    from .loading import load_encoder
+    from pearl_model.export import PearlExportError
+    from pearl_model.loading import load_encoder
 
     try:
         return load_encoder(backbone, backend=getattr(backend, "value", backend))
@@ -239,7 +242,7 @@ def distill(
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
     """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
-    from .static import distill_static
+    from pearl_model.static import distill_static
 
     spec, label = _resolve(model, storage_root)
     try:

@@ -1,0 +1,1 @@
+"""The `pearl` command line: phrase embeddings from the shell and the model registry."""
