@@ -16,6 +16,7 @@ from pearl_model.char_encoder import CharEncoder, CharVocab  # noqa: E402
 from pearl_model.encoder import PhraseEncoder  # noqa: E402
 from pearl_model.model import PearlModel  # noqa: E402
 from pearl_model import training as T  # noqa: E402
+from pearl_model.checkpoints import SELECTED_WEIGHTS  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -343,7 +344,7 @@ def test_selection_keeps_the_weights_of_the_best_scored_step(parts, tmp_path):
     assert any(not torch.equal(state[k].cpu(), seen[3][k].cpu()) for k in state)  # not the last step's
     # the last checkpoint is still the resume point; the chosen weights are stored beside it
     assert json.loads((tmp_path / "latest.json").read_text())["step"] == 6
-    assert (tmp_path / T.SELECTED_WEIGHTS).is_file()
+    assert (tmp_path / SELECTED_WEIGHTS).is_file()
 
     # a finished run called again trains nothing and ends on the same chosen weights
     again = make_model(parts, seed=5)

@@ -1,0 +1,142 @@
+"""Training checkpoints and the dev selection's kept weights: safetensors + JSON, never pickle.
+
+A checkpoint holds the model's weights, Adam's state (tensors flattened into safetensors, the
+rest in JSON), the RNG states and the run's history, written to a temporary directory and
+renamed, so an interrupted run resumes from the last whole one. The selection's best weights
+(``selected.safetensors``) and its records (``selection.json``) sit beside them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from pearl_model.training import TrainConfig
+
+CHECKPOINT_FORMAT = "pearl-checkpoint/1"
+
+
+def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    sd = opt.state_dict()
+    tensors = {f"state.{idx}.{name}": t.detach().cpu().contiguous().reshape(t.shape)
+               for idx, st in sd["state"].items() for name, t in st.items() if torch.is_tensor(t)}
+    scalars = {f"{idx}.{name}": v for idx, st in sd["state"].items() for name, v in st.items() if not torch.is_tensor(v)}
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for key, t in tensors.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = t
+    for key, v in meta["scalars"].items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
+                    history: list[dict], cfg: TrainConfig, keep: int = 2, validation: list[dict] = ()) -> Path:
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step-{step:07d}"
+    tmp = directory / f".tmp-{uuid.uuid4().hex}"
+    tmp.mkdir()
+    # Tied or shared tensors would make safetensors refuse: save clones of the state dict.
+    save_file({k: v.detach().cpu().clone().contiguous() for k, v in model.state_dict().items()},
+              str(tmp / "model.safetensors"))
+    opt_tensors, opt_meta = _flatten_optimizer(opt)
+    save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    save_file(rng, str(tmp / "rng.safetensors"))
+    (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step, "config": asdict(cfg),
+                                                "optimizer": opt_meta, "history": history,
+                                                "validation": list(validation)}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_json_atomic(directory / "latest.json", {"step": step, "path": final.name})
+    for old in sorted(p for p in directory.glob("step-*") if p.is_dir())[:-max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(directory: str | Path | None) -> Path | None:
+    if directory is None:
+        return None
+    pointer = Path(directory) / "latest.json"
+    if not pointer.is_file():
+        return None
+    path = Path(directory) / json.loads(pointer.read_text())["path"]
+    return path if (path / "state.json").is_file() else None
+
+
+def load_checkpoint(path: str | Path, model: torch.nn.Module,
+                    opt: torch.optim.Optimizer) -> tuple[int, list[dict], list[dict]]:
+    """Restore model, optimiser and RNG states; returns (step, history, validation records so far)."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    state = json.loads((path / "state.json").read_text())
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint")
+    device = next(model.parameters()).device
+    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
+    opt.load_state_dict(_unflatten_optimizer(load_file(str(path / "optimizer.safetensors")), state["optimizer"]))
+    rng = load_file(str(path / "rng.safetensors"))
+    torch.set_rng_state(rng["torch"])
+    cuda_states = [rng[k] for k in sorted(k for k in rng if k.startswith("cuda."))]
+    if cuda_states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda_states[:torch.cuda.device_count()])
+    return int(state["step"]), list(state["history"]), list(state.get("validation", []))
+
+
+SELECTED_WEIGHTS, SELECTION_LOG = "selected.safetensors", "selection.json"
+
+
+def save_selection(directory: str | Path | None, state: dict | None, step: int | None,
+                   records: list[dict] | None = None) -> None:
+    """Persist the selection's best weights (``state``) or its records, atomically."""
+    if directory is None:
+        return
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if state is not None:
+        tmp = directory / f".{SELECTED_WEIGHTS}.{uuid.uuid4().hex}"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"step": str(step)})
+        os.replace(tmp, directory / SELECTED_WEIGHTS)
+    if records is not None:
+        _write_json_atomic(directory / SELECTION_LOG, {"records": records})
+
+
+def load_selection(directory: str | Path | None) -> list[dict]:
+    """The selection records of an interrupted run (none without its chosen weights)."""
+    if directory is None or not (Path(directory) / SELECTED_WEIGHTS).is_file():
+        return []
+    path = Path(directory) / SELECTION_LOG
+    return json.loads(path.read_text())["records"] if path.is_file() else []
+
+
+def load_selected_state(directory: str | Path | None) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(directory) / SELECTED_WEIGHTS))
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
