@@ -102,7 +102,7 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
     with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`).
 
     With several ``char_scales`` each checkpoint is scored at each (encoded once) and the record
-    is that of its best scale, named in ``char_scale``; ``dev_by_scale`` keeps them all. Why: the
+    is that of its best scale, named in ``char_scale``; ``scores_by_scale`` keeps them all. Why: the
     character part's spread can move KMeans' boundary (BC5CDR's abbreviations against words), by
     an amount that differs from one checkpoint to the next (README "Training")."""
     from .export import PearlEncoder
@@ -124,6 +124,6 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
         worst, mean = ranked[best]
         return {**{f"dev_{k}": v for k, v in by_scale[best].items()}, "select_worst": worst, "select_mean": mean,
                 "char_scale": best,
-                **({"dev_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
+                **({"scores_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
 
     return select

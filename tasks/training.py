@@ -192,6 +192,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     select, baseline = dev_selection(params, cfg, original, retrieval, str(device))
     res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
                 on_log=on_log, reference=original, select=select)
+    kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
     first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
     summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
@@ -199,9 +200,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                "device": str(device), "resumed_from_step": res.resumed_from,
                "positives_drawn": res.positive_kinds, **read_counts,
                **({"selected_step": res.selected_step,
-                   **{k: v for r in res.selection if r["step"] == res.selected_step
-                      for k, v in r.items() if k.startswith(("select_", "dev_")) and k != "dev_by_scale"}}
-                  if res.selection else {}),
+                   **{k: v for k, v in kept.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
                **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
                **(res.validation[-1] if res.validation else {}),
                **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
@@ -209,9 +208,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                   if retrieval else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],
             "params": params, "summary": summary}
-    kept = [r for r in res.selection if r["step"] == res.selected_step]
-    scale = kept[0].get("char_scale", char_scales(params)[0]) if kept else char_scales(params)[0]
-    summary["char_scale"] = scale
+    scale = summary["char_scale"] = kept.get("char_scale", char_scales(params)[0])
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
                             average_weight=params["average_weight"], metadata=meta, char_scale=scale)
@@ -305,8 +302,9 @@ def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = 
     backbone's scores (``baseline``) as its first row (empty without any check)."""
     if not selection:
         return ""
-    cols = [k for k in selection[0] if k.startswith("dev_") and "/" not in k and k not in ("dev_by_scale",
-                                                                                            "dev_heldout_alias_mrr")]
+    from pearl_model.selection import criteria
+
+    cols = [f"dev_{k}" for k in criteria({k[4:]: v for k, v in selection[0].items() if k.startswith("dev_")})]
     scaled = any("char_scale" in r for r in selection)
     head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change", "kept"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

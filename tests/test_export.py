@@ -196,7 +196,7 @@ def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rec = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(1.0, 0.25, 0.5))(model)
     assert rec["char_scale"] == 0.25 and rec["select_worst"] > -1e-3
-    assert rec["dev_x:dev"] == rec["dev_by_scale"]["0.25"]["x:dev"] and set(rec["dev_by_scale"]) == {"1.0", "0.25",
+    assert rec["dev_x:dev"] == rec["scores_by_scale"]["0.25"]["x:dev"] and set(rec["scores_by_scale"]) == {"1.0", "0.25",
                                                                                                      "0.5"}
     np.testing.assert_allclose(seen[0.25], want, atol=1e-5, rtol=0)
     d = model.backbone_dim
@@ -205,7 +205,7 @@ def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best
     assert len(calls) == 1  # encoded once, scaled three times
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     one = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(0.25,))(model)
-    assert "dev_by_scale" not in one and one["char_scale"] == 0.25
+    assert "scores_by_scale" not in one and one["char_scale"] == 0.25
     with pytest.raises(ValueError, match="char_scales must be"):
         S.dev_selector("bench", original.state_dict(), 0.5, {}, char_scales=(0.5, 0.0))
 

@@ -214,7 +214,7 @@ def test_training_curves_show_the_held_out_aliases():
     assert alias_lines([{"step": 0, "val_loss": 1.0}], {}) == ""
     sel = [{"step": s, "dev_bc5cdr:dev": v, "dev_bc5cdr:dev/l2": 1.0, "dev_heldout_alias_top1": 66.0,
             "dev_heldout_alias_mrr": 70.0, "select_worst": w, "select_mean": 1.0, "char_scale": c,
-            "dev_by_scale": {}} for s, v, w, c in ((25, 45.0, -13.0, 0.5), (50, 66.0, 0.5, 0.25))]
+            "scores_by_scale": {}} for s, v, w, c in ((25, 45.0, -13.0, 0.5), (50, 66.0, 0.5, 0.25))]
     table = selection_lines(sel, {"selected_step": 50})
     assert "| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | kept |" in table
     assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 |  |" in table and "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | **kept** |" in table
@@ -257,10 +257,10 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     assert expected <= {k for k in best if k.startswith("dev_")}
     if not with_benchmark:  # on the held-out aliases alone
         assert not any(k.startswith(("dev_conll", "dev_bc5", "dev_ppdb")) for k in best)
-        assert all(set(r["dev_by_scale"]) == {"0.5", "2.0"} for r in log["selection"])
-        assert best["dev_heldout_alias_top1"] == best["dev_by_scale"][str(best["char_scale"])]["heldout_alias_top1"]
+        assert all(set(r["scores_by_scale"]) == {"0.5", "2.0"} for r in log["selection"])
+        assert best["dev_heldout_alias_top1"] == best["scores_by_scale"][str(best["char_scale"])]["heldout_alias_top1"]
         exported = FileSet(root, "models", out.version)
         with exported.fs.open(f"{exported.path}/pearl_model.json") as fh:
             assert json.load(fh)["char_scale"] == best["char_scale"] == man["stats"]["char_scale"]
     else:
-        assert "dev_by_scale" not in best and man["stats"]["char_scale"] == 1.0
+        assert "scores_by_scale" not in best and man["stats"]["char_scale"] == 1.0
