@@ -76,6 +76,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "batch_x2": ({"batch_size": "x2"}, {}),
     "freeze_emb": ({"freeze_embeddings": True}, {}),
     "freeze_emb_6": ({"freeze_embeddings": True, "freeze_layers": 6}, {}),
+    # a training-only head for the WordNet supersense of OTHER noun phrases (pearl_model.phrases.senses)
+    "sense_1": ({"sense_loss_weight": 1.0}, {}),
+    "sense_0.3": ({"sense_loss_weight": 0.3}, {}),
 }
 
 
@@ -202,7 +205,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
-    train_ex, _, _ = load_examples(ts)
+    train_ex, _, _ = load_examples(ts, senses=any(resolve(n)[0].get("sense_loss_weight", 0) > 0 for n, _ in todo))
     retrieval = _heldout_retrieval(ts)
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None

@@ -50,6 +50,7 @@ def train(
     distill_weight: Annotated[float, Field(ge=0)] = 10.0,
     distill_target: Literal["layout", "vectors"] = "vectors",
     distill_labels: Literal["all", "other"] = "all",
+    sense_loss_weight: Annotated[float, Field(ge=0)] = 0.0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
     char_scale: Union[Annotated[float, Field(gt=0)], Annotated[list[Annotated[float, Field(gt=0)]],
@@ -94,6 +95,9 @@ def train(
             anchor's own direction (vectors: 1 - cosine to the original backbone's vector of it).
         distill_labels: the anchors it applies to: all, or only the *-OTHER ones (entity-typed anchors
             are left to the type head).
+        sense_loss_weight: weight of a training-only head that predicts the WordNet supersense
+            (noun.substance, noun.state, ...) of each OTHER noun phrase's head word (>= 0; 0: off);
+            the 95 types give those phrases one label. See README "Training".
         max_steps: stop after this many steps (tiny runs).
         average_weight: the fine-tuned backbone's share in the averaged weights, in [0, 1] (paper: 0.5).
         char_scale: the character part of the exported vector multiplied by this (> 0; 1: as trained).
@@ -131,7 +135,8 @@ def train(
               "type_input": type_input, "freeze_embeddings": freeze_embeddings,
               "freeze_layers": freeze_layers, "distill_weight": distill_weight, "select_every": select_every,
               **({"distill_target": distill_target, "distill_labels": distill_labels} if distill_weight > 0 else {}),
-              **({"positive_kinds": positive_kinds} if positive_kinds is not None else {})}
+              **({"positive_kinds": positive_kinds} if positive_kinds is not None else {}),
+              **({"sense_loss_weight": sense_loss_weight} if sense_loss_weight > 0 else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version (nor the
     # benchmark's path, which differs between machines holding the same files).

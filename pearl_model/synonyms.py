@@ -201,6 +201,16 @@ class WordNetSynonyms:
         word itself as a lemma, so inflected forms ("cars", "ran") get none."""
         return self._collect(word, pos, own_only=True)
 
+    def noun_lexname(self, word: str) -> str | None:
+        """The lexicographer file of ``word``'s most frequent noun sense (``noun.substance``,
+        ``noun.state``, ...), through morphy ("diseases" -> disease); None if it is no noun."""
+        key = "_".join(word.split()).lower()
+        if not key:
+            return None
+        with self._lock:
+            synsets = self._reader.synsets(key, "n")
+            return synsets[0].lexname() if synsets else None
+
 
 class SynonymSource(Protocol):
     def synonyms(self, word: str, pos: str | None = None) -> list[str]: ...

@@ -88,6 +88,7 @@ class TrainConfig:
     distill_target: str = "layout"   # layout (anchors' similarities to each other) | vectors (each anchor's own)
     distill_labels: str = "all"      # all | other (only *-OTHER anchors: entity types stay free for the type head)
     select_every: int = 0            # steps between scoring the checkpoint on dev (train(select=...)); 0: keep the last
+    sense_loss_weight: float = 0.0   # a training-only head: the WordNet supersense of OTHER phrases (Example.sense_id)
 
     def check(self) -> None:
         """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
@@ -105,7 +106,8 @@ class TrainConfig:
                  ("distill_temperature", self.distill_temperature > 0, "> 0"),
                  ("distill_target", self.distill_target in ("layout", "vectors"), "'layout' or 'vectors'"),
                  ("distill_labels", self.distill_labels in ("all", "other"), "'all' or 'other'"),
-                 ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)")]
+                 ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)"),
+                 ("sense_loss_weight", self.sense_loss_weight >= 0, ">= 0 (0 switches the sense head off)")]
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
@@ -125,13 +127,16 @@ class Example:
     label_id: int
     cached: dict[str, tuple[str, ...]] = field(default_factory=dict)  # kind -> positives
     negatives: tuple[str, ...] = ()
+    sense_id: int = -1  # pearl_model.phrases.senses: the head noun's supersense (-1: none)
 
 
-def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None) -> list[Example]:
+def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None,
+                       sense_of: Callable[[str, int], int] | None = None) -> list[Example]:
     """Training-set rows (phrase, label_id, positives [{kind, text}], negatives) -> Examples.
 
     Blank positives, positives equal to their phrase and blank negatives are dropped;
-    ``counts`` (if given) receives how many of each were read and dropped.
+    ``counts`` (if given) receives how many of each were read and dropped. ``sense_of``
+    (phrase, label id -> sense id or -1) labels the examples for the sense head.
     """
     counts = Counter() if counts is None else counts
     for key in ("positives_read", "positives_dropped_blank_or_same", "negatives_read", "negatives_dropped_blank"):
@@ -149,7 +154,9 @@ def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None) -> l
         negs = tuple(n for n in raw_negs if n and n.strip())
         counts["negatives_read"] += len(raw_negs)
         counts["negatives_dropped_blank"] += len(raw_negs) - len(negs)
-        out.append(Example(r["phrase"], int(r["label_id"]), {k: tuple(v) for k, v in cached.items()}, negs))
+        sense = sense_of(r["phrase"], int(r["label_id"])) if sense_of is not None else -1
+        counts["sense_labelled"] += sense >= 0
+        out.append(Example(r["phrase"], int(r["label_id"]), {k: tuple(v) for k, v in cached.items()}, negs, sense))
     return out
 
 
@@ -237,6 +244,7 @@ class StepBatches(torch.utils.data.Dataset):
             negatives += negs if len(negs) <= self.k else rng.sample(negs, self.k)
         batch = self.batcher(anchors + positives + negatives)
         batch["labels"] = torch.tensor([e.label_id for e in exs], dtype=torch.long)
+        batch["senses"] = torch.tensor([e.sense_id for e in exs], dtype=torch.long)
         batch["kinds"] = kinds
         return batch
 
@@ -272,6 +280,27 @@ def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tenso
                  "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
                  "retrieval_acc": (logits.argmax(-1) == target).float().mean()}
     return nce + type_loss_weight * ce, parts
+
+
+def sense_loss(head: torch.nn.Module, anchors: torch.Tensor, senses: torch.Tensor
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Cross entropy of the sense head over the anchors that have a sense (-1: none; no term without one)."""
+    known = senses >= 0
+    if not bool(known.any()):
+        return anchors.sum() * 0.0, {}
+    logits = head(anchors[known].float())
+    ce = F.cross_entropy(logits, senses[known])
+    return ce, {"sense_ce": ce.detach(), "sense_acc": (logits.argmax(-1) == senses[known]).float().mean()}
+
+
+def attach_sense_head(model, cfg: "TrainConfig", device: torch.device) -> None:
+    """A training-only linear head over the model's vector (as the type head reads it) for the
+    WordNet supersenses; seeded apart from the global RNG (dropout's), removed when training ends."""
+    from pearl_model.phrases.senses import NOUN_SENSES
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model.sense_head = torch.nn.Linear(model.dim, len(NOUN_SENSES)).to(device)
 
 
 def _other_ids(device) -> torch.Tensor:
@@ -456,6 +485,9 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     check_positive_kinds(cfg.positive_kinds, examples)
     if cfg.distill_weight > 0 and reference is None:
         raise ValueError("distill_weight > 0 needs the backbone's original weights: train(..., reference=...)")
+    if cfg.sense_loss_weight > 0 and not any(e.sense_id >= 0 for e in examples):
+        raise ValueError("sense_loss_weight > 0 but no training phrase has a noun sense "
+                         "(label the examples: examples_from_rows(..., sense_of=...))")
     device = resolve_device(cfg.device)
     batcher = model.batcher
     if cfg.max_length is not None:
@@ -465,6 +497,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     model.to(device).train()
     teacher = frozen_teacher(model, reference).to(device) if cfg.distill_weight > 0 else None
     freeze(model.backbone, cfg.freeze_embeddings, cfg.freeze_layers)
+    if cfg.sense_loss_weight > 0:
+        attach_sense_head(model, cfg, device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
     lengths = [len(e.phrase) for e in examples]
     plans = [plan_epoch(lengths, cfg.batch_size, cfg.seed, e, cfg.bucket_window) for e in range(cfg.epochs)]
@@ -546,6 +580,12 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 d = distill_term(emb[:b, :model.backbone_dim], t, labels, cfg)
                 loss = loss + cfg.distill_weight * d
                 parts["distill"] = d.detach()
+            if cfg.sense_loss_weight > 0:
+                b = labels.shape[0]
+                head_in = F.normalize(emb[:b], dim=-1) if model.type_input == "unit" else emb[:b]
+                ce, sense_parts = sense_loss(model.sense_head, head_in, batch["senses"].to(device))
+                loss = loss + cfg.sense_loss_weight * ce
+                parts |= sense_parts
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step} (epoch {epoch}); the run stopped "
                                     f"before updating the weights. Last good checkpoint: {last_good or 'none'}")
@@ -559,7 +599,9 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             window_anchors += n
             window_loss.append(parts | {"loss": loss.detach()})
             if step % cfg.log_every == 0 or step == total:
-                means = {k: float(torch.stack([w[k] for w in window_loss]).mean()) for k in window_loss[0]}
+                # a batch without a sensed anchor has no sense terms: each key over the steps that have it
+                keys = dict.fromkeys(k for w in window_loss for k in w)
+                means = {k: float(torch.stack([w[k] for w in window_loss if k in w]).mean()) for k in keys}
                 now = time.perf_counter()
                 rec = {"step": step, "epoch": epoch, "lr": lr_at(step - 1, cfg), **means,
                        "anchors_per_s": window_anchors / max(now - window_t, 1e-9), "elapsed_s": now - t_start,
@@ -593,6 +635,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             model.load_state_dict({k: v.to(device) for k, v in best_state.items()})
         log.info("kept the weights of step %d of %d (dev worst change %+.2f)", selected, step,
                  max(selection, key=_rank)["select_worst"])
+    if cfg.sense_loss_weight > 0:
+        del model.sense_head  # a training aid: exports and state dicts stay as without it
     seconds = time.perf_counter() - t_start
     train_seconds = seconds - val_seconds
     model.eval()

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
                 "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
                 "positive_kinds", "type_loss_on", "type_loss_labels", "freeze_embeddings", "freeze_layers", "distill_weight",
-                "distill_target", "distill_labels", "select_every")
+                "distill_target", "distill_labels", "select_every", "sense_loss_weight")
 
 
 def train_config(params: dict):
@@ -96,17 +96,25 @@ def word_vectors_of(training_set: Dataset) -> Dataset:
     return Dataset(training_set.root, "word_vectors", aug.manifest()["inputs"]["word_vectors"], WORD_VECTORS)
 
 
-def load_examples(training_set: Dataset):
-    """(train examples, validation examples, counts of what was read and dropped)."""
+def load_examples(training_set: Dataset, senses: bool = False):
+    """(train examples, validation examples, counts of what was read and dropped); ``senses``:
+    each OTHER noun phrase labelled with its head's WordNet supersense (for the sense head)."""
     from collections import Counter
 
     from pearl_model.training import examples_from_rows
 
+    sense_of = None
+    if senses:
+        from pearl_model.phrases.senses import phrase_sense
+        from pearl_model.synonyms import WordNetSynonyms
+
+        lexicon = WordNetSynonyms()  # a missing WordNet is a clear error here, before any weight is loaded
+        sense_of = lambda phrase, label: phrase_sense(phrase, label, lexicon)  # noqa: E731
     table = training_set.read(columns=["phrase", "label_id", "positives", "negatives", "split"])
     rows = table.to_pylist()
     counts: Counter = Counter()
-    train = examples_from_rows((r for r in rows if r["split"] == "train"), counts)
-    val = examples_from_rows((r for r in rows if r["split"] == "validation"), counts)  # "heldout": neither
+    train = examples_from_rows((r for r in rows if r["split"] == "train"), counts, sense_of)
+    val = examples_from_rows((r for r in rows if r["split"] == "validation"), counts, sense_of)  # "heldout": neither
     return train, val, dict(counts)
 
 
@@ -175,7 +183,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
     cfg = train_config(params)
-    train_ex, val_ex, read_counts = load_examples(training_set)
+    train_ex, val_ex, read_counts = load_examples(training_set, senses=cfg.sense_loss_weight > 0)
     if len(train_ex) < 2:
         raise ValueError(f"training_set {training_set.version} has {len(train_ex)} training phrases: too few to train")
     heldout = heldout_of(training_set)

@@ -397,3 +397,69 @@ def test_type_loss_on_entities_only_leaves_the_other_labels_out():
     assert logits.grad is not None and float(logits.grad.abs().sum()) == 0.0
     with pytest.raises(ValueError, match="type_loss_labels"):
         cfg(type_loss_labels="some").check()
+
+
+def sensed(exs: list[T.Example]) -> list[T.Example]:
+    """The toy examples with a sense on every other one (ids as in pearl_model.phrases.senses)."""
+    from dataclasses import replace
+
+    return [replace(e, sense_id=i % 4 if i % 2 == 0 else -1) for i, e in enumerate(exs)]
+
+
+def test_sense_loss_counts_only_the_anchors_with_a_sense():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(6, 26)
+    anchors = torch.randn(4, 6, requires_grad=True)
+    senses = torch.tensor([3, -1, 24, -1])
+    ce, parts = T.sense_loss(head, anchors, senses)
+    expected = torch.nn.functional.cross_entropy(head(anchors[[0, 2]]), senses[[0, 2]])
+    assert float(ce.detach()) == pytest.approx(float(expected.detach()), abs=1e-6) and set(parts) == {"sense_ce", "sense_acc"}
+    ce.backward()
+    assert float(anchors.grad[[1, 3]].abs().sum()) == 0.0 and float(anchors.grad[[0, 2]].abs().sum()) > 0
+    none, parts = T.sense_loss(head, anchors, torch.full((4,), -1))  # no sensed anchor: no term, no NaN
+    assert float(none) == 0.0 and parts == {}
+
+
+def test_the_sense_head_trains_moves_the_vectors_and_is_gone_after_training(parts):
+    exs = sensed(toy_examples())
+    plain, with_sense = make_model(parts), make_model(parts)
+    T.train(plain, exs, cfg(max_steps=6))
+    res = T.train(with_sense, exs, cfg(max_steps=6, sense_loss_weight=1.0))
+    assert not hasattr(with_sense, "sense_head")  # a training aid only
+    assert set(with_sense.state_dict()) == set(plain.state_dict())
+    assert all("sense_ce" in r and 0 <= r["sense_acc"] <= 1 for r in res.history)
+    # the term reaches the encoder: the same seed and data train other backbone weights
+    a, b = plain.state_dict(), with_sense.state_dict()
+    assert any(not torch.allclose(a[k], b[k]) for k in a if k.startswith("backbone."))
+
+
+def test_the_sense_head_resumes_exactly(parts, tmp_path):
+    exs = sensed(toy_examples())
+    straight = make_model(parts)
+    full = T.train(straight, exs, cfg(max_steps=6, checkpoint_every=2, sense_loss_weight=1.0),
+                   checkpoint_dir=tmp_path / "a")
+    T.train(make_model(parts), exs, cfg(max_steps=4, checkpoint_every=2, sense_loss_weight=1.0),
+            checkpoint_dir=tmp_path / "b")
+    resumed = make_model(parts, seed=99)
+    res = T.train(resumed, exs, cfg(max_steps=6, checkpoint_every=2, sense_loss_weight=1.0),
+                  checkpoint_dir=tmp_path / "b")
+    assert res.resumed_from == 4
+    assert res.history[-1]["sense_ce"] == pytest.approx(full.history[-1]["sense_ce"], abs=1e-6)
+    a, b = straight.state_dict(), resumed.state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_a_sense_weight_without_sensed_phrases_or_below_zero_is_refused(parts):
+    with pytest.raises(ValueError, match="sense_loss_weight"):
+        T.train(make_model(parts), toy_examples(), cfg(max_steps=2, sense_loss_weight=1.0))
+    with pytest.raises(ValueError, match="sense_loss_weight"):
+        cfg(sense_loss_weight=-0.5).check()
+
+
+def test_examples_from_rows_labels_senses_and_counts_them():
+    rows = [{"phrase": "pneumonia", "label_id": 0, "positives": [], "negatives": []},
+            {"phrase": "Paris", "label_id": 1, "positives": [], "negatives": []}]
+    counts = Counter()
+    exs = T.examples_from_rows(rows, counts, sense_of=lambda p, lab: 23 if p == "pneumonia" else -1)
+    assert [e.sense_id for e in exs] == [23, -1] and counts["sense_labelled"] == 1
+    assert [e.sense_id for e in T.examples_from_rows(rows)] == [-1, -1]
