@@ -83,7 +83,8 @@ def _encoder(backbone: str, backend: str = "auto"):
 
 Backend = Enum("Backend", {b.replace("-", "_"): b for b in BACKENDS}, type=str)
 BACKEND = typer.Option("auto", "--backend", help="the inference engine: auto (onnx on CPU, torch on GPU), "
-                                                  "torch, onnx, or onnx-int8 (faster, mean cosine ~0.99 to fp32)")
+                                                  "torch, onnx, openvino (both fp32), or onnx-int8 / "
+                                                  "openvino-bf16 (faster, close to fp32: README)")
 
 
 class Format(str, Enum):

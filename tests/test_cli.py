@@ -54,7 +54,7 @@ def test_encode_writes_npy_in_input_order(model_dir, tmp_path):
 
 def test_backend_flag_picks_the_engine(model_dir, tmp_path):
     runs = {}
-    for backend in ("torch", "onnx", "onnx-int8"):
+    for backend in ("torch", "onnx", "onnx-int8", "openvino"):
         out = tmp_path / f"{backend}.npy"
         r = CliRunner().invoke(app, ["encode", "new york", "banana", "the times", "--out", str(out),
                                      "--backbone", str(model_dir), "--backend", backend])
@@ -62,6 +62,7 @@ def test_backend_flag_picks_the_engine(model_dir, tmp_path):
         runs[backend] = np.load(out)
     assert (model_dir / "onnx" / "model_int8.onnx").is_file()  # each engine really ran
     np.testing.assert_allclose(runs["onnx"], runs["torch"], atol=1e-5)
+    np.testing.assert_allclose(runs["openvino"], runs["torch"], atol=1e-4)
     assert not np.array_equal(runs["onnx-int8"], runs["onnx"])
     bad = CliRunner().invoke(app, ["encode", "x", "--backbone", str(model_dir), "--backend", "tensorrt"])
     assert bad.exit_code == 2 and "tensorrt" in bad.output

@@ -85,3 +85,29 @@ def test_onnx_session_takes_torchs_thread_count_not_every_core(tiny):
         assert tiny._runners["onnx"].session.get_session_options().intra_op_num_threads == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_openvino_gives_torchs_vectors_from_the_same_cached_graph(model, tmp_path):
+    pytest.importorskip("openvino")
+    path = export_pearl(model, tmp_path / "m")
+    loaded = load_pearl(path, device="cpu")
+    ref = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="torch")
+    f32 = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="openvino")
+    np.testing.assert_allclose(f32, ref, atol=1e-4, rtol=1e-4)  # f32 precision asked for: exact
+    assert sorted(p.name for p in (path / "onnx").glob("*.onnx")) == ["model.onnx"]  # no graph of its own
+    bf16 = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="openvino-bf16")
+    assert cosines(bf16, ref).min() > 0.9
+    graph = path / "onnx" / "model.onnx"
+    graph.write_bytes(b"not a graph")
+    json.loads((path / "onnx" / "graph.json").read_text())  # still current: the corrupt file is used
+    with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph for OpenVINO"):
+        load_pearl(path, device="cpu").encode(PHRASES, backend="openvino")
+
+
+def test_a_backend_whose_engine_is_missing_names_the_package(monkeypatch):
+    import pearl_model.onnx_backend as ob
+
+    monkeypatch.setattr(ob, "engine_available", lambda engine: engine != "openvino")
+    with pytest.raises(ImportError, match=r"pip install openvino=="):
+        resolve_backend("openvino", "cpu")
+    assert resolve_backend("onnx", "cpu") == "onnx"
