@@ -71,6 +71,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "pin_other_3": ({"distill_weight": 3.0, "distill_target": "vectors", "distill_labels": "other"}, {}),
     "pin_other_10": ({"distill_weight": 10.0, "distill_target": "vectors", "distill_labels": "other"}, {}),
     "pin_all_10": ({"distill_weight": 10.0, "distill_target": "vectors"}, {}),
+    # with pin_all_10: each anchor's norm kept too (the squared log ratio, this weight)
+    "norm_10": ({"distill_norm_weight": 10.0}, {}),
+    "norm_100": ({"distill_norm_weight": 100.0}, {}),
     "distill_other_1": ({"distill_weight": 1.0, "distill_labels": "other"}, {}),
     "no_case_kind": ({"positive_kinds": ("char", "swap_tokens", "wordnet")}, {}),  # the recipe before the case kind
     "batch_x2": ({"batch_size": "x2"}, {}),
@@ -79,6 +82,7 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     # a training-only head for the WordNet supersense of OTHER noun phrases (pearl_model.phrases.senses)
     "sense_1": ({"sense_loss_weight": 1.0}, {}),
     "sense_0.3": ({"sense_loss_weight": 0.3}, {}),
+    "sense_3": ({"sense_loss_weight": 3.0}, {}),
 }
 
 
@@ -220,7 +224,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         raise typer.BadParameter(f"--score-at points must be below --anchors ({anchors}): {score_at}")
     setup["score_at"] = [a for a in curve if a is not None]
     _, done, add = _results(out, setup)
-    _score_backbone(done, add, benchmark_dir, retrieval, pseeds)
+    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets)  # --dev: the backbone too
     char_dir = char.local_copy()
     for name, seed in todo:
         overrides, model_kw = resolve(name)

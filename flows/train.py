@@ -50,6 +50,7 @@ def train(
     distill_weight: Annotated[float, Field(ge=0)] = 10.0,
     distill_target: Literal["layout", "vectors"] = "vectors",
     distill_labels: Literal["all", "other"] = "all",
+    distill_norm_weight: Annotated[float, Field(ge=0)] = 0.0,
     sense_loss_weight: Annotated[float, Field(ge=0)] = 0.0,
     max_steps: Optional[int] = None,
     average_weight: Annotated[float, Field(ge=0, le=1)] = 0.5,
@@ -95,6 +96,9 @@ def train(
             anchor's own direction (vectors: 1 - cosine to the original backbone's vector of it).
         distill_labels: the anchors it applies to: all, or only the *-OTHER ones (entity-typed anchors
             are left to the type head).
+        distill_norm_weight: with `vectors`, also keep each anchor's norm (the squared log ratio to the
+            original backbone's, this weight; 0: directions only): InfoNCE reads cosines, KMeans raw
+            vectors, and small norm changes decided BC5CDR's split (README "Training").
         sense_loss_weight: weight of a training-only head that predicts the WordNet supersense
             (noun.substance, noun.state, ...) of each OTHER noun phrase's head word (>= 0; 0: off);
             the 95 types give those phrases one label. See README "Training".
@@ -136,7 +140,8 @@ def train(
               "freeze_layers": freeze_layers, "distill_weight": distill_weight, "select_every": select_every,
               **({"distill_target": distill_target, "distill_labels": distill_labels} if distill_weight > 0 else {}),
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {}),
-              **({"sense_loss_weight": sense_loss_weight} if sense_loss_weight > 0 else {})}
+              **({"sense_loss_weight": sense_loss_weight} if sense_loss_weight > 0 else {}),
+              **({"distill_norm_weight": distill_norm_weight} if distill_norm_weight > 0 else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version (nor the
     # benchmark's path, which differs between machines holding the same files).

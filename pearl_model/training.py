@@ -87,6 +87,7 @@ class TrainConfig:
     distill_temperature: float = 0.05
     distill_target: str = "layout"   # layout (anchors' similarities to each other) | vectors (each anchor's own)
     distill_labels: str = "all"      # all | other (only *-OTHER anchors: entity types stay free for the type head)
+    distill_norm_weight: float = 0.0  # with distill_target vectors: also each anchor's norm, (log |s| / |t|)^2
     select_every: int = 0            # steps between scoring the checkpoint on dev (train(select=...)); 0: keep the last
     sense_loss_weight: float = 0.0   # a training-only head: the WordNet supersense of OTHER phrases (Example.sense_id)
 
@@ -106,11 +107,16 @@ class TrainConfig:
                  ("distill_temperature", self.distill_temperature > 0, "> 0"),
                  ("distill_target", self.distill_target in ("layout", "vectors"), "'layout' or 'vectors'"),
                  ("distill_labels", self.distill_labels in ("all", "other"), "'all' or 'other'"),
+                 ("distill_norm_weight", self.distill_norm_weight >= 0, ">= 0 (0: directions only)"),
                  ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)"),
                  ("sense_loss_weight", self.sense_loss_weight >= 0, ">= 0 (0 switches the sense head off)")]
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
+        if self.distill_norm_weight > 0 and not (self.distill_weight > 0 and self.distill_target == "vectors"):
+            raise ValueError("distill_norm_weight pins the anchors' norms beside their directions: it needs "
+                             f"distill_weight > 0 and distill_target 'vectors', got {self.distill_weight!r} and "
+                             f"{self.distill_target!r}")
         if self.positive_kinds is not None and not self.positive_kinds:
             raise ValueError("positive_kinds is empty: no positive kind left to draw (None draws every kind)")
 
@@ -155,7 +161,8 @@ def examples_from_rows(rows: Iterable[dict], counts: Counter | None = None,
         counts["negatives_read"] += len(raw_negs)
         counts["negatives_dropped_blank"] += len(raw_negs) - len(negs)
         sense = sense_of(r["phrase"], int(r["label_id"])) if sense_of is not None else -1
-        counts["sense_labelled"] += sense >= 0
+        if sense >= 0:
+            counts["sense_labelled"] += 1
         out.append(Example(r["phrase"], int(r["label_id"]), {k: tuple(v) for k, v in cached.items()}, negs, sense))
     return out
 
@@ -339,17 +346,37 @@ def vector_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.T
     return (1 - F.cosine_similarity(student.float(), teacher.float(), dim=-1)).mean()
 
 
+def norm_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean squared log ratio of each anchor's norm (the backbone part) to the original backbone's.
+
+    Why: InfoNCE reads cosines only and the direction pin leaves norms free, but KMeans reads
+    raw vectors. Trained checkpoints on the wrong BC5CDR split (NMI ~45) were on the right one
+    (65-68) with their own directions at the backbone's norms: norms that shrank ~1% more for
+    short names than for long ones (they vary by only ~2.5%) decided the near tie."""
+    if student.shape[0] == 0:
+        return student.sum() * 0.0
+    ratio = student.float().norm(dim=-1).clamp_min(1e-12) / teacher.float().norm(dim=-1).clamp_min(1e-12)
+    return torch.log(ratio).pow(2).mean()
+
+
 def distill_term(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, cfg: "TrainConfig"
-                 ) -> torch.Tensor:
-    """The configured distillation term over the anchors it applies to (``cfg.distill_labels``)."""
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The configured distillation terms, weighted, over the anchors they apply to
+    (``cfg.distill_labels``), and their unweighted values for the log."""
     if cfg.distill_labels == "other":
         keep = torch.isin(labels, _other_ids(labels.device))
         student, teacher = student[keep], teacher[keep]
     if cfg.distill_target == "vectors":
-        return vector_distill_loss(student, teacher)
-    if student.shape[0] < 3:  # a softmax over fewer than 2 others says nothing
-        return student.sum() * 0.0
-    return distill_loss(student, teacher, cfg.distill_temperature)
+        d = vector_distill_loss(student, teacher)
+    elif student.shape[0] < 3:  # a softmax over fewer than 2 others says nothing
+        d = student.sum() * 0.0
+    else:
+        d = distill_loss(student, teacher, cfg.distill_temperature)
+    total, parts = cfg.distill_weight * d, {"distill": d.detach()}
+    if cfg.distill_norm_weight > 0:
+        n = norm_distill_loss(student, teacher)
+        total, parts["distill_norm"] = total + cfg.distill_norm_weight * n, n.detach()
+    return total, parts
 
 
 def frozen_teacher(model, reference: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -577,9 +604,9 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                     t = mean_pool(teacher(input_ids=inputs["input_ids"][:b],
                                           attention_mask=inputs["attention_mask"][:b]).last_hidden_state,
                                   inputs["attention_mask"][:b])
-                d = distill_term(emb[:b, :model.backbone_dim], t, labels, cfg)
-                loss = loss + cfg.distill_weight * d
-                parts["distill"] = d.detach()
+                d, distill_parts = distill_term(emb[:b, :model.backbone_dim], t, labels, cfg)
+                loss = loss + d
+                parts |= distill_parts
             if cfg.sense_loss_weight > 0:
                 b = labels.shape[0]
                 head_in = F.normalize(emb[:b], dim=-1) if model.type_input == "unit" else emb[:b]

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
                 "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
                 "positive_kinds", "type_loss_on", "type_loss_labels", "freeze_embeddings", "freeze_layers", "distill_weight",
-                "distill_target", "distill_labels", "select_every", "sense_loss_weight")
+                "distill_target", "distill_labels", "distill_norm_weight", "select_every", "sense_loss_weight")
 
 
 def train_config(params: dict):

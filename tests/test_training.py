@@ -154,16 +154,16 @@ def test_vector_distillation_counts_only_the_anchors_it_is_told_to():
     s[0] = -s[0]  # an entity anchor turned around
     labels = torch.tensor([entity, other, other, entity])
     assert float(T.vector_distill_loss(2 * t, t)) == pytest.approx(0.0, abs=1e-6)  # the norm is free
-    every = T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors"))
+    every, _ = T.distill_term(s, t, labels, T.TrainConfig(distill_weight=1.0, distill_target="vectors"))
     assert float(every) == pytest.approx(2 / 4, abs=1e-5)  # (1 - (-1)) / 4 anchors
-    only_other = T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors", distill_labels="other"))
+    only_other, _ = T.distill_term(s, t, labels, T.TrainConfig(distill_weight=1.0, distill_target="vectors", distill_labels="other"))
     assert float(only_other) == pytest.approx(0.0, abs=1e-6)  # the entity anchor is the type head's
     s[1] = -s[1]
-    assert float(T.distill_term(s, t, labels, T.TrainConfig(distill_target="vectors", distill_labels="other"))) \
-        == pytest.approx(1.0, abs=1e-5)
+    assert float(T.distill_term(s, t, labels, T.TrainConfig(distill_weight=1.0, distill_target="vectors",
+                                                            distill_labels="other"))[0]) == pytest.approx(1.0, abs=1e-5)
     # no OTHER anchor in the batch: a zero term that still backpropagates, not a NaN
-    none = T.distill_term(s.requires_grad_(True), t, torch.tensor([entity] * 4),
-                          T.TrainConfig(distill_target="vectors", distill_labels="other"))
+    none, _ = T.distill_term(s.requires_grad_(True), t, torch.tensor([entity] * 4),
+                             T.TrainConfig(distill_weight=1.0, distill_target="vectors", distill_labels="other"))
     none.backward()
     assert float(none.detach()) == 0.0 and torch.isfinite(s.grad).all()
     with pytest.raises(ValueError, match="^distill_target must be"):
@@ -175,6 +175,31 @@ def test_pinned_anchors_stay_where_the_backbone_put_them(parts):
     drift = {w: _drift(parts, exs, T.vector_distill_loss, distill_weight=w, distill_target="vectors")
              for w in (0.0, 10.0)}
     assert drift[10.0] < drift[0.0], drift
+
+
+def test_the_norm_pin_counts_norm_ratios_not_directions_and_needs_the_direction_pin():
+    torch.manual_seed(0)
+    t = torch.randn(4, 8)
+    assert float(T.norm_distill_loss(-t, t)) == pytest.approx(0.0, abs=1e-6)  # directions are the other term's
+    scaled = t * torch.tensor([[2.0], [1.0], [0.5], [1.0]])
+    expected = (2 * torch.log(torch.tensor(2.0)) ** 2 / 4).item()
+    assert float(T.norm_distill_loss(scaled, t)) == pytest.approx(expected, rel=1e-5)
+    labels = torch.zeros(4, dtype=torch.long)
+    total, parts = T.distill_term(scaled, t, labels, T.TrainConfig(distill_weight=10.0, distill_target="vectors",
+                                                                 distill_norm_weight=100.0))
+    assert set(parts) == {"distill", "distill_norm"} and float(parts["distill"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(total) == pytest.approx(100 * expected, rel=1e-5)
+    for bad in (dict(distill_norm_weight=-1.0), dict(distill_norm_weight=1.0),
+                dict(distill_norm_weight=1.0, distill_weight=1.0, distill_target="layout")):
+        with pytest.raises(ValueError, match="distill_norm_weight"):
+            T.TrainConfig(**bad).check()
+
+
+def test_pinned_norms_stay_where_the_backbone_put_them(parts):
+    exs = toy_examples()
+    drift = {w: _drift(parts, exs, T.norm_distill_loss, distill_weight=10.0, distill_target="vectors",
+                       distill_norm_weight=w, type_loss_weight=5.0) for w in (0.0, 100.0)}
+    assert drift[100.0] < drift[0.0], drift
 
 
 def test_lr_decays_in_steps():
