@@ -7,7 +7,10 @@ original, as exported), KMeans (k=2, n_init=10, random_state=0, the benchmark's 
 the mean-pooled backbone vectors of BC5CDR dev.json's entity spans: NMI with the gold types,
 NMI with surface features (one word, two capitals, <= 4 characters, <= 3 word pieces), how
 many chemicals and diseases fall in cluster 0, and the inertia of KMeans' partition beside the
-inertia of the gold chemical/disease partition (how close the two solutions are). Dev data only.
+inertia of the gold chemical/disease partition (how close the two solutions are). Then the same
+KMeans on the unit vectors and, for a trained state, on its directions given the backbone's
+norms (`nmi_gold_at_backbone_norms`), with the spread of the per-name norm ratio to the
+backbone's: whether the split is in the directions or in the norms. Dev data only.
 """
 from __future__ import annotations
 
@@ -42,6 +45,11 @@ def main(states: list[Path] = typer.Argument(None, help="safetensors holding bac
                 "few_pieces": [len(enc.tokenizer(n)["input_ids"]) <= 5 for n in names]}
     gold = np.array([t == "Chemical" for t in types])
     uniq = sorted(set(names))
+
+    def kmeans_nmi(x):
+        return 100 * nmi(types, KMeans(2, n_init=10, random_state=0).fit(x).labels_)
+
+    backbone_norms = None
     for label, path in [("backbone", None), *((str(p), p) for p in states or [])]:
         if path is None:
             enc.model.load_state_dict(original)
@@ -57,7 +65,17 @@ def main(states: list[Path] = typer.Argument(None, help="safetensors holding bac
                                            + ((x[~gold] - x[~gold].mean(0)) ** 2).sum()),
                **{f"nmi_{f}": 100 * nmi(vals, km.labels_) for f, vals in features.items()},
                **{f"{t}_in_cluster0": int(((np.array(types) == t) & (km.labels_ == 0)).sum()) for t in sorted(set(types))}}
-        print(json.dumps({k: round(val, 1) if isinstance(val, float) else val for k, val in rec.items()}), flush=True)
+        norms = np.linalg.norm(x, axis=1)
+        rec |= {"nmi_gold_unit": kmeans_nmi(x / norms[:, None]), "norm_cv": float(norms.std() / norms.mean())}
+        if backbone_norms is None:
+            backbone_norms = norms
+        else:
+            ratio = norms / backbone_norms
+            rec |= {"nmi_gold_at_backbone_norms": kmeans_nmi(x / norms[:, None] * backbone_norms[:, None]),
+                    "norm_ratio_mean": float(ratio.mean()), "norm_ratio_cv": float(ratio.std() / ratio.mean()),
+                    "corr_norm_ratio_short": float(np.corrcoef(ratio, features["short"])[0, 1])}
+        print(json.dumps({k: round(val, 1 if abs(val) >= 1 else 4) if isinstance(val, float) else val
+                          for k, val in rec.items()}), flush=True)
 
 
 if __name__ == "__main__":
