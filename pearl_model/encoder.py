@@ -140,7 +140,8 @@ class PhraseEncoder:
                 example = {k: v for k, v in featurize(["a phrase", "another"]).items()
                            if k in ("input_ids", "attention_mask")}
                 local = Path(self.info.source) if self.info.kind != "hub" else None
-                self._runners[engine] = OnnxRunner(self.model, example, engine, local)
+                self._runners[engine] = OnnxRunner(self.model, example, engine, local, featurize=featurize,
+                                                   tokenizer=self.tokenizer)
         return self._runners[engine]
 
     def similarity(self, a: list[str], b: list[str]) -> np.ndarray:

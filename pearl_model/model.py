@@ -93,5 +93,6 @@ class PearlModel(PearlNetwork):
         runners = self.__dict__.setdefault("_onnx_runners", {})
         if engine not in runners:
             runners[engine] = OnnxRunner(self, featurize(["a phrase", "another one"]), engine,
-                                         getattr(self, "name", None))
+                                         getattr(self, "name", None), featurize=featurize,
+                                         tokenizer=self.batcher.tokenizer if self.batcher else None)
         return runners[engine]

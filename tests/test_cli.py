@@ -54,13 +54,14 @@ def test_encode_writes_npy_in_input_order(model_dir, tmp_path):
 
 def test_backend_flag_picks_the_engine(model_dir, tmp_path):
     runs = {}
-    for backend in ("torch", "onnx", "onnx-int8", "openvino"):
+    for backend in ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8"):
         out = tmp_path / f"{backend}.npy"
         r = CliRunner().invoke(app, ["encode", "new york", "banana", "the times", "--out", str(out),
                                      "--backbone", str(model_dir), "--backend", backend])
         assert r.exit_code == 0, r.output
         runs[backend] = np.load(out)
     assert (model_dir / "onnx" / "model_int8.onnx").is_file()  # each engine really ran
+    assert (model_dir / "onnx" / "model_int8_ov.xml").is_file()
     np.testing.assert_allclose(runs["onnx"], runs["torch"], atol=1e-5)
     np.testing.assert_allclose(runs["openvino"], runs["torch"], atol=1e-4)
     assert not np.array_equal(runs["onnx-int8"], runs["onnx"])

@@ -100,7 +100,7 @@ def test_openvino_gives_torchs_vectors_from_the_same_cached_graph(model, tmp_pat
     graph = path / "onnx" / "model.onnx"
     graph.write_bytes(b"not a graph")
     json.loads((path / "onnx" / "graph.json").read_text())  # still current: the corrupt file is used
-    with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph for OpenVINO"):
+    with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable graph for OpenVINO"):
         load_pearl(path, device="cpu").encode(PHRASES, backend="openvino")
 
 
@@ -111,3 +111,27 @@ def test_a_backend_whose_engine_is_missing_names_the_package(monkeypatch):
     with pytest.raises(ImportError, match=r"pip install openvino=="):
         resolve_backend("openvino", "cpu")
     assert resolve_backend("onnx", "cpu") == "onnx"
+
+
+def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights_change(model, tmp_path):
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from pearl_model.onnx_backend import calibration_phrases
+
+    path = export_pearl(model, tmp_path / "m")
+    loaded = load_pearl(path, device="cpu")
+    ref = loaded.encode(PHRASES, batch_size=3, normalize=False, backend="torch")
+    q = loaded.encode(PHRASES, batch_size=3, normalize=False, backend="openvino-int8")
+    assert cosines(q, ref).mean() > 0.9 and not np.allclose(q, ref, atol=1e-6)  # quantised, close
+    ir = path / "onnx" / "model_int8_ov.xml"
+    assert ir.is_file() and ir.with_suffix(".bin").is_file()
+    stamp = ir.stat().st_mtime_ns
+    load_pearl(path, device="cpu").encode(PHRASES, backend="openvino-int8")
+    assert ir.stat().st_mtime_ns == stamp  # cached: not quantised again
+    changed = load_pearl(path, device="cpu")
+    with torch.no_grad():
+        changed.char_proj.weight.mul_(2.0)
+    changed.encode(PHRASES, backend="onnx")
+    assert not ir.exists()  # quantised from the old weights: gone with them
+    words = calibration_phrases(loaded.batcher.tokenizer, n=50)
+    assert len(words) == 50 and words == calibration_phrases(loaded.batcher.tokenizer, n=50)  # seeded
