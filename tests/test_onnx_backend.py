@@ -30,8 +30,26 @@ def test_backbone_onnx_gives_torchs_vectors_and_caches_its_graph(tiny):
     assert meta["inputs"] == ["input_ids", "attention_mask"] and (graph / "model.onnx").is_file()
     int8 = tiny.encode(SENTENCES, batch_size=4, normalize=False, backend="onnx-int8")
     assert cosines(int8, ref).mean() > 0.9 and not np.allclose(int8, ref, atol=1e-6)  # quantised, close
-    assert tiny.encode(["a city"], backend="auto").shape == (1, 32)  # auto on CPU: onnx
-    assert resolve_backend("auto", "cpu") == "onnx" and resolve_backend(None, "cuda") == "torch"
+    assert tiny.encode(["a city"], backend="auto").shape == (1, 32)
+    assert resolve_backend(None, "cuda") == "torch"
+
+
+def test_auto_takes_openvino_bf16_on_a_bf16_cpu_else_onnx_else_torch(monkeypatch):
+    import pearl_model.onnx_backend as ob
+
+    assert resolve_backend("auto", "cpu") == "onnx"  # the suite's pin (conftest)
+    monkeypatch.setenv("PEARL_BACKEND", "openvino-int8")
+    assert resolve_backend("auto", "cpu") == "openvino-int8" and resolve_backend("torch", "cpu") == "torch"
+    monkeypatch.setenv("PEARL_BACKEND", "tensorrt")
+    with pytest.raises(ValueError, match="PEARL_BACKEND must be one of"):
+        resolve_backend("auto", "cpu")
+    monkeypatch.delenv("PEARL_BACKEND")
+    monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: True)
+    assert resolve_backend("auto", "cpu") == "openvino-bf16" and resolve_backend("auto", "cuda") == "torch"
+    monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: False)
+    assert resolve_backend("auto", "cpu") == "onnx"
+    monkeypatch.setattr(ob, "engine_available", lambda engine: False)
+    assert resolve_backend("auto", "cpu") == "torch"
 
 
 def test_pearl_model_onnx_gives_torchs_vectors_char_branch_included(model, tmp_path):
