@@ -352,7 +352,9 @@ def norm_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Ten
     Why: InfoNCE reads cosines only and the direction pin leaves norms free, but KMeans reads
     raw vectors. Trained checkpoints on the wrong BC5CDR split (NMI ~45) were on the right one
     (65-68) with their own directions at the backbone's norms: norms that shrank ~1% more for
-    short names than for long ones (they vary by only ~2.5%) decided the near tie."""
+    short names than for long ones (they vary by only ~2.5%) decided the near tie. Pinning them
+    did not keep the split (the directions took the other one), but helped CoNLL-dev and the
+    held-out aliases (README "Norms and supersenses"); off by default."""
     if student.shape[0] == 0:
         return student.sum() * 0.0
     ratio = student.float().norm(dim=-1).clamp_min(1e-12) / teacher.float().norm(dim=-1).clamp_min(1e-12)
