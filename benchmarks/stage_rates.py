@@ -693,7 +693,7 @@ HINTS = {
     "phrase_report": "little: one pass in the flow process",
     "augmentations": "the E5 cosine check of replacement words (min_cosine) runs the encoder: a GPU (its share "
                      "of the time is not measured here)",
-    "phrase_embeddings": "E5 on a GPU (~16,000 phrases/s on an H100) or onnx-int8 (~2x onnx on CPU; README)",
+    "phrase_embeddings": "E5 on a GPU (~16,000 phrases/s on an H100) or, on CPU, the openvino-bf16 default (~1.8x onnx here) and openvino-int8 (~2.8x, below the quality bar; README)",
     "negatives": "pairs grow faster than phrases until blocks reach negative_max_block",
 }
 BUCKET_PARAMS = {"alias_buckets": "alias_buckets", "phrase_buckets": "phrase_buckets",
