@@ -77,7 +77,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     import torch
 
     from pearl_model.loading import load_encoder
-    from pearl_model.onnx_backend import BACKENDS, _engine, engine_available
+    from pearl_model.onnx_backend import BACKENDS, backend_packages, engine_available
     from pearl_model.static import StaticEncoder, distill_static
 
     if phrases_file:
@@ -111,8 +111,8 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         results["rows"][name] = r
         print(name, r, flush=True)
 
-    engines = ["torch"] + ([b for b in BACKENDS if b not in ("auto", "torch") and engine_available(_engine(b))]
-                           if device == "cpu" else [])
+    engines = ["torch"] + ([b for b in BACKENDS if b not in ("auto", "torch")
+                            and all(map(engine_available, backend_packages(b)))] if device == "cpu" else [])
     for engine in engines:
         row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e))
     st, prefix = sentence_transformer(enc, spec, device)

@@ -239,7 +239,11 @@ class PearlNetwork(nn.Module):
         sem = mean_pool(hidden, attention_mask).float()
         emb = sem if self.char_proj is None else \
             torch.cat([sem, self.char_proj(self.char_vectors(char_ids, word_mask).float())], dim=-1)
-        return emb, self.type_head(F.normalize(emb, dim=-1) if self.type_input == "unit" else emb)
+        return emb, self.type_head(self.head_input(emb))
+
+    def head_input(self, emb: torch.Tensor) -> torch.Tensor:
+        """What a head over the vector reads: the raw vector, or the unit one (``type_input``)."""
+        return F.normalize(emb, dim=-1) if self.type_input == "unit" else emb
 
 
 def read_config(path: Path) -> dict | None:

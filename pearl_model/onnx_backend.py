@@ -57,6 +57,11 @@ def _engine(backend: str) -> str:
     return "openvino" if backend.startswith("openvino") else "onnxruntime"
 
 
+def backend_packages(backend: str) -> tuple[str, ...]:
+    """The packages an exported-graph backend needs installed."""
+    return (_engine(backend),) + (("nncf",) if backend == "openvino-int8" else ())
+
+
 def calibration_phrases(tokenizer, n: int = CALIBRATION_PHRASES, seed: int = 0) -> list[str]:
     """``n`` phrases of 1-4 whole words drawn (seeded) from the tokenizer's vocabulary.
 
@@ -126,7 +131,7 @@ def resolve_backend(backend: str | None, device_type: str) -> str:
     if backend != "torch":
         if device_type != "cpu":
             raise ValueError(f"backend {backend!r} runs on CPU; this model is on {device_type} (use 'torch')")
-        for package in (_engine(backend),) + (("nncf",) if backend == "openvino-int8" else ()):
+        for package in backend_packages(backend):
             if not engine_available(package):
                 raise ImportError(f"backend {backend!r} needs {package}: pip install {_PINS[package]}")
     return backend
@@ -211,7 +216,7 @@ class OnnxRunner:
                  threads: int | None = None, featurize=None, tokenizer=None):
         if backend not in _FILES:
             raise ValueError(f"not an ONNX backend: {backend!r}")
-        self.backend = backend
+        self.backend, self.engine = backend, _engine(backend)
         self.fingerprint = fingerprint(model)
         self.dir = graph_dir_for(model_dir, self.fingerprint)
         self.path = self.dir / _FILES[backend]
@@ -219,7 +224,7 @@ class OnnxRunner:
         self.featurize, self.tokenizer = featurize, tokenizer
         if not self._current():
             self._build(model, example)
-        if _engine(backend) == "openvino":
+        if self.engine == "openvino":
             self.session, self.feed_names = self._open_openvino(threads)
         else:
             self.session = self._open(threads)
@@ -318,6 +323,6 @@ class OnnxRunner:
     def __call__(self, features: dict) -> np.ndarray:
         feeds = {n: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for n, v in features.items()
                  if n in self.feed_names}
-        if _engine(self.backend) == "openvino":
+        if self.engine == "openvino":
             return np.array(self.session.infer(feeds)[self._ov_output], dtype=np.float32)
         return self.session.run(["embedding"], feeds)[0].astype(np.float32, copy=False)

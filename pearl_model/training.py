@@ -611,8 +611,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 parts |= distill_parts
             if cfg.sense_loss_weight > 0:
                 b = labels.shape[0]
-                head_in = F.normalize(emb[:b], dim=-1) if model.type_input == "unit" else emb[:b]
-                ce, sense_parts = sense_loss(model.sense_head, head_in, batch["senses"].to(device))
+                ce, sense_parts = sense_loss(model.sense_head, model.head_input(emb[:b]), batch["senses"].to(device))
                 loss = loss + cfg.sense_loss_weight * ce
                 parts |= sense_parts
             if not torch.isfinite(loss):

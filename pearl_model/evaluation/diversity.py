@@ -13,26 +13,19 @@ Content words: lower-cased alphanumeric tokens that are not spaCy English stop w
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..synonyms import _is_stop
 from .common import encode_unique, row
 
 TASK = "lexical_diversity"
 _TOKEN = re.compile(r"[^\W_]+")
 
 
-@cache
-def _stop_words() -> frozenset[str]:
-    from spacy.lang.en.stop_words import STOP_WORDS
-
-    return frozenset(w.casefold() for w in STOP_WORDS)
-
-
 def content_words(phrase: str) -> frozenset[str]:
-    return frozenset(t for t in _TOKEN.findall(phrase.casefold()) if t not in _stop_words())
+    return frozenset(t for t in _TOKEN.findall(phrase.casefold()) if not _is_stop(t))
 
 
 def nearest(query_vecs: np.ndarray, cand_vecs: np.ndarray, k: int, exclude: Sequence[int], batch: int = 512
