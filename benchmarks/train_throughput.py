@@ -113,7 +113,11 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     original = T.backbone_state(model)
     cfg = T.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, device=str(device), num_workers=args.workers,
                         checkpoint_every=0, log_every=5, max_steps=args.full_max_steps)
-    res = T.train(model, train_ex, cfg, validation=val_ex, checkpoint_dir=Path(args.work) / "checkpoints")
+    retrieval = None
+    if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
+        retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
+    res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
+                  checkpoint_dir=Path(args.work) / "checkpoints")
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
                    "validation": res.validation, "history": res.history}
@@ -128,10 +132,34 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
         todo.append((args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device))))
     for name, load in todo:
         t0 = time.perf_counter()
-        rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
-        out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
+        if args.dev:  # dev data and held-out aliases: what a recipe may be judged on
+            from pearl_model.evaluation.dev import DEV_SPLITS
+            from pearl_model.selection import dev_scores
+
+            out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
+                                                         tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2))
+        else:
+            rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
+            out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
         out.setdefault("benchmark_seconds", {})[name] = round(time.perf_counter() - t0, 1)
         save()
+
+
+def write_heldout_retrieval(training_set: Path, out: Path) -> None:
+    """The retrieval task the `train` flow validates on (its caps), as JSON."""
+    from dataclasses import asdict
+
+    from storage.datasets import Dataset
+    from storage.schemas import TRAINING_SET
+    from tasks.training import heldout_of, retrieval_task
+
+    ts = Dataset(str(training_set.parent.parent), "training_set", training_set.name, TRAINING_SET)
+    heldout = heldout_of(ts)
+    task = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    if task is None:
+        raise SystemExit(f"{training_set} has no held-out aliases")
+    out.write_text(json.dumps(asdict(task)))
+    log.info("%d held-out aliases among %d titles -> %s", len(task.aliases), len(task.titles), out)
 
 
 def main() -> None:
@@ -152,10 +180,20 @@ def main() -> None:
     ap.add_argument("--benchmark-backbone", action="store_true", help="also score the untrained backbone")
     ap.add_argument("--benchmark-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=None)
+    ap.add_argument("--dev", action="store_true", help="score dev data (pearl_model.evaluation.dev), not the test sets")
+    ap.add_argument("--heldout-retrieval", type=Path, default=None,
+                    help="the training set's held-out alias task as JSON (--write-heldout-retrieval): "
+                         "validated during training and scored with --dev")
+    ap.add_argument("--write-heldout-retrieval", type=Path, default=None,
+                    help="write the training set's held-out alias task to this JSON file and stop "
+                         "(needs the pipeline installed; for machines that have only torch)")
     ap.add_argument("--work", default="/tmp/pearl-train-gpu")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_throughput.json"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.write_heldout_retrieval:
+        write_heldout_retrieval(args.training_set, args.write_heldout_retrieval)
+        return
     device = T.resolve_device(args.device)
     train_ex, val_ex = read_training_set(args.training_set)
     out = {"command": " ".join(sys.argv), "device": str(device), "torch": torch.__version__,

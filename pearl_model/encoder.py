@@ -25,58 +25,142 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T
 
 
+GPU_BATCH_SIZE = 1024  # phrases are short: a GPU needs large batches to amortise each forward's launches
+CPU_BATCH_SIZE = 128
+GPU_FLUSH_BATCHES = 32  # results wait on the GPU this many batches: one host sync per flush, bounded memory
+
+
+def default_batch_size(device) -> int:
+    return GPU_BATCH_SIZE if getattr(device, "type", str(device)).startswith("cuda") else CPU_BATCH_SIZE
+
+
 def torch_runner(model, device, pool: bool) -> Callable:
-    """``features -> (B, dim)`` float32 numpy, unnormalised, by PyTorch (bf16 autocast on CUDA).
+    """``features -> (B, dim)`` unnormalised, by PyTorch: float32 numpy on the CPU, a bf16-computed
+    float32 CUDA tensor on a GPU (:class:`CudaRunner`).
 
     ``pool``: ``model`` is a transformer (mean-pool its last hidden state); else it returns
     ``(embedding, ...)`` as :class:`~pearl_model.model.PearlModel` does.
     """
-    import contextlib
-
     import torch
 
-    autocast = contextlib.nullcontext
     if device.type == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        autocast = lambda: torch.autocast("cuda", dtype=dtype)  # noqa: E731
+        return CudaRunner(model, device, pool)
 
     def run(features) -> np.ndarray:
-        with torch.inference_mode(), autocast():
-            feats = {k: v.to(device) for k, v in features.items()}
+        with torch.inference_mode():
             if pool:
-                emb = mean_pool(model(**feats).last_hidden_state, feats["attention_mask"])
-            else:
-                emb = model(**feats)[0]
-        return emb.float().cpu().numpy()
+                return mean_pool(model(**features).last_hidden_state, features["attention_mask"]).numpy()
+            return model(**features)[0].float().numpy()
 
     return run
+
+
+class CudaRunner:
+    """The GPU path of ``encode()``: bf16 weights, inputs pinned in the tokenising threads and
+    copied without blocking, results left on the GPU (``encode_batches`` syncs once per
+    ``GPU_FLUSH_BATCHES``), so the host queues the next batch while the GPU runs this one.
+
+    The weights are a bf16 copy made when the runner is built (one per ``encode()`` call, since a
+    model being trained changes); ``cast``: "autocast" casts per op instead, as training does;
+    "fp32" runs the weights as they are (the reference the benchmark compares with)."""
+
+    cast = "weights"  # "weights" | "autocast" | "fp32": benchmarks/encode_throughput.py --device cuda
+    max_workers = 8
+
+    def __init__(self, model, device, pool: bool):
+        import torch
+
+        self.model, self.device, self.pool = model, device, pool
+        self.dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
+        # Tokenising is the host's part of the work (~35k phrases/s a thread): several threads.
+        self.workers = max(1, min(self.max_workers, (os.cpu_count() or 2) - 1))
+        self.params = None
+        if self.cast == "weights":
+            # A PEARL model's character branch and heads stay float32: they are tiny, and its
+            # forward concatenates their output with the pooled backbone vector in float32.
+            cast = "" if pool else "backbone."
+            self.params = {k: (v.to(self.dtype) if v.is_floating_point() and k.startswith(cast) else v)
+                           for k, v in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()}
+
+    def prepare(self, features: dict) -> dict:
+        """Runs in a tokenising thread: page-locked host memory makes the copy to the GPU asynchronous."""
+        if self.device.type != "cuda":  # the tests run this runner on a CPU
+            return features
+        return {k: v.pin_memory() for k, v in features.items()}
+
+    def __call__(self, features):
+        import torch
+
+        with torch.inference_mode():
+            feats = {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
+            if self.params is not None:
+                out = torch.func.functional_call(self.model, self.params, args=(), kwargs=feats)
+            else:
+                with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.cast == "autocast"):
+                    out = self.model(**feats)
+            if self.pool:
+                return mean_pool(out.last_hidden_state.float(), feats["attention_mask"])
+            return out[0].float()
 
 
 def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: Callable, run: Callable,
                    normalize: bool, show_progress: bool | None, desc: str) -> np.ndarray:
     """The encode loop every encoder shares: length-sorted batches -> ``run(featurize(batch))``,
-    L2-normalised unless ``normalize=False``, put back in the caller's order."""
+    L2-normalised unless ``normalize=False``, put back in the caller's order.
+
+    ``run`` may offer ``prepare`` (applied to each batch's features in the tokenising thread) and
+    ``workers`` (tokenising threads, default 1), and may return CUDA tensors: those are gathered
+    on the GPU and copied to the host once per ``GPU_FLUSH_BATCHES`` batches."""
     order = np.argsort([-len(p) for p in items], kind="stable")
     out = np.empty((len(items), dim), dtype=np.float32)
     batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    prepare = getattr(run, "prepare", None)
+    workers = getattr(run, "workers", 1)
+
+    def features(b: int):
+        f = featurize([items[i] for i in batches[b]])
+        return prepare(f) if prepare is not None else f
+
+    pending: list = []  # (indices, CUDA tensor) not yet copied to the host
+
+    def flush() -> None:
+        import torch
+
+        if pending:
+            emb = torch.cat([e for _, e in pending])
+            if normalize:
+                emb = torch.nn.functional.normalize(emb, dim=1)
+            out[np.concatenate([i for i, _ in pending])] = emb.cpu().numpy()
+            pending.clear()
+
     steps = range(len(batches))
     if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc=desc, unit="batch")
-    # The next batch is tokenised in a thread while this one runs: fast tokenizers, ONNX Runtime
-    # and CUDA all release the GIL, so the accelerator does not wait on the tokenizer.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(featurize, [items[i] for i in batches[0]]) if batches else None
+    if not batches:
+        return out
+    # Batches are tokenised in threads ahead of the one running: fast tokenizers, ONNX Runtime and
+    # CUDA all release the GIL, so the engine does not wait on the tokenizer. The first batch is
+    # tokenised here: it fixes the tokenizer's padding/truncation state before threads share it.
+    first = features(0)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        ahead = {b: pool.submit(features, b) for b in range(1, min(len(batches), 2 * workers))}
         for b in steps:
-            idx = batches[b]
-            features = ahead.result()
-            if b + 1 < len(batches):
-                ahead = pool.submit(featurize, [items[i] for i in batches[b + 1]])
-            emb = run(features)
+            f = first if b == 0 else ahead.pop(b).result()
+            nxt = b + 2 * workers
+            if nxt < len(batches):
+                ahead[nxt] = pool.submit(features, nxt)
+            emb = run(f)
+            if not isinstance(emb, np.ndarray):
+                pending.append((batches[b], emb))
+                if len(pending) >= GPU_FLUSH_BATCHES:
+                    flush()
+                continue
             if normalize:
                 emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
-            out[idx] = emb
+            out[batches[b]] = emb
+    flush()
     return out
 
 
@@ -108,7 +192,7 @@ class PhraseEncoder:
     def device(self):
         return next(self.model.parameters()).device
 
-    def encode(self, phrases: list[str], batch_size: int = 128, normalize: bool = True,
+    def encode(self, phrases: list[str], batch_size: int | None = None, normalize: bool = True,
                show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """Embeddings of ``phrases`` as float32 (n, dim), in input order.
 
@@ -116,8 +200,11 @@ class PhraseEncoder:
         whitespace-only phrase is encoded as the query prefix alone (for E5, "query: "),
         so it gets a defined vector rather than an error. ``backend``: the engine
         (:mod:`pearl_model.onnx_backend`; default: this encoder's ``backend``, "auto").
+        ``batch_size``: default 128 on a CPU, 1024 on a GPU.
         """
         items = _check_phrases(phrases)
+        if batch_size is None:
+            batch_size = default_batch_size(self.device)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if not items:
@@ -131,17 +218,17 @@ class PhraseEncoder:
                               normalize, show_progress, f"encode ({self.name})")
 
     def _runner(self, backend: str | None, featurize):
-        """``features -> (B, dim)`` unnormalised, on the chosen engine (built once per engine)."""
+        """``features -> (B, dim)`` unnormalised, on the chosen engine (an exported graph built once
+        per engine; the PyTorch runner every call, since it holds a copy of the weights on a GPU)."""
         engine = resolve_backend(backend or self.backend, self.device.type)
+        if engine == "torch":
+            return torch_runner(self.model, self.device, pool=True)
         if engine not in self._runners:
-            if engine == "torch":
-                self._runners[engine] = torch_runner(self.model, self.device, pool=True)
-            else:
-                example = {k: v for k, v in featurize(["a phrase", "another"]).items()
-                           if k in ("input_ids", "attention_mask")}
-                local = Path(self.info.source) if self.info.kind != "hub" else None
-                self._runners[engine] = OnnxRunner(self.model, example, engine, local, featurize=featurize,
-                                                   tokenizer=self.tokenizer)
+            example = {k: v for k, v in featurize(["a phrase", "another"]).items()
+                       if k in ("input_ids", "attention_mask")}
+            local = Path(self.info.source) if self.info.kind != "hub" else None
+            self._runners[engine] = OnnxRunner(self.model, example, engine, local, featurize=featurize,
+                                               tokenizer=self.tokenizer)
         return self._runners[engine]
 
     def similarity(self, a: list[str], b: list[str]) -> np.ndarray:

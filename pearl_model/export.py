@@ -266,7 +266,7 @@ class PearlEncoder:
     def device(self) -> torch.device:
         return self.model.device
 
-    def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
+    def encode(self, phrases: Sequence[str], batch_size: int | None = None, normalize: bool = True,
                show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """float32 (n, dim) in input order; ``normalize=False``: the raw concatenated vectors."""
         items = _check_phrases(phrases)

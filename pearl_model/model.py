@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_model.encoder import encode_batches, torch_runner
+from pearl_model.encoder import default_batch_size, encode_batches, torch_runner
 from pearl_model.network import (TYPE_INPUTS, Batcher, CharEncoder, CharVocab, PearlNetwork,  # noqa: F401
                                  _check_phrases, collate, mean_pool)
 from pearl_model.onnx_backend import OnnxRunner, resolve_backend
@@ -65,7 +65,7 @@ class PearlModel(PearlNetwork):
     def device(self) -> torch.device:
         return next(self.parameters()).device
 
-    def encode(self, phrases: Sequence[str], batch_size: int = 128, normalize: bool = True,
+    def encode(self, phrases: Sequence[str], batch_size: int | None = None, normalize: bool = True,
                show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """float32 embeddings (n, dim) of ``phrases`` in input order, L2-normalised unless
         ``normalize=False``. A blank phrase is encoded as the prefix alone (no char words).
@@ -75,6 +75,8 @@ class PearlModel(PearlNetwork):
             raise RuntimeError("encode() needs a tokenizer and a char vocabulary: "
                                "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
         items = _check_phrases(phrases, allow_blank=True)
+        if batch_size is None:
+            batch_size = default_batch_size(self.device)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         featurize = lambda batch: self.batcher(batch, allow_blank=True)  # noqa: E731

@@ -88,3 +88,53 @@ def test_real_e5_ranks_a_paraphrase_above_an_unrelated_phrase(e5):
     assert sims[0] > sims[1]
     sims = e5.similarity(["The New York Times"], ["NYTimes", "banana bread"])[0]
     assert sims[0] > sims[1]
+
+
+def test_accelerator_runner_bf16_weights_match_fp32(tiny):
+    """The GPU path's runner (bf16 copy of the weights, results left as tensors) computes the same
+    vectors as fp32 within bf16 rounding; run here on the CPU, which has bf16 matmuls too."""
+    from pearl_model.encoder import CudaRunner, encode_batches
+
+    phrases = ["the new york times", "a red car", "bank of the river", "york", "the city review"]
+    featurize = lambda b: tiny.tokenizer(b, padding=True, truncation=True, max_length=16,  # noqa: E731
+                                         return_tensors="pt")
+    runner = CudaRunner(tiny.model, torch.device("cpu"), pool=True)
+    assert runner.params["embeddings.word_embeddings.weight"].dtype == torch.bfloat16
+    assert next(tiny.model.parameters()).dtype == torch.float32  # the model itself is untouched
+    got = encode_batches(phrases, 2, 32, featurize, runner, True, False, "t")
+    ref = tiny.encode(phrases, batch_size=2, backend="torch")
+    cos = (got * ref).sum(1)
+    assert cos.min() > 0.999 and not np.allclose(got, ref, atol=1e-6)  # bf16: close, not identical
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_tensor_results_are_gathered_in_order_across_flushes(monkeypatch):
+    """Runners that return tensors (the GPU path) get the caller's order and normalisation,
+    also when results are flushed to the host in several goes and tokenised by several threads."""
+    import pearl_model.encoder as E
+
+    monkeypatch.setattr(E, "GPU_FLUSH_BATCHES", 3)
+    rng = np.random.default_rng(0)
+    table = {f"p{i}" + "x" * int(rng.integers(0, 9)): rng.normal(size=4).astype(np.float32) for i in range(50)}
+    items = list(table)
+    featurize = lambda batch: list(batch)  # noqa: E731
+
+    class Runner:
+        workers = 3
+
+        def prepare(self, f):
+            return [p.upper() for p in f]  # runs in the tokenising threads
+
+        def __call__(self, f):
+            return torch.from_numpy(np.stack([table[p.lower()] for p in f]))
+
+    raw = E.encode_batches(items, 4, 4, featurize, Runner(), False, False, "t")
+    assert np.array_equal(raw, np.stack([table[p] for p in items]))
+    unit = E.encode_batches(items, 4, 4, featurize, Runner(), True, False, "t")
+    assert np.allclose(unit, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_default_batch_size_is_larger_on_a_gpu():
+    from pearl_model.encoder import default_batch_size
+
+    assert default_batch_size(torch.device("cuda:0")) > default_batch_size(torch.device("cpu")) == 128

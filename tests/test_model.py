@@ -120,6 +120,25 @@ def test_encode_unit_vectors_in_input_order(model):
     assert np.allclose(v, torch.nn.functional.normalize(emb, dim=-1).numpy(), atol=1e-5)
 
 
+def test_gpu_runner_casts_only_the_backbone(model):
+    """The GPU path's bf16 copy covers the backbone; the character branch and heads stay float32
+    (the forward joins them in float32). Run on the CPU here, which has bf16 matmuls too."""
+    from pearl_model.encoder import CudaRunner, encode_batches
+
+    runner = CudaRunner(model, torch.device("cpu"), pool=False)
+    assert runner.params["backbone.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
+    assert runner.params["char_proj.weight"].dtype == torch.float32
+    assert runner.params["char_encoder.convs.0.weight"].dtype == torch.float32
+    phrases = ["car", "the new york times review of a city", "red", "bank of the river", "york"]
+    featurize = lambda b: model.batcher(b, allow_blank=True)  # noqa: E731
+    got = encode_batches(phrases, 2, model.dim, featurize, runner, True, False, "t")
+    ref = model.encode(phrases, batch_size=2, backend="torch")
+    assert (got * ref).sum(1).min() > 0.999
+    # the character part (float32 throughout) is the same up to float32 rounding
+    assert np.allclose(got[:, HIDDEN:] / np.linalg.norm(got[:, HIDDEN:], axis=1, keepdims=True),
+                       ref[:, HIDDEN:] / np.linalg.norm(ref[:, HIDDEN:], axis=1, keepdims=True), atol=1e-5)
+
+
 def test_blank_phrase_encodes_as_the_prefix_alone(model):
     v = model.encode(["car", "  ", ""])
     assert np.isfinite(v).all() and np.allclose(v[1], v[2], atol=1e-6)

