@@ -71,6 +71,44 @@ def patched(cls, **attrs):
             setattr(cls, k, v)
 
 
+def gpu_parts(enc, batch_size: int, repeats: int) -> dict:
+    """Phrases/s of the two halves of encode() on a GPU alone: tokenising every batch (host), and
+    the forward passes of batches tokenised beforehand (GPU and launches). encode() overlaps them,
+    so the slower half is its ceiling."""
+    import numpy as np
+    import torch
+
+    from pearl_model.encoder import torch_runner
+
+    pearl = not hasattr(enc, "featurize")  # a PEARL export: its batcher, the whole network
+    featurize = (lambda b: enc.model.batcher(b, allow_blank=True)) if pearl else enc.featurize
+    network = enc.model  # PearlEncoder.model: the PearlModel; PhraseEncoder.model: the transformer
+
+    def batches(phrases):
+        order = np.argsort([-len(p) for p in phrases], kind="stable")
+        return [[phrases[i] for i in order[k:k + batch_size]] for k in range(0, len(phrases), batch_size)]
+
+    def tokenise(phrases):
+        return [featurize(b) for b in batches(phrases)]
+
+    def forward(phrases):
+        run = torch_runner(network, enc.device, pool=not pearl)
+        for f in feats[len(phrases)]:
+            run(run.prepare(f) if hasattr(run, "prepare") else f)
+        if enc.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    feats = {}
+    out = {"tokenise_only_phrases_per_s": round(timed(tokenise, PHRASES, repeats), 1)}
+    feats.update({n: tokenise(PHRASES[:n]) for n in (256, len(PHRASES))})
+    out["forward_only_phrases_per_s"] = round(timed(forward, PHRASES, repeats), 1)
+    return out
+
+
+SHORT = False  # --short: the GPU default row alone (and the halves), not each part undone
+PHRASES: list[str] = []  # the run's phrases (gpu_parts times halves of encode() over them)
+
+
 def gpu_rows(enc, row, batch_size: int) -> None:
     """encode()'s GPU path with each of its parts undone in turn: what each one is worth."""
     from pearl_model.encoder import GPU_BATCH_SIZE, CudaRunner
@@ -82,9 +120,11 @@ def gpu_rows(enc, row, batch_size: int) -> None:
         row(name, fn)
 
     variant(f"encode(torch, gpu default: bf16 weights, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE)
+    if SHORT:
+        return
     variant(f"encode(torch, bf16 autocast, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="autocast")
     variant(f"encode(torch, fp32, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="fp32")
-    variant(f"encode(torch, one tokenising thread, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, max_workers=1)
+    variant(f"encode(torch, four tokenising threads, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, max_workers=4)
     for bs in sorted({128, 512, 2048, 4096} - {GPU_BATCH_SIZE}):
         variant(f"encode(torch, bf16 weights, batch {bs})", bs)
 
@@ -156,6 +196,9 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e))
     if cuda:
         gpu_rows(enc, row, batch_size)
+        PHRASES[:] = phrases
+        results["gpu_parts"] = gpu_parts(enc, batch_size, repeats)
+        print("gpu_parts", results["gpu_parts"], flush=True)
     try:
         st, prefix = sentence_transformer(enc, spec, device)
     except Exception as e:  # noqa: BLE001  (e.g. another sentence-transformers on a GPU machine)
@@ -205,7 +248,9 @@ if __name__ == "__main__":
     ap.add_argument("--corpus-root", default=None, help="a storage root whose phrases dataset to sample")
     ap.add_argument("--no-static", dest="static", action="store_false", help="skip the model2vec row")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--short", action="store_true", help="on a GPU: skip the rows that undo each part of encode()")
     a = ap.parse_args()
+    SHORT = a.short
     tag = "cuda" if a.device.startswith("cuda") else "cpu"
     main(a.model, a.device, a.n, a.batch_size, a.repeats, a.phrases_file, a.corpus_root,
          a.out or Path(f"benchmarks/results/encode_throughput_{tag}.json"), a.static)

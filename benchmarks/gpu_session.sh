@@ -18,18 +18,22 @@ t0=$SECONDS
 timeout "${ENCODE_S:-170}" python3 benchmarks/encode_throughput.py --device cuda --phrases-file "$C/phrases.txt" \
     --n 20000 --batch-size 1024 --repeats 2 --no-static --out "$OUT/encode_throughput_cuda_backbone.json" \
     >"$OUT/encode_backbone.log" 2>&1
-echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence)" "$OUT/encode_backbone.log"
+echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_backbone.log"
 t0=$SECONDS
+if [ "${QUICK:-0}" = 1 ]; then  # a PEARL export to time encode() on, after one training step
+    train=(--full-max-steps 1)
+else
+    train=(--dev --benchmark-backbone --benchmark-dir "$C/pearl" --heldout-retrieval "$C/heldout.json")
+fi
 timeout "${TRAIN_S:-280}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
-    --steps 0 --naive-steps 0 --full --dev --benchmark-backbone --benchmark-dir "$C/pearl" \
-    --heldout-retrieval "$C/heldout.json" --work /tmp/pearl-train-gpu --out "$OUT/train_throughput_cuda_full.json" \
-    >"$OUT/train.log" 2>&1
+    --steps 0 --naive-steps 0 --full "${train[@]}" --work /tmp/pearl-train-gpu \
+    --out "$OUT/train_throughput_cuda_full.json" >"$OUT/train.log" 2>&1
 echo "train (2 epochs, batch 512) + dev scores: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/train.log"
 t0=$SECONDS
 timeout "${PEARL_S:-80}" python3 benchmarks/encode_throughput.py --model /tmp/pearl-train-gpu/model --device cuda \
     --phrases-file "$C/phrases.txt" --n 20000 --batch-size 1024 --repeats 2 --no-static \
-    --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
-echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence)" "$OUT/encode_pearl.log"
+    --short --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
+echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_pearl.log"
 python3 - "$OUT/train_throughput_cuda_full.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .backbones import DEFAULT_BACKBONE, BackboneInfo, load_backbone
-from .network import check_phrases as _check_phrases, mean_pool  # noqa: F401  (re-exported)
+from .network import check_phrases as _check_phrases, fast_tokenizer, mean_pool  # noqa: F401  (re-exported)
 from .onnx_backend import OnnxRunner, resolve_backend
 
 PROGRESS_THRESHOLD = 5000  # show a progress bar by default for inputs longer than this
@@ -65,15 +65,14 @@ class CudaRunner:
     "fp32" runs the weights as they are (the reference the benchmark compares with)."""
 
     cast = "weights"  # "weights" | "autocast" | "fp32": benchmarks/encode_throughput.py --device cuda
-    max_workers = 8
+    max_workers = 1  # the Rust tokenizer parallelises each batch itself; more threads measured slower
 
     def __init__(self, model, device, pool: bool):
         import torch
 
         self.model, self.device, self.pool = model, device, pool
         self.dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
-        # Tokenising is the host's part of the work (~35k phrases/s a thread): several threads.
-        self.workers = max(1, min(self.max_workers, (os.cpu_count() or 2) - 1))
+        self.workers = self.max_workers
         self.params = None
         if self.cast == "weights":
             # A PEARL model's character branch and heads stay float32: they are tiny, and its
@@ -210,12 +209,12 @@ class PhraseEncoder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
 
-        def featurize(batch: list[str]):
-            return self.tokenizer([self.info.query_prefix + p.strip() for p in batch], padding=True,
-                                  truncation=True, max_length=self.info.max_length, return_tensors="pt")
-
-        return encode_batches(items, batch_size, self.dim, featurize, self._runner(backend, featurize),
+        return encode_batches(items, batch_size, self.dim, self.featurize, self._runner(backend, self.featurize),
                               normalize, show_progress, f"encode ({self.name})")
+
+    def featurize(self, batch: list[str]) -> dict:
+        """The backbone's inputs for ``batch``: query prefix, truncated at its max length, padded."""
+        return fast_tokenizer(self.tokenizer, self.info.max_length)([self.info.query_prefix + p.strip() for p in batch])
 
     def _runner(self, backend: str | None, featurize):
         """``features -> (B, dim)`` unnormalised, on the chosen engine (an exported graph built once

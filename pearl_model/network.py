@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,6 +28,7 @@ CONFIG_FILE, HEAD_FILE, CHAR_DIR = "pearl_model.json", "pearl_head.safetensors",
 HEAD_KEYS = ("char_proj.weight", "char_proj.bias", "type_head.weight", "type_head.bias")
 REQUIRED = ("config.json", "model.safetensors", HEAD_FILE, f"{CHAR_DIR}/config.json", f"{CHAR_DIR}/model.safetensors")
 TYPE_INPUTS = ("raw", "unit")
+ROW_CACHE = 500_000  # words whose character rows CharVocab keeps
 N_TYPES = 95  # pearl_model.phrases.labels.LABELS (a test keeps them equal)
 
 
@@ -73,11 +75,22 @@ class CharVocab:
         words = check_words(words)
         if not isinstance(max_len, int) or max_len < 3:
             raise ValueError(f"max_len must be an int >= 3, got {max_len!r}")
-        out = torch.full((len(words), max_len), PAD, dtype=torch.long)
-        for r, w in enumerate(words):
-            ids = [BOW] + [self.index.get(c, UNK) for c in w[: max_len - 2]] + [EOW]
-            out[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        return out
+        return torch.from_numpy(self.rows(words, max_len))
+
+    def rows(self, words: Sequence[str], max_len: int) -> np.ndarray:
+        """``encode`` as an int64 array, unchecked: each word's row is kept (words repeat, and
+        this runs for every phrase ``encode()`` sees)."""
+        cache = self.__dict__.setdefault("_rows", {})
+        if len(cache) > ROW_CACHE:
+            cache.clear()
+        out = []
+        for w in words:
+            row = cache.get((w, max_len))
+            if row is None:
+                ids = [BOW] + [self.index.get(c, UNK) for c in w[: max_len - 2]] + [EOW]
+                row = cache[(w, max_len)] = ids + [PAD] * (max_len - len(ids))
+            out.append(row)
+        return np.array(out, dtype=np.int64).reshape(len(out), max_len)
 
 
 class CharEncoder(nn.Module):
@@ -173,17 +186,56 @@ def collate(phrases: Sequence[str], tokenizer, char_vocab: CharVocab, prefix: st
     items = _check_phrases(phrases, allow_blank)
     if max_words < 1:
         raise ValueError(f"max_words must be >= 1, got {max_words!r}")
-    tok = tokenizer([prefix + p.strip() for p in items], padding=padding, truncation=True,
-                    max_length=max_length, return_tensors="pt")
+    texts = [prefix + p.strip() for p in items]
+    if padding is True:
+        tok = fast_tokenizer(tokenizer, max_length)(texts)
+    else:
+        tok = tokenizer(texts, padding=padding, truncation=True, max_length=max_length, return_tensors="pt")
     words = [p.lower().split()[:max_words] for p in items]
-    width = max(1, max(len(w) for w in words))
-    char_ids = torch.full((len(items), width, max_chars), PAD, dtype=torch.long)
-    word_mask = torch.zeros((len(items), width), dtype=torch.bool)
-    for r, ws in enumerate(words):
-        char_ids[r, :len(ws)] = char_vocab.encode(ws, max_chars)
-        word_mask[r, :len(ws)] = True
+    lengths = np.array([len(w) for w in words])
+    word_mask = np.arange(max(1, lengths.max())) < lengths[:, None]
+    char_ids = np.full((*word_mask.shape, max_chars), PAD, dtype=np.int64)
+    char_ids[word_mask] = char_vocab.rows([w for ws in words for w in ws], max_chars)  # row-major: word order
     return {"input_ids": tok["input_ids"], "attention_mask": tok["attention_mask"],
-            "char_ids": char_ids, "word_mask": word_mask}
+            "char_ids": torch.from_numpy(char_ids), "word_mask": torch.from_numpy(word_mask)}
+
+
+class FastTokenizer:
+    """``tokenizer(texts, padding=True, truncation=True, max_length=m, return_tensors="pt")``'s
+    ``input_ids`` and ``attention_mask``, from the Rust tokenizer directly: the transformers
+    wrapper's per-call settings and per-token Python objects cost as much as the tokenising
+    itself (2x the phrases/s measured here), and its settings changes make one tokenizer unsafe
+    to share between threads; this copy is configured once and only read. A tokenizer without a
+    Rust backend is called as it is."""
+
+    def __init__(self, tokenizer, max_length: int):
+        self.hf, self.max_length, self.rust = tokenizer, max_length, None
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is not None and tokenizer.pad_token is not None:
+            from tokenizers import Tokenizer
+
+            rust = Tokenizer.from_str(backend.to_str())
+            rust.enable_truncation(max_length)
+            rust.enable_padding(direction=tokenizer.padding_side, pad_id=tokenizer.pad_token_id,
+                                pad_type_id=tokenizer.pad_token_type_id, pad_token=tokenizer.pad_token)
+            self.rust = rust
+            self._encode = getattr(rust, "encode_batch_fast", rust.encode_batch)  # _fast: no offsets
+
+    def __call__(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        if self.rust is None:
+            tok = self.hf(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+            return {"input_ids": tok["input_ids"], "attention_mask": tok["attention_mask"]}
+        encodings = self._encode(texts)
+        return {"input_ids": torch.from_numpy(np.array([e.ids for e in encodings], dtype=np.int64)),
+                "attention_mask": torch.from_numpy(np.array([e.attention_mask for e in encodings], dtype=np.int64))}
+
+
+def fast_tokenizer(tokenizer, max_length: int) -> FastTokenizer:
+    """The tokenizer's :class:`FastTokenizer` for ``max_length``, made once and kept with it."""
+    kept = tokenizer.__dict__.setdefault("_pearl_fast", {})
+    if max_length not in kept:
+        kept[max_length] = FastTokenizer(tokenizer, max_length)
+    return kept[max_length]
 
 
 class Batcher:

@@ -138,3 +138,34 @@ def test_default_batch_size_is_larger_on_a_gpu():
     from pearl_model.encoder import default_batch_size
 
     assert default_batch_size(torch.device("cuda:0")) > default_batch_size(torch.device("cpu")) == 128
+
+
+def test_fast_tokenizer_gives_what_the_transformers_call_gives(tiny):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pearl_model.network import FastTokenizer
+
+    texts = ["the new york times", " ".join(WORDS * 3), "unknownword here", "", "a  red\tcar"]
+    for m in (4, 16):
+        ref = tiny.tokenizer(texts, padding=True, truncation=True, max_length=m, return_tensors="pt")
+        fast = FastTokenizer(tiny.tokenizer, m)
+        assert fast.rust is not None  # the Rust path, not the fallback
+        got = fast(texts)
+        assert torch.equal(got["input_ids"], ref["input_ids"])
+        assert torch.equal(got["attention_mask"], ref["attention_mask"])
+    # shared between threads (encode() tokenises ahead in a thread): same answers as one at a time
+    fast = FastTokenizer(tiny.tokenizer, 16)
+    batches = [texts[i:] + texts[:i] for i in range(len(texts))] * 8
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(fast, batches))
+    assert all(torch.equal(a["input_ids"], fast(b)["input_ids"]) for a, b in zip(together, batches))
+
+
+def test_fast_tokenizer_on_real_e5(e5):
+    from pearl_model.network import FastTokenizer
+
+    texts = ["query: naïve Bayes classifier", "query: 東京 tower", "query: " + "very long phrase " * 200, "query: "]
+    ref = e5.tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")
+    got = FastTokenizer(e5.tokenizer, 512)(texts)
+    assert got["input_ids"].shape[1] == 512
+    assert torch.equal(got["input_ids"], ref["input_ids"]) and torch.equal(got["attention_mask"], ref["attention_mask"])
