@@ -289,9 +289,11 @@ class PearlNetwork(nn.Module):
         """(embeddings (B, backbone_dim + char_proj_dim), type_logits (B, n_labels)), unnormalised."""
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sem = mean_pool(hidden, attention_mask).float()
-        emb = sem if self.char_proj is None else \
-            torch.cat([sem, self.char_proj(self.char_vectors(char_ids, word_mask).float())], dim=-1)
-        return emb, self.type_head(self.head_input(emb))
+        # float32 out whatever the weights' dtype (a user's model.half() or .to(bfloat16) included):
+        # each small layer is fed its own dtype
+        emb = sem if self.char_proj is None else torch.cat(
+            [sem, self.char_proj(self.char_vectors(char_ids, word_mask).to(self.char_proj.weight.dtype)).float()], dim=-1)
+        return emb, self.type_head(self.head_input(emb).to(self.type_head.weight.dtype))
 
     def head_input(self, emb: torch.Tensor) -> torch.Tensor:
         """What a head over the vector reads: the raw vector, or the unit one (``type_input``)."""

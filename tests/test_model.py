@@ -139,6 +139,21 @@ def test_gpu_runner_casts_only_the_backbone(model):
                        ref[:, HIDDEN:] / np.linalg.norm(ref[:, HIDDEN:], axis=1, keepdims=True), atol=1e-5)
 
 
+def test_a_model_cast_to_bf16_still_encodes(model):
+    """A user's ``.to(torch.bfloat16)`` (sentence-transformers' half-precision advice) must not
+    break the forward that joins the float32 backbone vector and the character branch."""
+    import copy
+
+    fp32 = model
+    half = copy.deepcopy(fp32).to(torch.bfloat16)
+    phrases = ["car", "the new york times review of a city", "bank of the river"]
+    with torch.no_grad():
+        e32, _ = fp32(**_batch(fp32, phrases))
+        e16, logits = half(**_batch(half, phrases))
+    assert e16.dtype == torch.float32 and logits.dtype == torch.bfloat16
+    assert torch.nn.functional.cosine_similarity(e16, e32).min() > 0.99
+
+
 def test_blank_phrase_encodes_as_the_prefix_alone(model):
     v = model.encode(["car", "  ", ""])
     assert np.isfinite(v).all() and np.allclose(v[1], v[2], atol=1e-6)
