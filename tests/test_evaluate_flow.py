@@ -37,6 +37,9 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
     from storage.datasets import Dataset
     from storage.schemas import EVAL_RESULTS
 
+    from tests.test_lexical_diversity_stage import tiny_corpus
+
+    tiny_corpus(str(tmp_path))  # phrases and aliases: the lexical-diversity step's sample
     with prefect_test_harness():
         result = evaluate(models=[tiny_model, "char3gram"], benchmark_dir=str(BENCH),
                           datasets=["turney", "bird", "autofj"], seeds=[0], storage_root=str(tmp_path),
@@ -57,11 +60,15 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         table = result["table"]
         assert [t["model"] for t in table[:2]] == [tiny_model, "char3gram"]
         assert any(t["model"].endswith("(paper)") for t in table)
+        diversity = result["lexical_diversity"]
+        assert list(diversity["models"]) == [tiny_model]  # char3gram gives no vectors
+        assert diversity["setup"]["queries"] == 36 and diversity["setup"]["queries_with_aliases_in_corpus"] == 4
+        assert 0 <= diversity["models"][tiny_model]["scores"]["diverse@10"] <= 100
 
         # a rerun with the same models and data reuses the committed version
         again = evaluate(models=[tiny_model, "char3gram"], benchmark_dir=str(BENCH),
                          datasets=["turney", "bird", "autofj"], seeds=[0], storage_root=str(tmp_path),
-                         map_model=None, dask_workers=1)
+                         map_model=None, dask_workers=1, lexical_diversity=False)
         assert again["version"] == result["version"]
         assert ds.manifest()["created_at"] == manifest["created_at"]
 
@@ -73,7 +80,14 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         async def keys():
             async with get_client() as client:
                 arts = await client.read_artifacts(artifact_filter=ArtifactFilter(
-                    key=ArtifactFilterKey(any_=["benchmark-scores", "benchmark-report"])))
+                    key=ArtifactFilterKey(any_=["benchmark-scores", "benchmark-report", "lexical-diversity",
+                                                "lexical-diversity-report"])))
                 return {a.key for a in arts}
 
-        assert asyncio.run(keys()) == {"benchmark-scores", "benchmark-report"}
+        assert asyncio.run(keys()) == {"benchmark-scores", "benchmark-report", "lexical-diversity",
+                                       "lexical-diversity-report"}
+        assert "lexical_diversity" not in again
+        # no corpus under the storage root: the step says so and the scores still come
+        bare = evaluate(models=[tiny_model], benchmark_dir=str(BENCH), datasets=["turney"], seeds=[0],
+                        storage_root=str(tmp_path / "bare"), map_model=None, dask_workers=1)
+        assert bare["lexical_diversity"] is None and bare["table"]
