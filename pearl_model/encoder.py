@@ -107,30 +107,40 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
     """The encode loop every encoder shares: length-sorted batches -> ``run(featurize(batch))``,
     L2-normalised unless ``normalize=False``, put back in the caller's order.
 
-    ``run`` may offer ``prepare`` (applied to each batch's features in the tokenising thread) and
-    ``workers`` (tokenising threads, default 1), and may return CUDA tensors: those are gathered
-    on the GPU and copied to the host once per ``GPU_FLUSH_BATCHES`` batches."""
+    ``run`` may offer ``prepare`` (applied to each batch's features in the tokenising thread),
+    ``workers`` (tokenising threads, default 1) and ``submit`` (start a batch, return a result
+    with ``get()``: engines that run batches side by side), and may return CUDA tensors: those
+    are gathered on the GPU; both kinds are collected once per ``GPU_FLUSH_BATCHES`` batches."""
     order = np.argsort([-len(p) for p in items], kind="stable")
     out = np.empty((len(items), dim), dtype=np.float32)
     batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
     prepare = getattr(run, "prepare", None)
+    submit = getattr(run, "submit", None)
     workers = getattr(run, "workers", 1)
 
     def features(b: int):
         f = featurize([items[i] for i in batches[b]])
         return prepare(f) if prepare is not None else f
 
-    pending: list = []  # (indices, CUDA tensor) not yet copied to the host
+    pending: list = []  # (indices, CUDA tensor or the engine's pending result) not yet on the host
+
+    def store(idx, emb: np.ndarray) -> None:
+        if normalize:
+            emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
+        out[idx] = emb
 
     def flush() -> None:
-        import torch
+        if pending and hasattr(pending[0][1], "get"):  # OnnxRunner.submit's
+            for idx, emb in pending:
+                store(idx, emb.get())
+        elif pending:
+            import torch
 
-        if pending:
             emb = torch.cat([e for _, e in pending])
             if normalize:
                 emb = torch.nn.functional.normalize(emb, dim=1)
             out[np.concatenate([i for i, _ in pending])] = emb.cpu().numpy()
-            pending.clear()
+        pending.clear()
 
     steps = range(len(batches))
     if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
@@ -150,15 +160,13 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
             nxt = b + 2 * workers
             if nxt < len(batches):
                 ahead[nxt] = pool.submit(features, nxt)
-            emb = run(f)
-            if not isinstance(emb, np.ndarray):
-                pending.append((batches[b], emb))
-                if len(pending) >= GPU_FLUSH_BATCHES:
-                    flush()
+            emb = submit(f) if submit is not None else run(f)
+            if isinstance(emb, np.ndarray):
+                store(batches[b], emb)
                 continue
-            if normalize:
-                emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
-            out[batches[b]] = emb
+            pending.append((batches[b], emb))
+            if len(pending) >= GPU_FLUSH_BATCHES:
+                flush()
     flush()
     return out
 

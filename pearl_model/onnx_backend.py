@@ -309,20 +309,54 @@ class OnnxRunner:
         import openvino as ov
 
         precision = "bf16" if self.backend == "openvino-bf16" else "f32"
+        threads = threads or intra_op_threads()
+        # Two streams of half the threads each, fed two batches at once (`submit`): short phrases
+        # leave a single request's threads waiting on each other; measured +10-16% here.
+        hint = {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": 2} if threads >= 2 else {"PERFORMANCE_HINT": "LATENCY"}
         try:
             compiled = ov.Core().compile_model(str(self.path), "CPU", {
-                "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads or intra_op_threads(),
-                "PERFORMANCE_HINT": "LATENCY"})  # one request at a time: all threads on it
+                "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads, **hint})
         except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
             raise OnnxGraphError(f"{self.path} is not a usable graph for OpenVINO ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:200]}); delete it and it is rebuilt") from e
         self._ov_output = compiled.output(0)  # the graph's one output (OpenVINO may rename it)
+        queue = ov.AsyncInferQueue(compiled, max(1, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        self._done: dict[int, np.ndarray] = {}
+        self._submitted = 0
+
+        def finished(request, key: int) -> None:  # in OpenVINO's thread: the request's buffer is reused
+            self._done[key] = np.array(request.get_tensor(self._ov_output).data, dtype=np.float32)
+
+        queue.set_callback(finished)
         # an input may carry several names (word_mask also answers to its Cast's output): all count
-        return compiled.create_infer_request(), {n for i in compiled.inputs for n in i.get_names()}
+        return queue, {n for i in compiled.inputs for n in i.get_names()}
+
+    def submit(self, features: dict) -> "Pending | np.ndarray":
+        """Start ``features`` on the engine and return at once where it runs requests side by side
+        (OpenVINO): ``.get()`` of the result waits for it. Else the same as calling the runner."""
+        if self.engine != "openvino":
+            return self(features)
+        key, self._submitted = self._submitted, self._submitted + 1
+        self.session.start_async(self._feeds(features), key)  # waits only while every request is busy
+        return Pending(self, key)
+
+    def _feeds(self, features: dict) -> dict:
+        return {n: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for n, v in features.items()
+                if n in self.feed_names}
 
     def __call__(self, features: dict) -> np.ndarray:
-        feeds = {n: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for n, v in features.items()
-                 if n in self.feed_names}
         if self.engine == "openvino":
-            return np.array(self.session.infer(feeds)[self._ov_output], dtype=np.float32)
-        return self.session.run(["embedding"], feeds)[0].astype(np.float32, copy=False)
+            return self.submit(features).get()
+        return self.session.run(["embedding"], self._feeds(features))[0].astype(np.float32, copy=False)
+
+
+class Pending:
+    """A batch started by :meth:`OnnxRunner.submit`; ``get()`` waits for its embeddings."""
+
+    def __init__(self, runner: OnnxRunner, key: int):
+        self.runner, self.key = runner, key
+
+    def get(self) -> np.ndarray:
+        if self.key not in self.runner._done:
+            self.runner.session.wait_all()
+        return self.runner._done.pop(self.key)

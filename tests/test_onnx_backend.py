@@ -153,3 +153,19 @@ def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights
     assert not ir.exists()  # quantised from the old weights: gone with them
     words = calibration_phrases(loaded.batcher.tokenizer, n=50)
     assert len(words) == 50 and words == calibration_phrases(loaded.batcher.tokenizer, n=50)  # seeded
+
+
+def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_path, monkeypatch):
+    """OpenVINO runs two batches at once (`OnnxRunner.submit`): every batch's vectors land on its
+    own phrases, also across several collections of pending batches."""
+    pytest.importorskip("openvino")
+    import pearl_model.encoder as E
+
+    monkeypatch.setattr(E, "GPU_FLUSH_BATCHES", 2)
+    loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")
+    phrases = PHRASES * 3 + ["a city of york", "the river"]
+    ref = loaded.encode(phrases, batch_size=1, normalize=False, backend="torch")
+    got = loaded.encode(phrases, batch_size=1, normalize=False, backend="openvino")
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    runner = loaded._onnx_runners["openvino"]
+    assert runner._done == {}  # every started batch was collected
