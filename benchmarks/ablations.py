@@ -139,14 +139,6 @@ def _key(r: dict) -> tuple:
     return r["variant"], r.get("seed"), r.get("average_weight"), r.get("char_scale"), r.get("anchors")
 
 
-def _heldout_retrieval(ts):
-    """The training set's held-out aliases as the retrieval task the `train` flow scores (its caps)."""
-    from tasks.training import heldout_of, retrieval_task
-
-    heldout = heldout_of(ts)
-    return retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
-
-
 def _results(out: Path, setup: dict):
     """The records already in ``out``, their keys, and ``add`` (appends one and saves at once)."""
     records = _load(out)
@@ -197,7 +189,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
 
     from pearl_model.export import PearlEncoder, export_pearl, load_pearl
     from pearl_model.training import TrainConfig, backbone_state, build_model, train
-    from tasks.training import load_examples
+    from tasks.training import heldout_retrieval, load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
@@ -210,7 +202,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
     train_ex, _, _ = load_examples(ts, senses=any(resolve(n)[0].get("sense_loss_weight", 0) > 0 for n, _ in todo))
-    retrieval = _heldout_retrieval(ts)
+    retrieval = heldout_retrieval(ts)
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
@@ -293,13 +285,14 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     import torch
 
     from pearl_model.export import PearlEncoder, load_pearl
+    from tasks.training import heldout_retrieval
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
         torch.set_num_threads(threads)
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
-    retrieval = _heldout_retrieval(ts)
+    retrieval = heldout_retrieval(ts)
     pseeds = tuple(int(x) for x in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "probe_seeds": pseeds,

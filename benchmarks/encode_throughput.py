@@ -116,7 +116,7 @@ def gpu_rows(enc, row, batch_size: int) -> None:
     def variant(name: str, bs: int, **attrs) -> None:
         def fn(p):
             with patched(CudaRunner, **attrs):
-                return enc.encode(p, batch_size=bs, backend="torch")
+                return enc.encode(p, batch_size=bs, backend="torch", show_progress=False)
         row(name, fn)
 
     variant(f"encode(torch, gpu default: bf16 weights, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE)
@@ -171,9 +171,9 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         from pearl_model.encoder import CudaRunner
 
         with patched(CudaRunner, cast="fp32"):
-            ref = enc.encode(phrases, batch_size=batch_size, backend="torch")
+            ref = enc.encode(phrases, batch_size=batch_size, backend="torch", show_progress=False)
     else:
-        ref = enc.encode(phrases, batch_size=batch_size, backend="torch")
+        ref = enc.encode(phrases, batch_size=batch_size, backend="torch", show_progress=False)
 
     def row(name: str, fn) -> None:
         if device.startswith("cuda"):
@@ -193,7 +193,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     engines = ["torch"] + ([b for b in BACKENDS if b not in ("auto", "torch")
                             and all(map(engine_available, backend_packages(b)))] if device == "cpu" else [])
     for engine in engines:
-        row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e))
+        row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e, show_progress=False))
     if cuda:
         gpu_rows(enc, row, batch_size)
         PHRASES[:] = phrases

@@ -151,11 +151,9 @@ def write_heldout_retrieval(training_set: Path, out: Path) -> None:
 
     from storage.datasets import Dataset
     from storage.schemas import TRAINING_SET
-    from tasks.training import heldout_of, retrieval_task
+    from tasks.training import heldout_retrieval
 
-    ts = Dataset(str(training_set.parent.parent), "training_set", training_set.name, TRAINING_SET)
-    heldout = heldout_of(ts)
-    task = retrieval_task(heldout, 2000, 10_000) if heldout is not None else None
+    task = heldout_retrieval(Dataset(str(training_set.parent.parent), "training_set", training_set.name, TRAINING_SET))
     if task is None:
         raise SystemExit(f"{training_set} has no held-out aliases")
     out.write_text(json.dumps(asdict(task)))

@@ -19,8 +19,8 @@ from storage.datasets import VERSION_PATTERN
 from tasks.char_encoder import char_encoder_task
 from tasks.model_comparison import comparison_task
 from tasks.training import (
-    model_directory_task, plan_model_task, resolve_training_set_task, train_model_task, training_report_task,
-    word_vectors_of_task,
+    HOLDOUT_PAIRS, HOLDOUT_TITLES, model_directory_task, plan_model_task, resolve_training_set_task, train_model_task,
+    training_report_task, word_vectors_of_task,
 )
 
 
@@ -60,8 +60,8 @@ def train(
     seed: int = 0,
     device: str = "auto",
     checkpoint_every: int = 500,
-    alias_holdout_pairs: Annotated[int, Field(ge=0)] = 2000,
-    alias_holdout_titles: Annotated[int, Field(ge=0)] = 10_000,
+    alias_holdout_pairs: Annotated[int, Field(ge=0)] = HOLDOUT_PAIRS,
+    alias_holdout_titles: Annotated[int, Field(ge=0)] = HOLDOUT_TITLES,
     evaluate_model: bool = True,
     benchmark_datasets: Optional[list[str]] = None,
     benchmark_dir: Optional[str] = None,

@@ -133,6 +133,15 @@ def distractor_titles(aliases: Dataset, exclude: set[str], k: int) -> list[str]:
     return [t for _, t in sorted(best)]
 
 
+HOLDOUT_PAIRS, HOLDOUT_TITLES = 2000, 10_000  # the `train` flow's alias_holdout_pairs / _titles defaults
+
+
+def heldout_retrieval(training_set: Dataset, max_pairs: int = HOLDOUT_PAIRS, max_titles: int = HOLDOUT_TITLES):
+    """The training set's held-out aliases as the retrieval task training scores (None: none to score)."""
+    heldout = heldout_of(training_set)
+    return retrieval_task(heldout, max_pairs, max_titles) if heldout is not None and max_pairs else None
+
+
 def retrieval_task(heldout: Dataset, max_pairs: int, max_titles: int):
     """An AliasRetrieval of at most ``max_pairs`` held-out pairs (hash-chosen) among at most
     ``max_titles`` candidate titles: theirs, then distractors. An alias whose text is another
@@ -186,10 +195,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     train_ex, val_ex, read_counts = load_examples(training_set, senses=cfg.sense_loss_weight > 0)
     if len(train_ex) < 2:
         raise ValueError(f"training_set {training_set.version} has {len(train_ex)} training phrases: too few to train")
-    heldout = heldout_of(training_set)
-    retrieval = (retrieval_task(heldout, params.get("alias_holdout_pairs", 2000),
-                                params.get("alias_holdout_titles", 10_000))
-                 if heldout is not None and params.get("alias_holdout_pairs", 2000) else None)
+    retrieval = heldout_retrieval(training_set, params.get("alias_holdout_pairs", HOLDOUT_PAIRS),
+                                  params.get("alias_holdout_titles", HOLDOUT_TITLES))
     if retrieval is None:
         log.warning("no held-out aliases to score (training set %s): no alias retrieval signal", training_set.version)
     device = resolve_device(cfg.device)
