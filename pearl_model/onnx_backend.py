@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -322,7 +323,7 @@ class OnnxRunner:
         self._ov_output = compiled.output(0)  # the graph's one output (OpenVINO may rename it)
         queue = ov.AsyncInferQueue(compiled, max(1, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
         self._done: dict[int, np.ndarray] = {}
-        self._submitted = 0
+        self._keys = itertools.count()  # next() is atomic: threads sharing the runner get distinct keys
 
         def finished(request, key: int) -> None:  # in OpenVINO's thread: the request's buffer is reused
             self._done[key] = np.array(request.get_tensor(self._ov_output).data, dtype=np.float32)
@@ -336,7 +337,7 @@ class OnnxRunner:
         (OpenVINO): ``.get()`` of the result waits for it. Else the same as calling the runner."""
         if self.engine != "openvino":
             return self(features)
-        key, self._submitted = self._submitted, self._submitted + 1
+        key = next(self._keys)
         self.session.start_async(self._feeds(features), key)  # waits only while every request is busy
         return Pending(self, key)
 
