@@ -124,7 +124,7 @@ def gpu_rows(enc, row, batch_size: int) -> None:
         return
     variant(f"encode(torch, bf16 autocast, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="autocast")
     variant(f"encode(torch, fp32, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="fp32")
-    variant(f"encode(torch, four tokenising threads, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, max_workers=4)
+    variant(f"encode(torch, four tokenising threads, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, workers=4)
     for bs in sorted({128, 512, 2048, 4096} - {GPU_BATCH_SIZE}):
         variant(f"encode(torch, bf16 weights, batch {bs})", bs)
 

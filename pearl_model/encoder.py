@@ -65,14 +65,13 @@ class CudaRunner:
     "fp32" runs the weights as they are (the reference the benchmark compares with)."""
 
     cast = "weights"  # "weights" | "autocast" | "fp32": benchmarks/encode_throughput.py --device cuda
-    max_workers = 1  # the Rust tokenizer parallelises each batch itself; more threads measured slower
+    workers = 1  # tokenising threads: the Rust tokenizer parallelises each batch itself; more measured slower
 
     def __init__(self, model, device, pool: bool):
         import torch
 
         self.model, self.device, self.pool = model, device, pool
         self.dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
-        self.workers = self.max_workers
         self.params = None
         if self.cast == "weights":
             # A PEARL model's character branch and heads stay float32: they are tiny, and its
@@ -217,24 +216,24 @@ class PhraseEncoder:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
 
-        return encode_batches(items, batch_size, self.dim, self.featurize, self._runner(backend, self.featurize),
+        return encode_batches(items, batch_size, self.dim, self.featurize, self._runner(backend),
                               normalize, show_progress, f"encode ({self.name})")
 
     def featurize(self, batch: list[str]) -> dict:
         """The backbone's inputs for ``batch``: query prefix, truncated at its max length, padded."""
         return fast_tokenizer(self.tokenizer, self.info.max_length)([self.info.query_prefix + p.strip() for p in batch])
 
-    def _runner(self, backend: str | None, featurize):
+    def _runner(self, backend: str | None):
         """``features -> (B, dim)`` unnormalised, on the chosen engine (an exported graph built once
         per engine; the PyTorch runner every call, since it holds a copy of the weights on a GPU)."""
         engine = resolve_backend(backend or self.backend, self.device.type)
         if engine == "torch":
             return torch_runner(self.model, self.device, pool=True)
         if engine not in self._runners:
-            example = {k: v for k, v in featurize(["a phrase", "another"]).items()
+            example = {k: v for k, v in self.featurize(["a phrase", "another"]).items()
                        if k in ("input_ids", "attention_mask")}
             local = Path(self.info.source) if self.info.kind != "hub" else None
-            self._runners[engine] = OnnxRunner(self.model, example, engine, local, featurize=featurize,
+            self._runners[engine] = OnnxRunner(self.model, example, engine, local, featurize=self.featurize,
                                                tokenizer=self.tokenizer)
         return self._runners[engine]
 

@@ -86,9 +86,10 @@ def diversity_markdown(results: dict[str, dict], setup: dict, k: int = K) -> str
     return "\n".join(lines)
 
 
-def vector_models(models: list[str]) -> list[str]:
-    """The models that give vectors (the character 3-gram baseline only scores similarity)."""
-    return [m for m in models if m != "char3gram"]
+def gives_vectors(encoder) -> bool:
+    """Neighbours need vectors: a model with only ``similarity`` (the character 3-gram baseline)
+    is left out, by the rule AutoFJ scoring uses to tell the two kinds apart."""
+    return hasattr(encoder, "encode")
 
 
 from prefect import task  # noqa: E402
@@ -108,9 +109,11 @@ def lexical_diversity_task(models: list[str], storage_root: str, cache_dir: str 
         logger.warning("lexical diversity skipped: %s", e)
         return None
     results = {}
-    for spec in vector_models(models):
-        results[spec] = measure(load_encoder(spec, cache_dir), sample)
-        logger.info("%s: %s", spec, results[spec]["scores"])
+    for spec in models:
+        encoder = load_encoder(spec, cache_dir)
+        if gives_vectors(encoder):
+            results[spec] = measure(encoder, sample)
+            logger.info("%s: %s", spec, results[spec]["scores"])
     create_table_artifact(diversity_table(results), key="lexical-diversity",
                           description="nearest-neighbour lexical diversity and alias hits, x100")
     create_markdown_artifact(diversity_markdown(results, sample.setup), key="lexical-diversity-report",

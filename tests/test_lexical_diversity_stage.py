@@ -7,7 +7,7 @@ import pytest
 
 from storage.datasets import Dataset
 from storage.schemas import ALIASES, PHRASES
-from tasks.lexical_diversity import NoCorpus, diversity_markdown, diversity_sample, measure, vector_models
+from tasks.lexical_diversity import NoCorpus, diversity_markdown, diversity_sample, gives_vectors, measure
 
 
 def tiny_corpus(root: str, n_others: int = 30) -> None:
@@ -70,4 +70,6 @@ def test_measure_and_report_on_toy_vectors(tmp_path):
                                   "aliases": ["myocardial infarction"]}
     md = diversity_markdown({"toy": got}, s.setup, k=1)
     assert "| toy | 100.0 | 100.0 |" in md and "*myocardial infarction*" in md
-    assert vector_models(["a", "char3gram", "glove"]) == ["a", "glove"]
+    from pearl_model.baselines import CharNgramJaccard
+
+    assert gives_vectors(Synonyms()) and not gives_vectors(CharNgramJaccard(n=3))
