@@ -39,6 +39,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pearl_model.selection import ScaledVectors  # noqa: E402
+from storage.buckets import stable_hash  # noqa: E402
 from storage.datasets import Dataset, latest_version  # noqa: E402
 from storage.files import FileSet  # noqa: E402
 from storage.schemas import TRAINING_SET  # noqa: E402
@@ -161,12 +162,23 @@ def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=N
                                                          retrieval, probe_seeds, datasets)})
 
 
+def subset(examples: list, n: int) -> list:
+    """The ``n`` examples whose phrases hash lowest, in their original order: nested across ``n``."""
+    if not 0 < n <= len(examples):
+        raise typer.BadParameter(f"--train-phrases must be in [1, {len(examples)}] (the training phrases): {n}")
+    keep = set(sorted(range(len(examples)), key=lambda i: (stable_hash(examples[i].phrase), i))[:n])
+    return [e for i, e in enumerate(examples) if i in keep]
+
+
 @app.command()
 def run(storage_root: str, variants: str = typer.Option("base", help="comma-separated names or name@seed; "
                                                        "a+b combines two variants; 'all': every variant"),
         training_set: str = typer.Option(None, help="a training_set version (default: the latest)"),
         char_encoder: str = typer.Option(None, help="a char_encoder version (default: the latest)"),
         anchors: int = typer.Option(6400, help="anchors trained per variant (the budget)"),
+        train_phrases: int = typer.Option(0, help="train on this many of the training phrases only (0: all): "
+                                                  "the ones with the smallest crc32, so smaller sets nest in "
+                                                  "larger ones (a corpus-size curve)"),
         score_at: str = typer.Option("", help="a learning curve: also export and score each variant after "
                                               "these many anchors (comma-separated, below --anchors)"),
         batch_size: int = typer.Option(64), seeds: str = typer.Option("0"),
@@ -202,6 +214,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                  TRAINING_SET)
     char = FileSet(storage_root, "char_encoder", char_encoder or latest_version(storage_root, "char_encoder"))
     train_ex, _, _ = load_examples(ts, senses=any(resolve(n)[0].get("sense_loss_weight", 0) > 0 for n, _ in todo))
+    if train_phrases:
+        train_ex = subset(train_ex, train_phrases)
     retrieval = heldout_retrieval(ts)
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None

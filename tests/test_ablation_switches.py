@@ -191,3 +191,16 @@ def test_report_writes_the_chart_and_publishes_the_ablations_artifact(tmp_path):
     assert results.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
     assert "| type_1 | 0.5 | 1.0 | 1 | 100 | 20 | +9.5 | +1.0 | +9.5 |" in art.data
     assert "data:image/png;base64," in art.data
+
+
+def test_corpus_size_subsets_nest_keep_order_and_refuse_impossible_sizes():
+    examples = [T.Example(f"phrase {i}", 0) for i in range(200)]
+    small, large = ablations.subset(examples, 50), ablations.subset(examples, 120)
+    assert len(small) == 50 and len(large) == 120
+    assert {e.phrase for e in small} < {e.phrase for e in large}          # nested: a curve adds phrases
+    order = {e.phrase: i for i, e in enumerate(examples)}
+    assert [order[e.phrase] for e in large] == sorted(order[e.phrase] for e in large)
+    assert [e.phrase for e in ablations.subset(examples, 200)] == [e.phrase for e in examples]
+    for bad in (0, 201):
+        with pytest.raises(Exception, match="train-phrases"):
+            ablations.subset(examples, bad)

@@ -12,6 +12,7 @@ import time
 
 from .analogy import evaluate_analogy
 from .autofj import evaluate_autofj
+from .classification import evaluate_classification
 from .clustering import entity_names, evaluate_clustering
 from .data import DatasetMissing, default_benchmark_dir
 from .paraphrase import evaluate_ppdb
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 
 DATASETS = ["ppdb", "ppdb_filtered", "turney", "bird", "yago-10kdict", "umls-10kdict",
             "conll2003", "bc5cdr", "autofj"]
-# Scored when asked for (datasets=[..., "analogy"]), not part of the paper's table: ULR's word analogies.
-EXTRA_DATASETS = ["analogy"]
+# Scored when asked for (datasets=[..., "analogy"]), not part of the paper's table: ULR's word analogies;
+# short-text classification probes over whatever datasets are put in <benchmark_dir>/classification/.
+EXTRA_DATASETS = ["analogy", "classification"]
 _ALIASES = {"yago": "yago-10kdict", "umls": "umls-10kdict"}
 
 # The PEARL paper's Table 1 (x100), printed beside our rows and marked as the paper's.
@@ -46,6 +48,7 @@ def _runners(seeds, batch_size):
         "bc5cdr": lambda m, d: evaluate_clustering(m, d, "bc5cdr", batch_size=batch_size),
         "autofj": lambda m, d: evaluate_autofj(m, d, batch_size=batch_size),
         "analogy": lambda m, d: evaluate_analogy(m, batch_size=batch_size),  # gensim's file, not benchmark_dir
+        "classification": lambda m, d: evaluate_classification(m, d, batch_size=batch_size),
     }
 
 
