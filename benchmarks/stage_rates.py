@@ -451,6 +451,9 @@ def run_stages(r: Runner, p: dict) -> dict:
     """`corpus_stages`, stage by stage (flows/build_corpus.py; keep the two in step: the test
     checks that every task it calls is called here). Returns the run's counts."""
     from flows.build_corpus import MINING_PARAMS
+    from tasks.negatives import block_bucket_count
+    from tasks.pages import alias_bucket_count
+    from tasks.phrase_occurrences import phrase_bucket_count
 
     source, phrase_params, positive = p["source"], p["phrase_params"], p["positive_params"]
     read_params = {"input_format": p["input_format"], "pages_per_part": p["pages_per_partition"],
@@ -461,7 +464,8 @@ def run_stages(r: Runner, p: dict) -> dict:
         st["units"] = raw_manifest["rows"]
         r.outputs(raw)
 
-    page_params = {"alias_buckets": p["alias_buckets"], "min_sentence_words": p["min_sentence_words"],
+    alias_buckets = p["alias_buckets"] or alias_bucket_count(raw_manifest["rows"])  # as the flow sizes them
+    page_params = {"alias_buckets": alias_buckets, "min_sentence_words": p["min_sentence_words"],
                    "max_sentence_chars": p["max_sentence_chars"]}
     with r.stage("pages", "pages") as st:
         pages = r.flow("tasks.pages:plan_page_outputs_task", raw, page_params)
@@ -472,11 +476,11 @@ def run_stages(r: Runner, p: dict) -> dict:
         st["units"] = raw_manifest["rows"]
         r.outputs(*pages.all())
 
-    alias_params = {"alias_buckets": p["alias_buckets"]}
+    alias_params = {"alias_buckets": alias_buckets}
     with r.stage("aliases", "alias mentions") as st:
         aliases = r.flow("tasks.aliases:plan_aliases_task", pages.alias_mentions, alias_params)
         r.map("tasks.aliases:alias_bucket_task", [(pages.alias_mentions, b, aliases)
-                                                  for b in range(p["alias_buckets"])], "alias_buckets")
+                                                  for b in range(alias_buckets)], "alias_buckets")
         r.flow("tasks.aliases:commit_aliases_task", aliases, pages.alias_mentions, alias_params)
         st["units"] = pages.alias_mentions.manifest()["rows"]
         r.outputs(aliases)
@@ -487,6 +491,8 @@ def run_stages(r: Runner, p: dict) -> dict:
         r.flow("tasks.raw_pages.sequential:check_input_complete_task", raw_manifest, p["allow_incomplete_input"])
         st["units"] = raw_manifest["rows"]
 
+    phrase_params = phrase_params | {"phrase_buckets": phrase_params["phrase_buckets"]
+                                     or phrase_bucket_count(pages.sentences.manifest()["rows"])}
     mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
     r.warm(_warm_mining, mining_params, here=True)  # plan-phrase-occurrences loads them here too
     with r.stage("phrase_occurrences", "sentences") as st:
@@ -529,7 +535,9 @@ def run_stages(r: Runner, p: dict) -> dict:
         st["units"] = phrases.manifest()["rows"]
         r.outputs(positives)
 
-    neg_params = positive["negatives"]
+    neg_params = positive["negatives"] | {
+        "phrase_buckets": phrase_params["phrase_buckets"],
+        "block_buckets": positive["negatives"]["block_buckets"] or block_bucket_count(phrases.manifest()["rows"])}
     r.warm(_warm_embeddings, neg_params)
     with r.stage("phrase_embeddings", "phrases") as st:
         negs = r.flow("tasks.negatives:plan_negatives_task", phrases, neg_params)
@@ -707,12 +715,17 @@ def _tasks_at_scale(step: dict, params: dict, totals: dict) -> int:
         return math.ceil(totals["pages"] / params["pages_per_partition"])
     if rule == "chunks":  # at least; a part's tail makes one more
         return math.ceil(totals["sentences"] / params["phrase_params"]["sentences_per_chunk"])
+    # a count left unset (the flow's default) is sized from the full input, as the flow would
+    from tasks.negatives import block_bucket_count
+    from tasks.pages import alias_bucket_count
+    from tasks.phrase_occurrences import phrase_bucket_count
+
     if rule == "alias_buckets":
-        return params["alias_buckets"]
+        return params["alias_buckets"] or alias_bucket_count(totals["pages"])
     if rule == "phrase_buckets":
-        return params["phrase_params"]["phrase_buckets"]
+        return params["phrase_params"]["phrase_buckets"] or phrase_bucket_count(totals["sentences"])
     if rule == "negative_buckets":
-        return params["positive_params"]["negatives"]["block_buckets"]
+        return params["positive_params"]["negatives"]["block_buckets"] or block_bucket_count(int(totals["phrases"]))
     raise ValueError(f"unknown tasks rule {rule!r}")
 
 
@@ -770,7 +783,7 @@ def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, p
             "corpus_words": read_sentences * words_per_sentence}
     scan_s = max(r["counts"]["word_vectors_scan_s_per_sentence"] for r in top)
     scan_h = (ft["epochs"] + 1) * (S - read_sentences) * scan_s / 3600
-    totals = {"pages": enwiki["pages"], "sentences": S}
+    totals = {"pages": enwiki["pages"], "sentences": S, "phrases": full["phrases"]}
     out, memory = [], []
     for i, name in enumerate(s["stage"] for s in top[0]["stages"]):
         driver = DRIVERS[name]

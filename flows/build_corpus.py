@@ -19,8 +19,12 @@ from pydantic import Field
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
 from tasks.corpus_report import corpus_report_task
-from tasks.pages import commit_page_outputs_task, extract_part_task, find_duplicate_pages_task, plan_page_outputs_task
-from tasks.phrase_occurrences import commit_occurrences_task, mine_chunk_task, plan_occurrences_task
+from tasks.pages import (
+    alias_bucket_count, commit_page_outputs_task, extract_part_task, find_duplicate_pages_task, plan_page_outputs_task,
+)
+from tasks.phrase_occurrences import (
+    commit_occurrences_task, mine_chunk_task, phrase_bucket_count, plan_occurrences_task,
+)
 from tasks.phrase_report import phrase_report_task
 from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
 from tasks.raw_pages.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
@@ -33,7 +37,7 @@ from tasks.augmentations import (
     augment_part_task, augmentation_report_task, commit_augmentations_task, plan_augmentations_task,
 )
 from tasks.negatives import (
-    block_part_task, candidates_task, commit_candidates_task, commit_negatives_task, commit_step_task,
+    block_bucket_count, block_part_task, candidates_task, commit_candidates_task, commit_negatives_task, commit_step_task,
     embed_part_task, gram_counts_task, negatives_report_task, plan_negatives_task, select_task,
 )
 
@@ -46,7 +50,7 @@ def corpus_stages(
     pages_per_partition: int,
     max_page_bytes: int,
     max_pages: Optional[int],
-    alias_buckets: int,
+    alias_buckets: Optional[int],
     min_sentence_words: int,
     max_sentence_chars: int,
     phrase_params: dict,
@@ -58,6 +62,8 @@ def corpus_stages(
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
     raw, raw_manifest = read_raw_pages(source, storage_root, read_params, multistream_index)
+    # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
+    alias_buckets = alias_buckets or alias_bucket_count(raw_manifest["rows"])
 
     page_params = {"alias_buckets": alias_buckets, "min_sentence_words": min_sentence_words,
                    "max_sentence_chars": max_sentence_chars}
@@ -65,7 +71,7 @@ def corpus_stages(
     parts = range(len(raw_manifest["parts"]))
     duplicates = find_duplicate_pages_task(raw)
     extract_part_task.map(unmapped(raw), parts, unmapped(pages), unmapped(page_params), duplicates).result()
-    commit_page_outputs_task(pages, raw, page_params)
+    page_manifests = commit_page_outputs_task(pages, raw, page_params)
 
     alias_params = {"alias_buckets": alias_buckets}
     aliases = plan_aliases_task(pages.alias_mentions, alias_params)
@@ -75,6 +81,8 @@ def corpus_stages(
     corpus = corpus_report_task(raw, pages.pages, pages.sentences, pages.quarantine, pages.alias_mentions, aliases)
     check_input_complete_task(raw_manifest, allow_incomplete_input)  # what was read is committed by now
 
+    phrase_params = phrase_params | {
+        "phrase_buckets": phrase_params["phrase_buckets"] or phrase_bucket_count(page_manifests["sentences"]["rows"])}
     mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
     mined, chunks = plan_occurrences_task(pages.sentences, mining_params)
     mine_chunk_task.map(unmapped(pages.sentences), chunks, unmapped(mined), unmapped(mining_params)).result()
@@ -84,7 +92,7 @@ def corpus_stages(
     phrases = plan_phrases_task(mined.occurrences, reduce_params)
     bucket_stats = phrase_bucket_task.map(unmapped(mined.occurrences), range(phrase_params["phrase_buckets"]),
                                           unmapped(phrases), unmapped(reduce_params)).result()
-    commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats)
+    phrase_manifest = commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats)
     report = phrase_report_task(mined.occurrences, mined.stats, phrases)
 
     vectors = word_vectors_task(pages.sentences, positive_params["fasttext"])
@@ -95,7 +103,9 @@ def corpus_stages(
     commit_augmentations_task(positives, phrases, aliases, vectors, aug_params)
     positive_report = augmentation_report_task(positives)
 
-    neg_params = positive_params["negatives"]
+    neg_params = positive_params["negatives"] | {
+        "phrase_buckets": phrase_params["phrase_buckets"],
+        "block_buckets": positive_params["negatives"]["block_buckets"] or block_bucket_count(phrase_manifest["rows"])}
     parts = range(phrase_params["phrase_buckets"])
     negs = plan_negatives_task(phrases, neg_params)
     embed_part_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(neg_params)).result()
@@ -151,7 +161,7 @@ def build_corpus(
     max_pages: Optional[int] = None,
     allow_incomplete_input: bool = False,
     multistream_index: Optional[str] = "auto",
-    alias_buckets: int = 8,
+    alias_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
     parser: Literal["spacy", "benepar"] = "spacy",
@@ -162,7 +172,7 @@ def build_corpus(
     min_phrase_words: int = 1,
     max_phrase_words: int = 8,
     min_freq: int = 2,
-    phrase_buckets: int = 8,
+    phrase_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
     sentences_per_chunk: int = 2000,
     examples_per_phrase: int = 3,
     fasttext_dim: int = 100,
@@ -187,7 +197,7 @@ def build_corpus(
     negative_margin: float = 0.3,
     negatives_per_phrase: int = 2,
     negative_max_block: int = 256,
-    negative_buckets: int = 8,
+    negative_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
     validation_fraction: float = 0.05,
     alias_holdout_fraction: Annotated[float, Field(ge=0, le=1)] = 0.05,
     backbone_cache_dir: Optional[str] = None,
@@ -215,7 +225,8 @@ def build_corpus(
             damaged stream's pages are quarantined as bad_stream). "auto": the
             `X-multistream-index.txt.bz2` beside a single `X-multistream.xml.bz2` source, if
             there is one; null: always read sequentially.
-        alias_buckets: reducers for the alias map-reduce.
+        alias_buckets: reducers for the alias map-reduce; none: from the pages read (about
+            1M mention rows a reducer, at least 8).
         min_sentence_words: shorter sentences are dropped.
         max_sentence_chars: longer sentences are dropped.
         parser: constituents from spaCy's dependency parse ("spacy", offline default) or the
@@ -229,7 +240,8 @@ def build_corpus(
         parse_max_chars: longer sentences are not parsed (filtered as too_long).
         min_phrase_words / max_phrase_words: phrase occurrences outside this length are dropped.
         min_freq: phrases seen fewer times are dropped (paper: 2).
-        phrase_buckets: reducers of the phrase count.
+        phrase_buckets: reducers of the phrase count, and the parts of every phrase-keyed dataset
+            after it; none: from the sentences kept (about 1M occurrence rows a reducer, at least 8).
         sentences_per_chunk: sentences per mining task.
         examples_per_phrase: example sentence ids kept per phrase.
         fasttext_dim / fasttext_epochs / fasttext_min_count: the fastText model trained on the
@@ -263,7 +275,8 @@ def build_corpus(
         negatives_per_phrase: hard negatives kept per phrase (paper: 2 per anchor in a batch).
         negative_max_block: phrases compared per blocking key; larger blocks compare each phrase
             with its nearest in length only (the pairs left out are counted).
-        negative_buckets: reducers of candidate generation.
+        negative_buckets: reducers of candidate generation; none: from the phrases kept (about
+            1M blocking rows a reducer, at least 8).
         validation_fraction: share of phrases (by a hash of the phrase) in the validation split.
         alias_holdout_fraction: share of articles (by a hash of the title) whose unambiguous
             aliases are held out of training and scored by `train` as alias -> title retrieval.
@@ -292,7 +305,7 @@ def build_corpus(
         "negatives": {"backbone": negative_backbone, "cache_dir": backbone_cache_dir,
                       "threshold": negative_min_edit_similarity, "max_candidates": negative_max_candidates,
                       "margin": negative_margin, "k": negatives_per_phrase, "max_block": negative_max_block,
-                      "block_buckets": negative_buckets, "phrase_buckets": phrase_buckets},
+                      "block_buckets": negative_buckets},  # phrase_buckets: set once it is known
         "training_set": {"validation_fraction": validation_fraction, "alias_holdout_fraction": alias_holdout_fraction},
     }
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))

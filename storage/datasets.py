@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import fsspec
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .buckets import bucket_column
 
 MANIFEST = "_manifest.json"
 LATEST = "_latest.json"
@@ -138,8 +142,12 @@ class Dataset(Versioned):
         table = conform(table, self.schema)
         if metadata is not None:
             table = table.replace_schema_metadata({PART_METADATA: json.dumps(metadata, sort_keys=True)})
+        key = bucket_column(self.schema)
         with atomic_path(self.fs, self.part_path(index)) as tmp:
-            pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
+            if key is None:
+                pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
+            else:
+                write_by_bucket(table, key, tmp, self.fs)
         return table.num_rows
 
     def part_metadata(self, index: int) -> dict | None:
@@ -189,6 +197,33 @@ class Dataset(Versioned):
         ds = pads.dataset(files, schema=self.schema, format="parquet", filesystem=self.fs)
         return ds.to_table(columns=columns, filter=filter)
 
+    def read_bucket(self, bucket: int, columns: list[str] | None = None) -> pa.Table:
+        """The rows of one bucket of a bucketed dataset (a reducer's input), in part order.
+
+        Part by part, only the row groups whose statistics can hold ``bucket`` (parts written
+        before bucket-sorting are read whole and filtered). One footer is held at a time: a
+        dataset scan of M parts keeps all M footers of R row groups each, which grew the
+        reducer's memory with the corpus (benchmarks/reduce_memory.py)."""
+        key = bucket_column(self.schema)
+        if key is None:
+            raise ValueError(f"{self.name} is not bucketed (its schema names no bucket column)")
+        wanted = columns if columns is None or key in columns else [*columns, key]
+        pieces = []
+        for path in self.part_files():
+            f = pq.ParquetFile(path, filesystem=self.fs)
+            col = f.schema_arrow.get_field_index(key)
+            groups = []
+            for g in range(f.metadata.num_row_groups):
+                stats = f.metadata.row_group(g).column(col).statistics
+                if stats is None or not stats.has_min_max or stats.min <= bucket <= stats.max:
+                    groups.append(g)
+            if groups:
+                t = f.read_row_groups(groups, columns=wanted)
+                pieces.append(t.filter(pc.equal(t[key], bucket)))
+        table = pa.concat_tables(pieces) if pieces else self.schema.empty_table().select(wanted or self.schema.names)
+        return (table.select(columns) if columns is not None else table).cast(
+            pa.schema([self.schema.field(n) for n in (columns or self.schema.names)]))
+
     def read_part(self, index: int, columns: list[str] | None = None, filter=None) -> pa.Table:
         """Read one part; the caller is inside the stage that is building the dataset."""
         return pq.read_table(self.part_path(index), columns=columns, filters=filter, filesystem=self.fs)
@@ -196,6 +231,21 @@ class Dataset(Versioned):
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         for f in self.part_files():
             yield from pq.ParquetFile(f, filesystem=self.fs).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def write_by_bucket(table: pa.Table, key: str, path: str, fs) -> None:
+    """``table`` sorted by ``key`` (stable: rows of a bucket keep their order) with one row group
+    per bucket; statistics on ``key`` only (the string columns' min/max would only fatten the
+    footer every reducer reads)."""
+    table = table.take(pc.sort_indices(table[key], sort_keys=[(key, "ascending")]))  # stable
+    values = table[key].to_numpy()
+    starts = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
+    with pq.ParquetWriter(path, table.schema, filesystem=fs, compression="zstd", write_statistics=[key]) as w:
+        if table.num_rows == 0:
+            w.write_table(table)
+        for start, end in zip(starts[:-1], starts[1:]):
+            if end > start:
+                w.write_table(table.slice(start, end - start), row_group_size=end - start)
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

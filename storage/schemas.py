@@ -1,6 +1,8 @@
 """One pyarrow schema per Parquet artifact, defined here and nowhere else."""
 import pyarrow as pa
 
+from .buckets import bucketed
+
 # One record per <page> block of the input (or per JSON line), in input order.
 # Pages that could not be read keep their raw bytes and an error reason so the
 # extraction stage can quarantine them without losing anything.
@@ -46,7 +48,7 @@ SENTENCES = pa.schema(
 
 # Map side of the alias map-reduce: per input part, counts bucketed by target title
 # so that one reducer sees every mention of a target together with its redirect.
-ALIAS_MENTIONS = pa.schema(
+ALIAS_MENTIONS = bucketed(pa.schema(
     [
         pa.field("bucket", pa.int32(), nullable=False),
         pa.field("alias", pa.string(), nullable=False),
@@ -54,7 +56,7 @@ ALIAS_MENTIONS = pa.schema(
         pa.field("source", pa.string(), nullable=False),  # redirect|anchor
         pa.field("count", pa.int64(), nullable=False),
     ]
-)
+), "bucket")
 
 ALIASES = pa.schema(
     [
@@ -91,7 +93,7 @@ EVAL_RESULTS = pa.schema(
 # Map side of the phrase count: per sentence chunk, occurrences combined by
 # (phrase key, surface form, lexical type, entity type), bucketed by phrase key so one
 # reducer sees every occurrence of a phrase.
-PHRASE_OCCURRENCES = pa.schema(
+PHRASE_OCCURRENCES = bucketed(pa.schema(
     [
         pa.field("bucket", pa.int32(), nullable=False),
         pa.field("phrase_key", pa.string(), nullable=False),  # normalised: NFKC, spaces, casefold
@@ -101,7 +103,7 @@ PHRASE_OCCURRENCES = pa.schema(
         pa.field("count", pa.int64(), nullable=False),
         pa.field("sentence_ids", pa.list_(pa.int64()), nullable=False),  # first few, as examples
     ]
-)
+), "bucket")
 
 # What happened to every sentence and occurrence of one chunk (so counts reconcile even
 # when a rerun reuses finished chunks).
@@ -164,17 +166,17 @@ PHRASE_EMBEDDINGS = pa.schema(
 )
 
 # Map side of candidate generation: a phrase under each of its blocking keys.
-NEGATIVE_BLOCKS = pa.schema(
+NEGATIVE_BLOCKS = bucketed(pa.schema(
     [
         pa.field("block_bucket", pa.int32(), nullable=False),
         pa.field("block_key", pa.string(), nullable=False),  # a q-gram of the phrase's prefix
         pa.field("phrase_key", pa.string(), nullable=False),
         pa.field("phrase", pa.string(), nullable=False),
     ]
-)
+), "block_bucket")
 
 # Verified candidate pairs, both directions, bucketed by the query's phrase bucket.
-NEGATIVE_CANDIDATES = pa.schema(
+NEGATIVE_CANDIDATES = bucketed(pa.schema(
     [
         pa.field("query_bucket", pa.int32(), nullable=False),
         pa.field("query_key", pa.string(), nullable=False),
@@ -182,7 +184,7 @@ NEGATIVE_CANDIDATES = pa.schema(
         pa.field("candidate", pa.string(), nullable=False),
         pa.field("edit_sim", pa.float64(), nullable=False),  # rapidfuzz Indel normalised similarity
     ]
-)
+), "query_bucket")
 
 # Hard negatives: lexically close (edit_sim), semantically far (cosine), best first.
 NEGATIVES = pa.schema(

@@ -19,7 +19,7 @@ CODE_VERSION = "aliases-2"
 
 def reduce_bucket(mentions: Dataset, bucket: int) -> pa.Table:
     """Aliases of one bucket: summed counts, anchor targets resolved through redirects."""
-    rows = mentions.read(filter=pads.field("bucket") == bucket)
+    rows = mentions.read_bucket(bucket)
     anchors = rows.filter(pc.equal(rows["source"], "anchor"))
     targets = pc.unique(anchors["target"])
     if len(targets):

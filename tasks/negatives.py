@@ -22,11 +22,18 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 
 from pearl_model import negatives as neg
-from storage.buckets import bucket_of
+from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
 
 CODE_VERSION = "negatives-1"
+# negative_blocks rows per phrase (sample + ovos: 635,127 / 48,399 = 13.1)
+BLOCK_ROWS_PER_PHRASE = 13
+
+
+def block_bucket_count(phrases: int) -> int:
+    """The candidate-pair reducers for ``phrases``, when ``negative_buckets`` is unset."""
+    return buckets_for(phrases, BLOCK_ROWS_PER_PHRASE)
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,7 @@ def candidates_bucket(blocks: Dataset, bucket: int, out: Dataset, params: dict) 
     stats = neg.CandidateStats()
     if out.has_part(bucket):
         return {"bucket": bucket, "reused": True}
-    t = blocks.read(columns=["block_key", "phrase_key", "phrase"], filter=pads.field("block_bucket") == bucket)
+    t = blocks.read_bucket(bucket, columns=["block_key", "phrase_key", "phrase"])
     members: dict[str, list[tuple[str, str]]] = defaultdict(list)
     surface: dict[str, str] = {}
     for bk, key, phrase in zip(*(t[c].to_pylist() for c in ("block_key", "phrase_key", "phrase"))):
@@ -129,8 +136,7 @@ def select_bucket(phrases: Dataset, part: int, candidates: Dataset, embeddings: 
     if out.has_part(part):
         return {"part": part, "reused": True}
     queries = _phrase_part(phrases, part)
-    c = candidates.read(columns=["query_key", "candidate_key", "candidate", "edit_sim"],
-                        filter=pads.field("query_bucket") == part)
+    c = candidates.read_bucket(part, columns=["query_key", "candidate_key", "candidate", "edit_sim"])
     pairs: dict[str, list] = defaultdict(list)
     surface = {}
     for q, ck, cand, s in zip(*(c[col].to_pylist() for col in ("query_key", "candidate_key", "candidate", "edit_sim"))):

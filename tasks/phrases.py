@@ -11,7 +11,6 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.entity_types import majority_entity_type, majority_lexical_type
@@ -61,11 +60,10 @@ def bucket_counts(rows: pa.Table, min_freq: int) -> dict:
 
 def write_bucket(occurrences: Dataset, bucket: int, out: Dataset, params: dict) -> dict:
     """Reduce one bucket; a finished bucket is reused, its counts recomputed from the input."""
-    in_bucket = pads.field("bucket") == bucket
     if out.has_part(bucket):
         return {"bucket": bucket, "reused": True,
-                **bucket_counts(occurrences.read(["phrase_key", "count"], filter=in_bucket), params["min_freq"])}
-    rows = occurrences.read(filter=in_bucket)
+                **bucket_counts(occurrences.read_bucket(bucket, ["phrase_key", "count"]), params["min_freq"])}
+    rows = occurrences.read_bucket(bucket)
     phrases, stats = reduce_rows(rows, params["min_freq"], params["examples_per_phrase"])
     out.write_part(bucket, pa.Table.from_pylist(phrases, schema=PHRASES))
     return {"bucket": bucket, "reused": False, **stats}

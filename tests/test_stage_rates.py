@@ -33,7 +33,8 @@ def test_every_task_corpus_stages_calls_is_run_and_nothing_else():
 def test_parameters_are_the_flows_defaults_with_the_overrides():
     p = sr.flow_params("sample", "/tmp/root", 3, {"phrase_buckets": 5, "pages_per_partition": 7})
     assert p["storage_root"] == "/tmp/root" and p["pages_per_partition"] == 7
-    assert p["phrase_params"]["phrase_buckets"] == 5 and p["positive_params"]["negatives"]["phrase_buckets"] == 5
+    assert p["phrase_params"]["phrase_buckets"] == 5
+    assert p["alias_buckets"] is None and p["positive_params"]["negatives"]["block_buckets"] is None  # sized in the run
     assert p["positive_params"]["fasttext"]["workers"] == 1  # build_corpus's default
 
 

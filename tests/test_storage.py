@@ -412,3 +412,59 @@ def test_buckets_and_shares_are_the_crc32_ones_stored_datasets_were_written_with
     many = [f"title {i}" for i in range(5000)]
     assert 0.08 < sum(in_share(k, 0.1) for k in many) / len(many) < 0.12
     assert not any(in_share(k, 0.0) for k in many) and all(in_share(k, 1.0) for k in many)
+
+
+def test_bucketed_parts_keep_each_bucket_in_its_own_row_group_in_order(tmp_path):
+    from storage.buckets import bucket_column
+    from storage.schemas import ALIAS_MENTIONS
+
+    assert bucket_column(ALIAS_MENTIONS) == "bucket" and bucket_column(SENTENCES) is None
+    d = Dataset(str(tmp_path), "alias_mentions", "v1", ALIAS_MENTIONS)
+    rows = [{"bucket": b, "alias": f"a{i}", "target": "t", "source": "anchor", "count": i}
+            for i, b in enumerate([3, 0, 3, 1, 0, 3, 7])]
+    d.write_part(0, pa.Table.from_pylist(rows, schema=ALIAS_MENTIONS))
+    d.write_part(1, ALIAS_MENTIONS.empty_table())
+    d.commit(code_version="t", params={}, inputs={})
+    meta = pq.read_metadata(d.part_path(0))
+    groups = [pq.ParquetFile(d.part_path(0)).read_row_group(i)["bucket"].to_pylist() for i in range(meta.num_row_groups)]
+    assert groups == [[0, 0], [1], [3, 3, 3], [7]]
+    # the filter a reducer uses reaches only its bucket's row group, and rows keep their order
+    fragment = next(pads.dataset(d.part_path(0), format="parquet").get_fragments())
+    assert len(fragment.split_by_row_group(pads.field("bucket") == 3)) == 1
+    assert d.read(["alias"], filter=pads.field("bucket") == 3)["alias"].to_pylist() == ["a0", "a2", "a5"]
+    assert d.read().num_rows == len(rows)
+
+
+def test_bucket_counts_follow_the_input_size():
+    from storage.buckets import MIN_BUCKETS, ROWS_PER_BUCKET, buckets_for
+
+    assert buckets_for(0, 10) == MIN_BUCKETS == buckets_for(55_011, 10)  # the sample: as before
+    assert buckets_for(150_000_000, 10) == 1_500_000_000 // ROWS_PER_BUCKET  # enwiki's sentences
+    assert buckets_for(ROWS_PER_BUCKET * 9 + 1, 1) == 10
+    with pytest.raises(ValueError, match="positive rates"):
+        buckets_for(10, 0)
+
+
+def test_read_bucket_reads_one_bucket_from_sorted_and_unsorted_parts(tmp_path):
+    from storage.schemas import ALIAS_MENTIONS
+
+    rows = [{"bucket": b, "alias": f"a{i}", "target": "t", "source": "anchor", "count": i}
+            for i, b in enumerate([3, 0, 3, 1, 0, 3, 7])]
+    table = pa.Table.from_pylist(rows, schema=ALIAS_MENTIONS)
+    sorted_ds = Dataset(str(tmp_path), "alias_mentions", "v1", ALIAS_MENTIONS)
+    plain = Dataset(str(tmp_path), "alias_mentions", "v2", ALIAS_MENTIONS)  # parts as written before sorting
+    for d in (sorted_ds, plain):
+        for i, part in enumerate((table.slice(0, 4), table.slice(4))):
+            if d is plain:
+                os.makedirs(d.path, exist_ok=True)
+                pq.write_table(part, d.part_path(i))
+            else:
+                d.write_part(i, part)
+        d.commit(code_version="t", params={}, inputs={})
+    assert pq.read_metadata(plain.part_path(0)).num_row_groups == 1  # the layout before bucket-sorting
+    for d in (sorted_ds, plain):
+        assert d.read_bucket(3, ["alias"])["alias"].to_pylist() == ["a0", "a2", "a5"]  # part order, row order
+        assert d.read_bucket(5).num_rows == 0 and d.read_bucket(5).schema.names == ALIAS_MENTIONS.names
+        assert d.read_bucket(0).to_pylist() == [r for r in rows if r["bucket"] == 0]
+    with pytest.raises(ValueError, match="not bucketed"):
+        Dataset(str(tmp_path), "sentences", "v", SENTENCES).read_bucket(0)
