@@ -57,6 +57,7 @@ def train(
     char_scale: Union[Annotated[float, Field(gt=0)], Annotated[list[Annotated[float, Field(gt=0)]],
                                                                 Field(min_length=1)]] = 0.5,
     select_every: Annotated[int, Field(ge=0)] = 25,
+    restarts: Annotated[int, Field(ge=1)] = 1,
     seed: int = 0,
     device: str = "auto",
     checkpoint_every: int = 500,
@@ -112,6 +113,9 @@ def train(
         select_every: every this many steps (and at the end) score the checkpoint, as it would be
             exported, on the dev splits (CoNLL-2003, BC5CDR, PPDB-filtered) and the held-out aliases,
             and export the one whose worst change against the backbone is largest; 0: the last one.
+        restarts: seeds tried at most (seed, seed + 1, ...): another run starts only while no kept
+            checkpoint is at or above the backbone on every dev signal, and the best kept one is
+            exported (needs select_every > 0; each run costs max_steps or the epochs again).
         seed: data order, augmentation draws and new layers' init.
         device: auto (CUDA when present), cpu, cuda or cuda:N.
         checkpoint_every: steps between checkpoints.
@@ -141,7 +145,8 @@ def train(
               **({"distill_target": distill_target, "distill_labels": distill_labels} if distill_weight > 0 else {}),
               **({"positive_kinds": positive_kinds} if positive_kinds is not None else {}),
               **({"sense_loss_weight": sense_loss_weight} if sense_loss_weight > 0 else {}),
-              **({"distill_norm_weight": distill_norm_weight} if distill_norm_weight > 0 else {})}
+              **({"distill_norm_weight": distill_norm_weight} if distill_norm_weight > 0 else {}),
+              **({"restarts": restarts} if restarts > 1 else {})}
     model = plan_model_task(training_set, char["fileset"], params)
     # The retrieval caps change what is measured, not the weights: not part of the model version (nor the
     # benchmark's path, which differs between machines holding the same files).

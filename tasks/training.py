@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from storage.buckets import stable_hash
@@ -63,6 +64,12 @@ def train_config(params: dict):
     for name in ("alias_holdout_pairs", "alias_holdout_titles"):
         if params.get(name, 0) < 0:
             raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
+    restarts = params.get("restarts", 1)
+    if not isinstance(restarts, int) or restarts < 1:
+        raise ValueError(f"restarts must be an integer >= 1 (seeds tried), got {restarts!r}")
+    if restarts > 1 and not cfg.select_every:
+        raise ValueError("restarts > 1 needs select_every > 0: the dev checks are what says whether another "
+                         "seed is needed and which run is kept")
     return cfg
 
 
@@ -181,6 +188,12 @@ def checkpoint_dir(out: FileSet) -> Path:
     return cache_root() / "checkpoints" / out.version
 
 
+def restart_dir(out: FileSet, i: int) -> Path:
+    """Checkpoints of restart ``i`` (0: the run's own directory, as without restarts)."""
+    base = checkpoint_dir(out)
+    return base if i == 0 else base.with_name(f"{base.name}-restart{i}")
+
+
 def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, params: dict, on_log=None) -> dict:
     """Train, average with the original backbone, export and upload; returns the manifest."""
     if out.is_complete():
@@ -200,14 +213,34 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     if retrieval is None:
         log.warning("no held-out aliases to score (training set %s): no alias retrieval signal", training_set.version)
     device = resolve_device(cfg.device)
-    model = build_model(params["backbone"], char_encoder.local_copy(), char_proj_dim=params["char_proj_dim"],
-                        seed=cfg.seed, device=str(device), cache_dir=params.get("cache_dir"),
-                        type_input=params.get("type_input", "raw"))
+    char_dir = char_encoder.local_copy()
+
+    def build(seed: int):
+        return build_model(params["backbone"], char_dir, char_proj_dim=params["char_proj_dim"], seed=seed,
+                           device=str(device), cache_dir=params.get("cache_dir"),
+                           type_input=params.get("type_input", "raw"))
+
+    model = build(cfg.seed)
     original = backbone_state(model)
     select, baseline = dev_selection(params, cfg, original, retrieval, str(device))
-    res = train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval, checkpoint_dir=checkpoint_dir(out),
-                on_log=on_log, reference=original, select=select)
-    kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
+    # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
+    # which one depends on the seed (README "Two seeds"); another seed is tried only while no kept
+    # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.
+    best, tried = None, []
+    for i in range(params.get("restarts", 1)):
+        if i:
+            model = build(cfg.seed + i)
+        res = train(model, train_ex, replace(cfg, seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
+                    checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
+        kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
+        rank = (kept["select_worst"], kept["select_mean"]) if kept else (float("-inf"), float("-inf"))
+        tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step, "select_worst": kept.get("select_worst"),
+                      "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
+        if best is None or rank > best[0]:
+            best = (rank, model, res, kept, cfg.seed + i)
+        if kept.get("select_worst", -1.0) >= 0:
+            break
+    _, model, res, kept, seed = best
     first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
     summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
                "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
@@ -220,7 +253,9 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                **(res.validation[-1] if res.validation else {}),
                **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
                **({"alias_holdout_pairs": len(retrieval.aliases), "alias_holdout_titles": len(retrieval.titles)}
-                  if retrieval else {})}
+                  if retrieval else {}),
+               **({"restarts_tried": len(tried), "selected_seed": seed,
+                   "seconds": round(sum(t["seconds"] for t in tried), 1)} if len(tried) > 1 else {})}
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],
             "params": params, "summary": summary}
     scale = summary["char_scale"] = kept.get("char_scale", char_scales(params)[0])
@@ -233,12 +268,13 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
             del exported
         (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation,
                                                      "selection": res.selection,
-                                                     "selection_baseline": baseline}))
+                                                     "selection_baseline": baseline, "restarts": tried}))
         manifest = out.upload(path, code_version=CODE_VERSION, params=params,
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
                               stats=summary)
     # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
-    shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+    for i in range(params.get("restarts", 1)):
+        shutil.rmtree(restart_dir(out, i), ignore_errors=True)
     return manifest
 
 

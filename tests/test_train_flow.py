@@ -79,6 +79,42 @@ def tiny_heldout(root: str) -> Dataset:
     return heldout
 
 
+@pytest.mark.parametrize("worst_by_check, tried, seed, step", [
+    ([-2, -1, -3, -4, 0.5, -1, 9, 9, 9], 2, 1, 6),   # the second seed has a check at or above the backbone: stop
+    ([-2, -1, -3, -4, -5, -6, -3, -0.5, -2], 3, 2, 6),  # none has: all three tried, the best kept one exported
+])
+def test_restarts_try_seeds_until_one_beats_the_backbone_on_dev(tiny_backbone, tmp_path, monkeypatch,
+                                                                worst_by_check, tried, seed, step):
+    import tasks.training as tt
+    from storage.files import FileSet
+    from tasks.char_encoder import run_char_encoder
+
+    root = str(tmp_path / "store")
+    tiny_corpus(root)
+    ts = tt.resolve_training_set(root)
+    char = run_char_encoder(root, {"target": "word_vectors", "epochs": 2, "max_words": 0, "seed": 0},
+                            tt.word_vectors_of(ts))["fileset"]
+    checks, seeds_seen = iter(worst_by_check), []
+
+    def select(model):  # the dev checks' verdicts, in the order the runs reach them (3 per run of 7 steps)
+        seeds_seen.append(float(model.char_proj.weight.detach().sum()))
+        worst = next(checks)
+        return {"dev_heldout_alias_top1": 50.0 + worst, "select_worst": worst, "select_mean": worst}
+
+    monkeypatch.setattr(tt, "dev_selection", lambda *a, **k: (select, {"heldout_alias_top1": 50.0}))
+    params = {"backbone": tiny_backbone, "char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3,
+              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3, "restarts": 3}
+    out = tt.plan_model(ts, char, params)
+    man = tt.train_model(ts, char, out, {**params, "device": "cpu"})
+    stats = man["stats"]
+    assert stats["restarts_tried"] == tried and stats["selected_seed"] == seed and stats["selected_step"] == step
+    assert stats["select_worst"] == max(worst_by_check[:3 * tried])
+    log = tt.training_log(FileSet(root, "models", out.version))
+    assert [r["seed"] for r in log["restarts"]] == list(range(tried))
+    assert len(set(seeds_seen[::3])) == tried  # each run started from its own seed's new layers
+    assert not any((tmp_path / "store" / "checkpoints").glob(f"{out.version}*"))  # every run's removed
+
+
 @pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
 def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path):
     from prefect.client.orchestration import get_client
@@ -180,7 +216,8 @@ def test_ablation_parameters_that_cannot_work_are_refused_before_training(tmp_pa
     for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"average_weight": -0.1}, "average_weight"),
                       ({"type_loss_weight": -1}, "type_loss_weight"), ({"positive_kinds": []}, "positive_kinds"),
                       ({"alias_holdout_pairs": -1}, "alias_holdout_pairs"), ({"char_scale": 0}, "char_scale"),
-                      ({"char_scale": [0.5, -1]}, "char_scale"), ({"char_scale": []}, "char_scale")]:
+                      ({"char_scale": [0.5, -1]}, "char_scale"), ({"char_scale": []}, "char_scale"),
+                      ({"restarts": 0}, "restarts"), ({"restarts": 2, "select_every": 0}, "restarts")]:
         with pytest.raises(ValueError, match=rf"^{name}"):
             train_config(bad)
     with prefect_test_harness():  # the flow refuses them on its parameters, before any task runs
