@@ -23,8 +23,6 @@ from flows.evaluate import evaluate
 from flows.train import train
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task
-from storage.files import FileSet
-from storage.datasets import resolve_root
 
 # build-corpus / train parameters that retrain sets itself.
 _OWN = {"source", "storage_root", "dask_address", "dask_workers", "training_set_version", "evaluate_model"}
@@ -96,7 +94,7 @@ def retrain(
             trained = train(**params)
         version = trained["model"]["version"]
         candidate = {"version": version,
-                     "dir": model_directory_task(FileSet(resolve_root(storage_root), "models", version))}
+                     "dir": model_directory_task(storage_root, version)}
 
         evaluation = None
         if current is None or current["version"] != version:

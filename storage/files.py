@@ -27,10 +27,14 @@ from fsspec.implementations.local import LocalFileSystem
 
 from storage.datasets import MANIFEST, Versioned, atomic_path, dataset_version, publish_manifest
 
-__all__ = ["FileSet", "plan_fileset", "DEFAULT_CACHE"]
+__all__ = ["FileSet", "plan_fileset", "default_cache"]
 
-DEFAULT_CACHE = Path("~/.cache/pearl_model/storage")
 _TMP = ".tmp-"
+
+
+def default_cache() -> Path:
+    """Where remote file sets are copied: ``$PEARL_CACHE/storage`` (the cache root the library uses too)."""
+    return Path(os.environ.get("PEARL_CACHE", "~/.cache/pearl_model")).expanduser() / "storage"
 
 
 def _relative_file(name: object, fileset: "FileSet") -> str:
@@ -124,12 +128,12 @@ class FileSet(Versioned):
     def local_copy(self, cache_dir: str | os.PathLike | None = None) -> Path:
         """A local directory holding the files: the version directory itself on a local root,
         otherwise a copy downloaded once into ``cache_dir`` (default
-        ``~/.cache/pearl_model/storage/<name>/<version>``). Raises DatasetIncomplete for a
+        ``$PEARL_CACHE/storage/<name>/<version>``, ``~/.cache/pearl_model`` by default). Raises DatasetIncomplete for a
         version without manifest."""
         manifest = self.manifest()
         if isinstance(self.fs, LocalFileSystem):
             return Path(self.path)
-        target = Path(cache_dir) if cache_dir else DEFAULT_CACHE.expanduser() / self.name / self.version
+        target = Path(cache_dir) if cache_dir else default_cache() / self.name / self.version
         marker = target / MANIFEST
         if marker.exists():
             try:

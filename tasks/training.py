@@ -421,10 +421,15 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
     return manifest
 
 
+def stored_model(storage_root: str, version: str) -> FileSet:
+    return FileSet(resolve_root(storage_root), "models", check_version("model version", version))
+
+
 @task(name="model-directory", cache_policy=NONE)
-def model_directory_task(out: FileSet) -> str:
-    """A local directory of the stored model (downloaded once for a remote root): what evaluate loads."""
-    return str(out.local_copy())
+def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
+    """A local directory of the stored model (downloaded once for a remote root): what evaluate loads.
+    ``out``: the model's FileSet, or a storage root with the model's ``version``."""
+    return str((stored_model(out, version) if isinstance(out, str) else out).local_copy())
 
 
 @task(name="training-report", cache_policy=NONE)

@@ -138,11 +138,14 @@ def test_local_copy_downloads_again_for_a_stale_cache(memory_root, tmp_path):
 
 def test_default_cache_dir(memory_root, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PEARL_CACHE", raising=False)
     f = plan_fileset(memory_root, "m", "t-1", PARAMS, INPUTS)
     upload(f, model_dir(tmp_path))
     local = f.local_copy()
     assert local == tmp_path / "home" / ".cache" / "pearl_model" / "storage" / "m" / f.version
     assert (local / "config.json").read_text() == '{"dim": 8}'
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "pc"))  # the cache root the library uses, honoured here too
+    assert f.local_copy() == tmp_path / "pc" / "storage" / "m" / f.version
 
 
 @pytest.mark.parametrize("bad", ["../../escaped.txt", "/tmp/abs.txt", "sub/../../x", "a//b", ""])
