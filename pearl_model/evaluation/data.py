@@ -16,11 +16,12 @@ looked for, when a file is not there, so that a runner can skip that dataset and
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..packages import installed_dir
 
 AUTOFJ_PIP = "pip install --no-deps autofj==0.0.6"
 RETRIEVAL_FILES = {"yago": "yago/yago_test_samples.txt", "umls": "umls/umls_test_samples.txt"}
@@ -157,10 +158,8 @@ class JoinTable:
 
 def autofj_package_dir() -> Path:
     """autofj/benchmark inside the installed package, found without importing it."""
-    spec = importlib.util.find_spec("autofj")
-    if spec is None or not spec.submodule_search_locations:
-        raise DatasetMissing(f"the AutoFJ tables come from the autofj package, which is not installed: {AUTOFJ_PIP}")
-    path = Path(list(spec.submodule_search_locations)[0]) / "benchmark"
+    path = installed_dir("autofj", DatasetMissing,
+                       f"the AutoFJ tables come from the autofj package, which is not installed: {AUTOFJ_PIP}") / "benchmark"
     if not path.is_dir():
         raise DatasetMissing(f"{path} not found: reinstall the autofj package ({AUTOFJ_PIP})")
     return path

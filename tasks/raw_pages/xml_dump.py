@@ -119,12 +119,9 @@ def check_source(source: str, input_format: str = "auto") -> dict:
 
 def sample_dump() -> str:
     """The real enwiki excerpt shipped in the gensim 4.4.0 wheel (206 pages)."""
-    import importlib.util
+    from pearl_model.packages import installed_dir
 
-    spec = importlib.util.find_spec("gensim")
-    if spec is None or not spec.submodule_search_locations:
-        raise SourceError("source='sample' needs gensim==4.4.0 installed (it ships the sample dump)")
-    base = spec.submodule_search_locations[0]
+    base = installed_dir("gensim", SourceError, "source='sample' needs gensim==4.4.0 installed (it ships the sample dump)")
     return f"{base}/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
 
