@@ -22,7 +22,7 @@ def in_share(key: str, fraction: float) -> bool:
 
 
 # Schema metadata naming a map output's bucket column: Dataset.write_part sorts such parts by it
-# (stably) and writes one row group per bucket, so a reducer's `read(filter=bucket == b)` decodes
+# (stably) and writes one row group per bucket, so a reducer's `Dataset.read_bucket(b)` decodes
 # only its own row groups (Parquet row-group statistics) instead of every row of every part.
 BUCKET_COLUMN = b"pearl.bucket_column"
 
