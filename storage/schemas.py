@@ -150,10 +150,11 @@ AUGMENTATIONS = pa.schema(
     [
         pa.field("phrase_key", pa.string(), nullable=False),
         pa.field("phrase", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),  # wordnet|fasttext|alias|paraphrase
+        pa.field("kind", pa.string(), nullable=False),  # wordnet|fasttext|alias|paraphrase|context
         pa.field("positive", pa.string(), nullable=False),
         pa.field("source", pa.string(), nullable=False),  # e.g. wordnet-3.0, alias source, model
         pa.field("rank", pa.int32(), nullable=False),  # order within (phrase, kind), best first
+        pa.field("sentence_id", pa.int64()),  # the corpus sentence a `context` positive comes from
     ]
 )
 
@@ -202,7 +203,8 @@ NEGATIVES = pa.schema(
 
 # What the training flow reads: one row per phrase, its label, cached positives and hard
 # negatives, and a deterministic train/validation split.
-_POSITIVE = pa.struct([pa.field("kind", pa.string()), pa.field("text", pa.string())])
+_POSITIVE = pa.struct([pa.field("kind", pa.string()), pa.field("text", pa.string()),
+                       pa.field("sentence_id", pa.int64())])  # sentence_id: `context` positives only
 TRAINING_SET = pa.schema(
     [
         pa.field("phrase", pa.string(), nullable=False),

@@ -11,7 +11,10 @@ on the fly during training:
               or one of its trusted aliases, ignoring case): its title, redirects and the
               link anchors that are frequent and unambiguous (`alias_min_anchor_count`,
               `alias_min_anchor_share`), most frequent first; `source` says which;
-  paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given.
+  paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given;
+  context     the phrase in one of its example sentences (Phrase-BERT's phrase-in-context):
+              up to `context_window` words either side, the phrase masked (`context_mask`;
+              why: pearl_model/context.py); `sentence_id` names the sentence.
 `min_cosine` (kind -> threshold) keeps a replacement word only when the backbone (E5) puts
 it at least that close to the word it replaces (`CloseSynonyms`). Measured on labelled
 positives, the word-level cosine separates synonyms from wrong senses and look-alikes; the
@@ -41,7 +44,8 @@ from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 # -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor
 # filters; -4: a synonym holding the word itself is skipped ("art" -> "fine art")
 CODE_VERSION = "augmentations-4"
-KINDS = ("wordnet", "fasttext", "alias", "paraphrase")
+KINDS = ("wordnet", "fasttext", "alias", "paraphrase", "context")
+UNASKED_KINDS = KINDS[:4]  # params without "kinds": context needs the sentences, so it is asked for by name
 
 
 def anchor_totals(aliases: Dataset, anchors: set[str]) -> Counter:
@@ -181,11 +185,41 @@ def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> 
     return out
 
 
-def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, params: dict) -> tuple[pa.Table, dict]:
-    table = phrases.read_part(index, columns=["phrase", "phrase_key"]) if phrases.has_part(index) else \
-        pa.table({"phrase": pa.array([], pa.string()), "phrase_key": pa.array([], pa.string())})
+def context_positives(texts: list[str], sentence_ids: list[list[int]], sentences: Dataset, limit: int,
+                      window: int, mask: bool, stats: Counter) -> dict[str, list[tuple[str, int]]]:
+    """phrase -> [(context, sentence_id)] from its first ``limit`` example sentences, read by id
+    (one filtered scan for the part). An example whose sentence is gone, does not spell the
+    phrase (the parser's tokens rejoined) or gives a context already kept is counted, not
+    written: examples read = positives + the three counts."""
+    from pearl_model.context import context_positive
+
+    wanted = {i for ids in sentence_ids for i in ids[:limit]}
+    found = sentences.read(columns=["sentence_id", "text"], filter=pads.field("sentence_id").isin(sorted(wanted))) \
+        if wanted else None
+    text_of = dict(zip(found["sentence_id"].to_pylist(), found["text"].to_pylist())) if found is not None else {}
+    out: dict[str, list[tuple[str, int]]] = {}
+    for phrase, ids in zip(texts, sentence_ids):
+        for sid in ids[:limit]:
+            if sid not in text_of:
+                stats["context_sentence_missing"] += 1
+                continue
+            ctx = context_positive(phrase, text_of[sid], window, mask)
+            if ctx is None:
+                stats["context_phrase_not_in_sentence"] += 1
+            elif ctx in (c for c, _ in out.get(phrase, ())):
+                stats["context_duplicate"] += 1
+            else:
+                out.setdefault(phrase, []).append((ctx, sid))
+    return out
+
+
+def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, params: dict,
+                 sentences: Dataset | None = None) -> tuple[pa.Table, dict]:
+    columns = ["phrase", "phrase_key", "example_sentence_ids"]
+    table = phrases.read_part(index, columns=columns) if phrases.has_part(index) else \
+        phrases.schema.empty_table().select(columns)
     texts, keys = table["phrase"].to_pylist(), table["phrase_key"].to_pylist()
-    limit, kinds, stats = params["max_per_kind"], params.get("kinds", KINDS), Counter(phrases_in=len(texts))
+    limit, kinds, stats = params["max_per_kind"], params.get("kinds", UNASKED_KINDS), Counter(phrases_in=len(texts))
     min_cosine = {k: c for k, c in (params.get("min_cosine") or {}).items() if c is not None and k in kinds}
     sources = {}
     if "wordnet" in kinds:
@@ -205,37 +239,46 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
     if params.get("paraphrase_options") and "paraphrase" in kinds:
         para = dict(zip(texts, _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
                         .paraphrases(texts)))
+    context = {}
+    if "context" in kinds:
+        if sentences is None:
+            raise ValueError("cached_kinds has 'context' but no sentences dataset was given")
+        context = context_positives(texts, table["example_sentence_ids"].to_pylist(), sentences, limit,
+                                    params.get("context_window", 12), params.get("context_mask", True), stats)
     rows = []
-    for text, key in zip(texts, keys):
+    for text, key, ids in zip(texts, keys, table["example_sentence_ids"].to_pylist()):
         found = {"wordnet": [(p, "wordnet-3.0") for p in syn.get(text, {}).get("wordnet", [])],
                  "fasttext": [(p, f"fasttext:{vectors.version}") for p in syn.get(text, {}).get("fasttext", [])],
                  "alias": alias.get(key, []),
                  "paraphrase": [(p, f"paraphrase:{params['paraphrase_options'].get('model')}")
-                                for p in para.get(text, [])[:limit]]}
+                                for p in para.get(text, [])[:limit]],
+                 "context": [(c, f"sentence:{sid}", sid) for c, sid in context.get(text, [])]}
+        stats["context_examples_read"] += min(limit, len(ids)) if "context" in kinds else 0
         if not any(found.values()):
             stats["phrases_without_positive"] += 1
         for kind, items in found.items():
             if items:
                 stats[f"phrases_with_{kind}"] += 1
-            for rank, (positive, source) in enumerate(items):
+            for rank, (positive, source, *sid) in enumerate(items):
                 rows.append({"phrase_key": key, "phrase": text, "kind": kind, "positive": positive,
-                             "source": source, "rank": rank})
+                             "source": source, "rank": rank, "sentence_id": sid[0] if sid else None})
                 stats[f"positives_{kind}"] += 1
     return pa.Table.from_pylist(rows, schema=AUGMENTATIONS), dict(stats)
 
 
-def write_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset, params: dict) -> dict:
+def write_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset, params: dict,
+               sentences: Dataset | None = None) -> dict:
     if out.has_part(index):
         return {"part": index, "reused": True}
-    table, stats = augment_part(phrases, index, aliases, vectors, params)
-    out.write_part(index, table)
+    table, stats = augment_part(phrases, index, aliases, vectors, params, sentences)
+    out.write_part(index, table, metadata={k: v for k, v in stats.items() if k.startswith("context_")})
     return {"part": index, "reused": False, **stats}
 
 
 def check_params(params: dict) -> None:
     """Refuse filter settings that cannot work before any part is augmented."""
-    unknown = set(params.get("kinds", KINDS)) - set(KINDS)
-    if unknown or not params.get("kinds", KINDS):
+    unknown = set(params.get("kinds", UNASKED_KINDS)) - set(KINDS)
+    if unknown or not params.get("kinds", UNASKED_KINDS):
         raise ValueError(f"cached_kinds must be a non-empty subset of {list(KINDS)}, got {params.get('kinds')}")
     for kind, c in (params.get("min_cosine") or {}).items():
         if c is not None and not -1 <= c <= 1:
@@ -244,11 +287,20 @@ def check_params(params: dict) -> None:
         raise ValueError(f"alias_min_anchor_share must be in [0, 1], got {params['alias_min_anchor_share']}")
     if params.get("wordnet_max_senses") is not None and params["wordnet_max_senses"] < 1:
         raise ValueError(f"wordnet_max_senses must be >= 1 or none, got {params['wordnet_max_senses']}")
+    if params.get("context_window", 12) < 1:
+        raise ValueError(f"context_window must be >= 1 word, got {params['context_window']}")
 
 
-def plan_augmentations(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> Dataset:
-    check_params(params)
+def _inputs(phrases: Dataset, aliases: Dataset, vectors: Dataset, sentences: Dataset | None) -> dict:
+    # Sentences are an input only when context positives read them: other builds keep their versions.
     inputs = {"phrases": phrases.version, "aliases": aliases.version, "word_vectors": vectors.version}
+    return inputs | ({"sentences": sentences.version} if sentences is not None else {})
+
+
+def plan_augmentations(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
+                       sentences: Dataset | None = None) -> Dataset:
+    check_params(params)
+    inputs = _inputs(phrases, aliases, vectors, sentences)
     return Dataset(phrases.root, "augmentations", dataset_version("augmentations", CODE_VERSION, params, inputs),
                    AUGMENTATIONS)
 
@@ -270,12 +322,15 @@ def augmentation_counts(out: Dataset, files: list[str] | None = None) -> dict:
             "phrases_with_any": with_any}
 
 
-def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> dict:
+def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
+                         sentences: Dataset | None = None) -> dict:
     if out.is_complete():
         return out.manifest()
-    inputs = {"phrases": phrases.version, "aliases": aliases.version, "word_vectors": vectors.version}
+    inputs = _inputs(phrases, aliases, vectors, sentences)
     stats = {**augmentation_counts(out, out.parts_on_disk()), "phrases_in": phrases.manifest()["rows"]}
     stats["phrases_without_positive"] = stats["phrases_in"] - stats["phrases_with_any"]
+    if "context" in params.get("kinds", UNASKED_KINDS):  # the examples not written, kept with each part (resumed runs)
+        stats["context"] = dict(sorted(out.metadata_totals().items()))
     return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)
 
 
@@ -284,19 +339,21 @@ from prefect.cache_policies import NONE  # noqa: E402
 
 
 @task(name="plan-augmentations", cache_policy=NONE)
-def plan_augmentations_task(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> Dataset:
-    return plan_augmentations(phrases, aliases, vectors, params)
+def plan_augmentations_task(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
+                            sentences: Dataset | None = None) -> Dataset:
+    return plan_augmentations(phrases, aliases, vectors, params, sentences)
 
 
 @task(name="augment-part", task_run_name="augment-part-{index}", cache_policy=NONE, retries=1)
 def augment_part_task(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset,
-                      params: dict) -> dict:
-    return write_part(phrases, index, aliases, vectors, out, params)
+                      params: dict, sentences: Dataset | None = None) -> dict:
+    return write_part(phrases, index, aliases, vectors, out, params, sentences)
 
 
 @task(name="commit-augmentations", cache_policy=NONE)
-def commit_augmentations_task(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict) -> dict:
-    return commit_augmentations(out, phrases, aliases, vectors, params)
+def commit_augmentations_task(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
+                              sentences: Dataset | None = None) -> dict:
+    return commit_augmentations(out, phrases, aliases, vectors, params, sentences)
 
 
 def examples_table(out: Dataset, n: int = 12) -> list[dict]:

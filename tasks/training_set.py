@@ -96,16 +96,17 @@ def join_part(phrases: Dataset, augmentations: Dataset, negatives: Dataset, part
     """The part's rows, and how many positives of the phrases trained on were removed for naming a
     held-out alias or title (a held-out phrase's row keeps its own: it is not trained on)."""
     p = _part(phrases, part, ["phrase", "phrase_key", "label", "label_id", "frequency"])
-    a = _part(augmentations, part, ["phrase_key", "kind", "positive", "rank"])
+    a = _part(augmentations, part, ["phrase_key", "kind", "positive", "rank", "sentence_id"])
     n = _part(negatives, part, ["phrase_key", "negative", "rank"])
     positives: dict[str, list] = defaultdict(list)
     removed = 0
-    for key, kind, text, rank in sorted(zip(*(a[c].to_pylist() for c in ("phrase_key", "kind", "positive", "rank"))),
-                                        key=lambda r: (r[0], r[1], r[3])):
+    for key, kind, text, rank, sid in sorted(zip(*(a[c].to_pylist() for c in ("phrase_key", "kind", "positive", "rank",
+                                                                             "sentence_id"))),
+                                             key=lambda r: (r[0], r[1], r[3])):
         if held_out and key not in held_out and phrase_key(text) in held_out:
             removed += 1
         else:
-            positives[key].append({"kind": kind, "text": text})
+            positives[key].append({"kind": kind, "text": text, "sentence_id": sid})
     negs: dict[str, list] = defaultdict(list)
     for key, text, rank in sorted(zip(*(n[c].to_pylist() for c in ("phrase_key", "negative", "rank"))),
                                   key=lambda r: (r[0], r[2])):
@@ -148,8 +149,7 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
         stats.update(f"phrases_{s}" for s in t["split"].to_pylist())
         stats["phrases_without_cached_positive"] += sum(1 for x in t["positives"].to_pylist() if not x)
         stats["phrases_without_negative"] += sum(1 for x in t["negatives"].to_pylist() if not x)
-        part = int(f.rsplit("part-", 1)[1].split(".")[0])
-        stats["positives_held_out"] += (out.part_metadata(part) or {}).get("positives_held_out", 0)
+    stats["positives_held_out"] += out.metadata_totals().get("positives_held_out", 0)
     return out.commit(code_version=CODE_VERSION, params=params, stats=dict(stats),
                       inputs=_inputs(phrases, augmentations, negatives, heldout), extra={"labels": labels.vocabulary()})
 

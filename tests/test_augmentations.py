@@ -260,3 +260,43 @@ def test_filter_settings_that_cannot_work_are_refused(stores, bad, names):
     _, phrases, aliases, vectors = stores
     with pytest.raises(ValueError, match=names):
         aug.plan_augmentations(phrases, aliases, vectors, {**PARAMS, **bad})
+
+
+def test_context_positives_come_from_the_example_sentences(tmp_path):
+    from pearl_model.context import MASK
+    from pearl_model.phrases.mining import phrase_key
+
+    root = str(tmp_path)
+    sentences = sentences_dataset(root)  # id 0: "The car was parked near the old bridge."
+    texts = dict(enumerate(sentences.read()["text"].to_pylist()))
+    phrases = Dataset(root, "phrases", "p1", PHRASES)
+    rows = [("the old bridge", [0, 3, 0 + 36]), ("the car", [0, 999]), ("the harbour", [1])]
+    phrases.write_part(0, pa.Table.from_pylist(
+        [{"phrase": t, "phrase_key": phrase_key(t), "lexical_type": "NP", "entity_type": "OTHER", "label": "NP-OTHER",
+          "label_id": 18, "frequency": 2, "example_sentence_ids": ids} for t, ids in rows], schema=PHRASES))
+    phrases.commit(code_version="t", params={}, inputs={})
+    aliases = aliases_dataset(root)
+    vectors = Dataset(root, "word_vectors", "w1", None)  # not read: no fastText kind
+    params = {**PARAMS, "kinds": ["context"], "context_window": 3, "context_mask": True}
+    plain = aug.plan_augmentations(phrases, aliases, vectors, {**PARAMS, "kinds": ["wordnet"]})
+    out = aug.plan_augmentations(phrases, aliases, vectors, params, sentences)
+    assert out.version != plain.version
+    aug.write_part(phrases, 0, aliases, vectors, out, params, sentences)
+    man = aug.commit_augmentations(out, phrases, aliases, vectors, params, sentences)
+    got = out.read().to_pylist()
+    bridge = [r for r in got if r["phrase"] == "the old bridge"]
+    # sentence 36 repeats sentence 0's text (the fixture's sentences three times over): one context kept
+    assert texts[36] == texts[0]
+    assert [(r["positive"], r["sentence_id"], r["source"], r["rank"]) for r in bridge] == [
+        (f"was parked near {MASK} .", 0, "sentence:0", 0), (f"car drove past {MASK} .", 3, "sentence:3", 1)]
+    car = [r for r in got if r["phrase"] == "the car"]
+    assert [r["sentence_id"] for r in car] == [0] and car[0]["positive"] == f"{MASK} was parked near"
+    assert all(r["kind"] == "context" for r in got)
+    ctx = man["stats"]["context"]
+    # every example read is a positive or one of the counted reasons it is not
+    assert ctx == {"context_duplicate": 1, "context_examples_read": 6, "context_phrase_not_in_sentence": 1,
+                   "context_sentence_missing": 1}
+    assert ctx["context_examples_read"] == len(got) + ctx["context_duplicate"] + \
+        ctx["context_phrase_not_in_sentence"] + ctx["context_sentence_missing"]
+    with pytest.raises(ValueError, match="context_window"):
+        aug.plan_augmentations(phrases, aliases, vectors, {**params, "context_window": 0}, sentences)

@@ -45,8 +45,9 @@ def test_join_keeps_every_phrase_with_its_positives_and_negatives_in_order(root)
     rows = {r["phrase"]: r for r in out.read().to_pylist()}
     assert set(rows) == {"The New York Times", "Apple", "Paris"} and man["rows"] == 3
     nyt = rows["The New York Times"]
-    assert nyt["positives"] == [{"kind": "alias", "text": "New York Times"}, {"kind": "alias", "text": "NYT"},
-                                {"kind": "wordnet", "text": "The New York Multiplication"}]
+    assert nyt["positives"] == [{"kind": "alias", "text": "New York Times", "sentence_id": None},
+                                {"kind": "alias", "text": "NYT", "sentence_id": None},
+                                {"kind": "wordnet", "text": "The New York Multiplication", "sentence_id": None}]
     assert nyt["negatives"] == ["The New York Post", "The New York Review"]
     assert rows["Paris"]["positives"] == [] and rows["Paris"]["negatives"] == []
     assert man["stats"]["phrases_without_negative"] == 2
@@ -132,3 +133,21 @@ def test_held_out_aliases_never_appear_in_the_training_set(root):
     assert [p["text"] for r in trained if r["phrase"] == "the thing" for p in r["positives"]] == [kept[0]]
     removed = sum(1 for r in aug_rows if r["positive"].lower() in secret and r["phrase_key"] not in secret)
     assert man["stats"]["positives_held_out"] == removed == 1  # only "the thing" -> held[0] crossed over
+
+
+def test_a_context_positive_keeps_its_sentence_id_and_is_drawn_as_a_cached_kind(root):
+    from pearl_model.training import examples_from_rows
+
+    phrases = ds(root, "phrases", PHRASES, [[phrase("Apple")]])
+    aug = ds(root, "augmentations", AUGMENTATIONS, [[
+        {"phrase_key": "apple", "phrase": "Apple", "kind": "context", "positive": "shares of [MASK] rose",
+         "source": "sentence:42", "rank": 0, "sentence_id": 42}]])
+    negs = ds(root, "negatives", NEGATIVES, [[]])
+    params = {"validation_fraction": 0.0}
+    out = ts.plan_training_set(phrases, aug, negs, params)
+    ts.write_part(phrases, aug, negs, 0, out, params)
+    ts.commit_training_set(out, phrases, aug, negs, params)
+    row = out.read().to_pylist()[0]
+    assert row["positives"] == [{"kind": "context", "text": "shares of [MASK] rose", "sentence_id": 42}]
+    examples = examples_from_rows([row])
+    assert examples[0].cached == {"context": ("shares of [MASK] rose",)}
