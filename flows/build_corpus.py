@@ -26,7 +26,10 @@ from tasks.phrase_occurrences import (
     commit_occurrences_task, mine_chunk_task, phrase_bucket_count, plan_occurrences_task,
 )
 from tasks.phrase_report import phrase_report_task
-from tasks.phrases import commit_phrases_task, phrase_bucket_task, plan_phrases_task
+from tasks.phrases import (
+    commit_phrases_task, commit_word_totals_task, phrase_bucket_task, plan_phrases_task, plan_word_totals_task,
+    word_totals_bucket_task,
+)
 from tasks.raw_pages.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
 from tasks.raw_pages.sequential import check_input_complete_task, plan_raw_pages_task, raw_pages_task
 from tasks.training_set import (
@@ -88,11 +91,19 @@ def corpus_stages(
     mine_chunk_task.map(unmapped(pages.sentences), chunks, unmapped(mined), unmapped(mining_params)).result()
     commit_occurrences_task(mined, pages.sentences, mining_params)
 
-    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase")}
-    phrases = plan_phrases_task(mined.occurrences, reduce_params)
+    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase", "pmi_min_npmi")
+                     if k in phrase_params}
+    word_totals = None
+    if mined.word_counts is not None:  # parser "pmi"
+        word_params = {"min_freq": phrase_params["min_freq"]}
+        word_totals = plan_word_totals_task(mined.word_counts, word_params)
+        word_totals_bucket_task.map(unmapped(mined.word_counts), range(phrase_params["phrase_buckets"]),
+                                    unmapped(word_totals), unmapped(word_params)).result()
+        commit_word_totals_task(word_totals, mined.word_counts, word_params)
+    phrases = plan_phrases_task(mined.occurrences, reduce_params, word_totals)
     bucket_stats = phrase_bucket_task.map(unmapped(mined.occurrences), range(phrase_params["phrase_buckets"]),
-                                          unmapped(phrases), unmapped(reduce_params)).result()
-    phrase_manifest = commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats)
+                                          unmapped(phrases), unmapped(reduce_params), unmapped(word_totals)).result()
+    phrase_manifest = commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats, word_totals)
     report = phrase_report_task(mined.occurrences, mined.stats, phrases)
 
     vectors = word_vectors_task(pages.sentences, positive_params["fasttext"])
@@ -165,7 +176,7 @@ def build_corpus(
     alias_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
     min_sentence_words: int = 3,
     max_sentence_chars: int = 1000,
-    parser: Literal["spacy", "benepar"] = "spacy",
+    parser: Literal["spacy", "benepar", "pmi"] = "spacy",
     parser_options: Optional[dict] = None,
     ner: Literal["spacy", "transformers", "none"] = "spacy",
     ner_options: Optional[dict] = None,
@@ -173,6 +184,7 @@ def build_corpus(
     min_phrase_words: int = 1,
     max_phrase_words: int = 8,
     min_freq: int = 2,
+    pmi_min_npmi: Annotated[float, Field(ge=-1, le=1)] = 0.3,
     phrase_buckets: Optional[Annotated[int, Field(ge=1)]] = None,
     sentences_per_chunk: int = 2000,
     examples_per_phrase: int = 3,
@@ -233,7 +245,10 @@ def build_corpus(
         min_sentence_words: shorter sentences are dropped.
         max_sentence_chars: longer sentences are dropped.
         parser: constituents from spaCy's dependency parse ("spacy", offline default) or the
-            Berkeley Neural Parser ("benepar", needs benepar_en3 or a local model path).
+            Berkeley Neural Parser ("benepar", needs benepar_en3 or a local model path), or no
+            parser ("pmi", ULR: every n-gram of 1 to max_phrase_words tokens is a candidate,
+            multi-word ones kept when their normalised PMI reaches pmi_min_npmi; spaCy's tagger
+            and NER only).
         parser_options: passed to the parser, e.g. {"model": "/models/benepar_en3"} or
             {"batch_size": 256}.
         ner: OntoNotes entity types from spaCy's NER in the parser's pass ("spacy"), a
@@ -243,6 +258,7 @@ def build_corpus(
         parse_max_chars: longer sentences are not parsed (filtered as too_long).
         min_phrase_words / max_phrase_words: phrase occurrences outside this length are dropped.
         min_freq: phrases seen fewer times are dropped (paper: 2).
+        pmi_min_npmi: parser "pmi" only: the normalised PMI a multi-word n-gram needs (-1 to 1).
         phrase_buckets: reducers of the phrase count, and the parts of every phrase-keyed dataset
             after it; none: from the sentences kept (about 1M occurrence rows a reducer, at least 8).
         sentences_per_chunk: sentences per mining task.
@@ -295,6 +311,8 @@ def build_corpus(
                      "min_words": min_phrase_words, "max_words": max_phrase_words, "min_freq": min_freq,
                      "phrase_buckets": phrase_buckets, "sentences_per_chunk": sentences_per_chunk,
                      "examples_per_phrase": examples_per_phrase}
+    if parser == "pmi":  # only then: the other parsers' versions stay as they were
+        phrase_params["pmi_min_npmi"] = pmi_min_npmi
     positive_params = {
         "fasttext": {"dim": fasttext_dim, "window": 5, "min_count": fasttext_min_count, "epochs": fasttext_epochs,
                      "seed": 0, "workers": fasttext_workers, "bucket": fasttext_buckets,

@@ -115,6 +115,24 @@ PHRASE_MINING_STATS = pa.schema(
     ]
 )
 
+# Parser "pmi" only: each chunk's word counts (pearl_model.phrases.pmi.pmi_words), by word bucket.
+PMI_WORD_COUNTS = bucketed(pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),
+        pa.field("word", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+), "bucket")
+
+# The corpus-wide counts of the words seen at least min_freq times (rarer ones cannot be in a
+# kept n-gram); the manifest's stats.total_words counts every word, for the probabilities.
+PMI_WORD_TOTALS = pa.schema(
+    [
+        pa.field("word", pa.string(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+
 # Phrases seen at least min_freq times, each with one of the 95 labels.
 PHRASES = pa.schema(
     [
@@ -239,6 +257,8 @@ ALL = {
     "eval_results": EVAL_RESULTS,
     "phrase_occurrences": PHRASE_OCCURRENCES,
     "phrase_mining_stats": PHRASE_MINING_STATS,
+    "pmi_word_counts": PMI_WORD_COUNTS,
+    "pmi_word_totals": PMI_WORD_TOTALS,
     "phrases": PHRASES,
     "word_vectors": WORD_VECTORS,
     "augmentations": AUGMENTATIONS,

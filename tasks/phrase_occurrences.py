@@ -3,12 +3,14 @@
 Runs once per chunk (a slice of one sentences part) on a Dask worker: screens, parses and
 entity-types the sentences, then combines occurrences of the same (phrase, lexical type,
 entity type) within the chunk, so the reduce side reads counts, not raw occurrences.
-Each chunk also writes what happened to every one of its sentences and occurrences.
+Each chunk also writes what happened to every one of its sentences and occurrences, and,
+with parser "pmi", the counts of its words by word bucket (`pmi_word_counts`, reduced to
+corpus-wide totals before the phrase reducers score n-grams with them).
 """
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -18,7 +20,7 @@ import pyarrow.parquet as pq
 from pearl_model.phrases.mining import check_stats, make_ner, make_parser, mine
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
-from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES
+from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
 
 CODE_VERSION = "phrase-occurrences-2"
 # phrase_occurrences rows per sentence kept (sample + ovos: 531,334 / 55,011 = 9.7)
@@ -42,6 +44,10 @@ class Chunk:
 class OccurrenceOutputs:
     occurrences: Dataset
     stats: Dataset
+    word_counts: Dataset | None = None  # parser "pmi" only
+
+    def datasets(self) -> list[Dataset]:
+        return [d for d in (self.occurrences, self.word_counts, self.stats) if d is not None]
 
 
 phrase_bucket = bucket_of  # the phrase-count reducer a phrase key goes to
@@ -64,18 +70,22 @@ def _backends(parser: str, parser_options: str, ner: str, ner_options: str):
 
 
 def backends(params: dict):
-    return _backends(params["parser"], json.dumps(params.get("parser_options") or {}, sort_keys=True),
+    options = params.get("parser_options") or {}
+    if params["parser"] == "pmi":  # its candidates are the n-grams up to the phrase length kept
+        options = {"max_words": params["max_words"], **options}
+    return _backends(params["parser"], json.dumps(options, sort_keys=True),
                      params["ner"], json.dumps(params.get("ner_options") or {}, sort_keys=True))
 
 
-def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict) -> tuple[pa.Table, dict]:
+def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict,
+               word_counts: Counter | None = None) -> tuple[pa.Table, dict]:
     table = pq.read_table(chunk.file, columns=["sentence_id", "text"], filesystem=sentences.fs)
     table = table.slice(chunk.offset, chunk.length)
     ids, texts = table["sentence_id"].to_pylist(), table["text"].to_pylist()
     parser, ner = backends(params)
     occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
                               min_words=params["min_words"], max_words=params["max_words"],
-                              language=params["language"])
+                              language=params["language"], word_counts=word_counts)
     check_stats(stats)
     combined: dict[tuple, list] = defaultdict(lambda: [0, set()])
     for o in occurrences:
@@ -91,12 +101,20 @@ def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict) -> tuple[pa.Table
     return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats)
 
 
+def word_count_rows(counts: Counter, buckets: int) -> pa.Table:
+    return pa.Table.from_pylist([{"bucket": bucket_of(w, buckets), "word": w, "count": n} for w, n in counts.items()],
+                                schema=PMI_WORD_COUNTS)
+
+
 def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict) -> dict:
-    """Mine one chunk; a chunk whose two outputs exist is reused, not redone."""
-    if out.occurrences.has_part(chunk.index) and out.stats.has_part(chunk.index):
+    """Mine one chunk; a chunk whose outputs all exist is reused, not redone."""
+    if all(d.has_part(chunk.index) for d in out.datasets()):
         return {"chunk": chunk.index, "reused": True}
-    table, stats = mine_chunk(sentences, chunk, params)
+    words = Counter() if out.word_counts is not None else None
+    table, stats = mine_chunk(sentences, chunk, params, words)
     out.occurrences.write_part(chunk.index, table)
+    if out.word_counts is not None:
+        out.word_counts.write_part(chunk.index, word_count_rows(words, params["phrase_buckets"]))
     # Stats last: their part marks the chunk done.
     out.stats.write_part(chunk.index, pa.Table.from_pylist(
         [{"chunk": chunk.index, "counter": k, "value": v} for k, v in sorted(stats.items())],
@@ -110,16 +128,18 @@ def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
     def ds(name: str, schema: pa.Schema) -> Dataset:
         return Dataset(sentences.root, name, dataset_version(name, CODE_VERSION, params, inputs), schema)
 
-    return OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS))
+    return OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS),
+                             ds("pmi_word_counts", PMI_WORD_COUNTS) if params["parser"] == "pmi" else None)
 
 
 def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
-    if out.occurrences.is_complete() and out.stats.is_complete():
+    if all(d.is_complete() for d in out.datasets()):
         return out.stats.manifest()
     totals = mining_totals_from_parts(out.stats)
     check_stats(totals)
     inputs = {"sentences": sentences.version}
-    out.occurrences.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
+    for d in out.datasets()[:-1]:  # the stats last: their commit marks the stage done
+        d.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
     return out.stats.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
 
 
@@ -140,7 +160,7 @@ from prefect.logging import get_run_logger  # noqa: E402
 @task(name="plan-phrase-occurrences", cache_policy=NONE)
 def plan_occurrences_task(sentences: Dataset, params: dict) -> tuple[OccurrenceOutputs, list[Chunk]]:
     out = plan_outputs(sentences, params)
-    if not (out.occurrences.is_complete() and out.stats.is_complete()):
+    if not all(d.is_complete() for d in out.datasets()):
         # Load the parser and NER here once, so a missing model fails the run before any
         # work is mapped, with ModelMissing's message saying what to install.
         backends(params)

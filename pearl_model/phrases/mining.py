@@ -16,7 +16,7 @@ from .entity_types import occurrence_type
 from .screening import screen
 from .spans import ConstituencyParser, EntityRecognizer, ModelMissing
 
-PARSERS = ("spacy", "benepar")
+PARSERS = ("spacy", "benepar", "pmi")
 NER_BACKENDS = ("spacy", "transformers", "none")
 
 _WS = re.compile(r"\s+")
@@ -42,6 +42,10 @@ def make_parser(name: str, **options) -> ConstituencyParser:
         except ImportError as exc:
             raise ModelMissing(f"the benepar parser needs `pip install benepar==0.2.0` ({exc})") from None
         return BeneparParser(**options)
+    if name == "pmi":
+        from .pmi import PmiCandidates
+
+        return PmiCandidates(**options)
     raise ValueError(f"unknown parser {name!r}: choose one of {PARSERS}")
 
 
@@ -78,8 +82,11 @@ class Occurrence:
 
 def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRecognizer | None, *,
          max_sentence_chars: int = 600, min_words: int = 1, max_words: int = 8,
-         language: str = "en") -> tuple[list[Occurrence], Counter]:
+         language: str = "en", word_counts: Counter | None = None) -> tuple[list[Occurrence], Counter]:
     """Typed occurrences of one batch of sentences, and the counts that account for them.
+
+    ``word_counts`` (when given) receives the words of every parsed sentence whose backend
+    reports them (parser "pmi": the corpus-wide counts its reduce side scores n-grams with).
 
     stats: sentences_in = sentences_parsed + sentences_failed + sum(sentences_filtered_*);
            occurrences_found = occurrences_kept + sum(occurrences_filtered_*).
@@ -109,6 +116,8 @@ def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRec
             stats["sentences_failed"] += 1
             continue
         stats["sentences_parsed"] += 1
+        if word_counts is not None and p.words is not None:
+            word_counts.update(p.words)
         for c in p.constituents:
             stats["occurrences_found"] += 1
             form = surface_form(p.phrase(c))

@@ -54,6 +54,7 @@ class ParsedSentence:
     entities: list[Entity] | None = None
     n_tokens: int = 0
     error: str | None = None  # set when this sentence alone could not be parsed
+    words: list[str] | None = None  # the words corpus-wide counts are kept of (parser "pmi" only)
 
     def phrase(self, c: Constituent) -> str:
         return self.text[c.start:c.end]

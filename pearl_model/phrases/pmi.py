@@ -1,0 +1,119 @@
+"""Phrases without a parser (ULR): n-grams whose words occur together more than chance says.
+
+The map side (``PmiCandidates``, a ``ConstituencyParser``) runs spaCy's tagger and NER only, no
+dependency parse, and offers every candidate n-gram of a sentence as an occurrence: runs of 1
+to ``max_words`` tokens with no punctuation inside, not starting or ending with a stop word
+(a leading preposition is allowed: "in New York" is a PP), single tokens only when they are
+content words (noun, proper noun, verb, adjective, adverb), as the dependency rules keep them.
+Each sentence also gives its ``words`` for the corpus-wide counts PMI needs. The reduce side
+keeps a multi-word n-gram when it is frequent (``min_freq``, as every phrase) and its
+normalised PMI is at least ``min_npmi`` (``npmi``); single words are kept by frequency alone.
+
+Words for PMI are whitespace tokens, casefolded, punctuation stripped from their edges: the
+reducer splits a phrase key the same way with no tokenizer, so numerator and denominators
+count the same units ("New York's" is the words "new", "york's" in both).
+
+Lexical type from the part-of-speech pattern (no tree to read it from): a leading preposition
+makes a PP; a noun, proper noun, pronoun or number last an NP; a verb or auxiliary first a VP;
+an adjective last an ADJP; an adverb last an ADVP; anything else NP. The head (for entity
+typing) is the last token, or the first verb of a VP.
+"""
+from __future__ import annotations
+
+import math
+import string
+import warnings
+from typing import Iterator, Mapping, Sequence
+
+from .spans import Constituent, ModelMissing, ParsedSentence
+
+CONTENT_POS = frozenset({"NOUN", "PROPN", "VERB", "ADJ", "ADV"})
+_EDGE_PUNCT = string.punctuation + "“”‘’«»–—…"
+
+
+def pmi_words(text: str) -> list[str]:
+    """The words PMI counts: whitespace tokens, casefolded, edge punctuation stripped, none empty."""
+    return [w for w in (t.strip(_EDGE_PUNCT).casefold() for t in text.split()) if w]
+
+
+def lexical_type(pos: Sequence[str]) -> str:
+    if pos[0] == "ADP" and len(pos) > 1:
+        return "PP"
+    if pos[-1] in ("NOUN", "PROPN", "PRON", "NUM"):
+        return "NP"
+    if pos[0] in ("VERB", "AUX"):
+        return "VP"
+    if pos[-1] == "ADJ":
+        return "ADJP"
+    if pos[-1] == "ADV":
+        return "ADVP"
+    return "NP"
+
+
+def candidates(doc, max_words: int) -> list[Constituent]:
+    """Every candidate n-gram of a spaCy doc as a character span (see the module docstring)."""
+    out = []
+    tokens = list(doc)
+    for i, first in enumerate(tokens):
+        if first.is_punct or first.is_space or (first.is_stop and first.pos_ != "ADP"):
+            continue
+        for j in range(i, min(i + max_words, len(tokens))):
+            last = tokens[j]
+            if last.is_punct or last.is_space:
+                break  # no punctuation inside an n-gram
+            span = tokens[i:j + 1]
+            if last.is_stop or (len(span) == 1 and first.pos_ not in CONTENT_POS):
+                continue
+            pos = [t.pos_ for t in span]
+            lt = lexical_type(pos)
+            head = next((t for t in span if t.pos_ in ("VERB", "AUX")), last) if lt == "VP" else last
+            out.append(Constituent(first.idx, last.idx + len(last.text), lt,
+                                   (head.idx, head.idx + len(head.text))))
+    return out
+
+
+class PmiCandidates:
+    """ConstituencyParser offering candidate n-grams (the PMI filter runs on the reduce side)."""
+
+    name = "pmi"
+
+    def __init__(self, model: str | None = None, batch_size: int = 256, max_words: int = 8):
+        from .spacy_rules import DEFAULT_SPACY_MODEL, entities, load_spacy
+
+        self.model, self.batch_size, self.max_words = model or DEFAULT_SPACY_MODEL, batch_size, max_words
+        self.nlp = load_spacy(self.model, disable=("parser", "lemmatizer"))
+        if "ner" not in self.nlp.pipe_names or not ({"tagger", "morphologizer"} & set(self.nlp.pipe_names)):
+            raise ModelMissing(f"spaCy pipeline {self.model!r} needs a tagger and an NER for parser 'pmi'")
+        self._entities = entities
+
+    def parse(self, texts: Sequence[str]) -> Iterator[ParsedSentence]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # spaCy warns per doc on odd whitespace
+            for text, doc in zip(texts, self.nlp.pipe(texts, batch_size=self.batch_size)):
+                yield ParsedSentence(text, candidates(doc, self.max_words), self._entities(doc), len(doc),
+                                     words=pmi_words(text))
+
+
+def npmi(ngram_count: int, word_counts: Sequence[int], total_words: int) -> float:
+    """Normalised PMI of an n-gram: log(p(g) / prod p(w)) / ((n - 1) * -log p(g)).
+
+    1 when each word occurs only inside the n-gram, 0 when the words are independent, below
+    0 when they avoid each other. Dividing by n - 1 keeps longer n-grams on the bigram's
+    [-1, 1] scale (their PMI can reach (n - 1) * -log p(g)). An n-gram filling the whole
+    corpus (p(g) = 1) has no information to normalise by: 1 by convention."""
+    n = len(word_counts)
+    if n < 2:
+        raise ValueError("NPMI needs an n-gram of at least two words")
+    log_pg = math.log(ngram_count / total_words)
+    if log_pg == 0:
+        return 1.0
+    pmi = log_pg - sum(math.log(c / total_words) for c in word_counts)
+    return pmi / ((n - 1) * -log_pg)
+
+
+def score_key(key: str, count: int, totals: Mapping[str, int], total_words: int) -> float | None:
+    """NPMI of a phrase key (None: one of its words has no corpus count, e.g. split otherwise)."""
+    counts = [totals.get(w) for w in pmi_words(key)]
+    if any(c is None for c in counts):
+        return None
+    return npmi(count, counts, total_words)

@@ -1,0 +1,91 @@
+"""Parser "pmi" (ULR): candidate n-grams on the map side, the NPMI filter on the reduce side."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pearl_model.phrases.pmi import lexical_type, npmi, pmi_words
+from tasks import phrase_occurrences as occ_stage
+from tasks import phrases as phrase_stage
+from tests.test_phrase_stages import params, sentences_dataset
+
+
+def test_npmi_by_hand():
+    # 100 words; "new zealand" 5 times, each word only there: PMI = (n-1) * -log p(g), NPMI 1
+    assert npmi(5, [5, 5], 100) == pytest.approx(1.0)
+    # independent words: p(g) = p(a) p(b) -> 0
+    assert npmi(1, [10, 10], 100) == pytest.approx(0.0)
+    # a trigram filling its words' every occurrence is 1 too (normalised by n - 1)
+    assert npmi(4, [4, 4, 4], 1000) == pytest.approx(1.0)
+    assert npmi(2, [10, 40], 200) == pytest.approx(math.log(2 / 200 / (10 / 200 * 40 / 200)) / -math.log(2 / 200))
+    with pytest.raises(ValueError):
+        npmi(3, [3], 10)
+
+
+def test_words_and_lexical_types():
+    assert pmi_words("New York's  parks, (mostly) green.") == ["new", "york's", "parks", "mostly", "green"]
+    assert lexical_type(["ADP", "PROPN", "PROPN"]) == "PP"
+    assert lexical_type(["ADJ", "NOUN"]) == "NP"
+    assert lexical_type(["VERB", "DET", "NOUN"]) == "NP"  # the noun last decides, as for a parse's NP
+    assert lexical_type(["VERB", "ADV"]) == "VP"
+    assert lexical_type(["ADV", "ADJ"]) == "ADJP"
+
+
+def planted_corpus(n: int = 240, seed: int = 0) -> list[str]:
+    """Sentences where "Kuala Lumpur" and "stock exchange" always come together, and colours
+    and vehicles meet by chance: side by side in a third of the sentences, apart otherwise."""
+    rng = random.Random(seed)
+    colours, vehicles = ["red", "blue", "green", "yellow"], ["car", "bus", "truck", "bicycle"]
+    places = ["Kuala Lumpur", "Oslo", "Lima", "Quito"]
+    templates = ["A {c} {v} waited near the stock exchange in {p} today.",
+                 "The {v} outside the stock exchange was painted {c} in {p}.",
+                 "People in {p} said {c} suits any {v} they own."]
+    return [templates[i % 3].format(c=rng.choice(colours), v=rng.choice(vehicles), p=places[(i // 3) % 4])
+            for i in range(n)]
+
+
+def run_pmi(root: str, texts: list[str], min_npmi: float, min_freq: int = 2):
+    sentences = sentences_dataset(root, [texts[: len(texts) // 2], texts[len(texts) // 2:]])
+    p = params(parser="pmi", max_words=3, sentences_per_chunk=25)
+    out = occ_stage.plan_outputs(sentences, p)
+    for chunk in occ_stage.plan_chunks(sentences, p["sentences_per_chunk"]):
+        occ_stage.write_chunk(sentences, chunk, out, p)
+    occ_stage.commit_outputs(out, sentences, p)
+    wp = {"min_freq": min_freq}
+    totals = phrase_stage.plan_word_totals(out.word_counts, wp)
+    for b in range(p["phrase_buckets"]):
+        phrase_stage.write_word_totals(out.word_counts, b, totals, wp)
+    phrase_stage.commit_word_totals(totals, out.word_counts, wp)
+    rp = {"min_freq": min_freq, "examples_per_phrase": 2, "pmi_min_npmi": min_npmi}
+    phrases = phrase_stage.plan_phrases(out.occurrences, rp, totals)
+    stats = [phrase_stage.write_bucket(out.occurrences, b, phrases, rp, totals) for b in range(p["phrase_buckets"])]
+    man = phrase_stage.commit_phrases(phrases, out.occurrences, rp, stats, totals)
+    return phrases, man, totals
+
+
+def test_planted_collocations_are_found_and_chance_pairs_are_not(tmp_path):
+    texts = planted_corpus()
+    phrases, man, totals = run_pmi(str(tmp_path), texts, min_npmi=0.5)
+    kept = {r["phrase_key"]: r for r in phrases.read().to_pylist()}
+    assert "kuala lumpur" in kept and "stock exchange" in kept
+    assert kept["kuala lumpur"]["entity_type"] in ("GPE", "LOC", "FAC", "ORG", "OTHER")
+    for colour in ("red", "blue", "green", "yellow"):
+        for vehicle in ("car", "bus", "truck", "bicycle"):
+            assert f"{colour} {vehicle}" not in kept  # seen ~5 times each, but by chance
+    # single content words stay, by frequency alone
+    assert "car" in kept and "exchange" in kept
+    s = man["stats"]
+    assert s["ngrams_kept"] + s["ngrams_filtered_below_npmi"] + s["ngrams_filtered_below_min_freq"] \
+        + s["ngrams_filtered_word_unknown"] == s["ngrams_scored"]
+    assert s["ngrams_filtered_below_npmi"] >= 16
+    # every word was counted, the totals keep the frequent ones
+    words = sum(len(pmi_words(t)) for t in texts)
+    assert totals.manifest()["stats"]["total_words"] == words
+
+
+def test_a_corpus_too_small_for_the_thresholds_says_what_passed(tmp_path):
+    with pytest.raises(ValueError, match=r"no n-gram passed.*ngrams_filtered_below_min_freq \d+"):
+        run_pmi(str(tmp_path), ["A red car waited.", "A blue bus left early.", "Nothing repeats here at all."],
+                min_npmi=0.3)
