@@ -74,8 +74,8 @@ def test_planted_collocations_are_found_and_chance_pairs_are_not(tmp_path):
     for colour in ("red", "blue", "green", "yellow"):
         for vehicle in ("car", "bus", "truck", "bicycle"):
             assert f"{colour} {vehicle}" not in kept  # seen ~5 times each, but by chance
-    # single content words stay, by frequency alone
-    assert "car" in kept and "exchange" in kept
+    # single words that stand alone stay, by frequency alone; a noun inside an n-gram does not
+    assert "quito" in kept and "oslo" in kept and "car" not in kept
     s = man["stats"]
     assert s["ngrams_kept"] + s["ngrams_filtered_below_npmi"] + s["ngrams_filtered_below_min_freq"] \
         + s["ngrams_filtered_word_unknown"] == s["ngrams_scored"]
@@ -89,3 +89,17 @@ def test_a_corpus_too_small_for_the_thresholds_says_what_passed(tmp_path):
     with pytest.raises(ValueError, match=r"no n-gram passed.*ngrams_filtered_below_min_freq \d+"):
         run_pmi(str(tmp_path), ["A red car waited.", "A blue bus left early.", "Nothing repeats here at all."],
                 min_npmi=0.3)
+
+
+def test_single_words_are_candidates_only_where_a_parse_would_keep_one():
+    from pearl_model.phrases.pmi import candidates
+    from pearl_model.phrases.spacy_rules import load_spacy
+
+    nlp = load_spacy(disable=("parser", "lemmatizer"))
+    doc = nlp("Bribery consumed the national budget while officials slept quietly.")
+    singles = {doc.text[c.start:c.end] for c in candidates(doc, 4) if " " not in doc.text[c.start:c.end]}
+    assert "Bribery" in singles and "quietly" in singles  # a bare noun, an adverb
+    assert "budget" not in singles and "national" not in singles  # inside "the national budget"
+    assert "consumed" not in singles  # it has an object
+    multi = {doc.text[c.start:c.end] for c in candidates(doc, 4)}
+    assert "national budget" in multi and "the national budget" not in multi  # no stop word at an edge

@@ -3,8 +3,10 @@
 The map side (``PmiCandidates``, a ``ConstituencyParser``) runs spaCy's tagger and NER only, no
 dependency parse, and offers every candidate n-gram of a sentence as an occurrence: runs of 1
 to ``max_words`` tokens with no punctuation inside, not starting or ending with a stop word
-(a leading preposition is allowed: "in New York" is a PP), single tokens only when they are
-content words (noun, proper noun, verb, adjective, adverb), as the dependency rules keep them.
+(a leading preposition is allowed: "in New York" is a PP), and single tokens only where the
+dependency rules would keep one as a phrase of its own (``stands_alone``: a bare noun with no
+modifier or determiner before it and no noun after it, a verb with no object after it, an
+adverb, a predicative adjective), not every content word of the corpus.
 Each sentence also gives its ``words`` for the corpus-wide counts PMI needs. The reduce side
 keeps a multi-word n-gram when it is frequent (``min_freq``, as every phrase) and its
 normalised PMI is at least ``min_npmi`` (``npmi``); single words are kept by frequency alone.
@@ -27,7 +29,6 @@ from typing import Iterator, Mapping, Sequence
 
 from .spans import Constituent, ModelMissing, ParsedSentence
 
-CONTENT_POS = frozenset({"NOUN", "PROPN", "VERB", "ADJ", "ADV"})
 _EDGE_PUNCT = string.punctuation + "“”‘’«»–—…"
 
 
@@ -50,6 +51,23 @@ def lexical_type(pos: Sequence[str]) -> str:
     return "NP"
 
 
+_NOUNS = ("NOUN", "PROPN")
+
+
+def stands_alone(tokens: Sequence, i: int) -> bool:
+    """Whether token i would be a one-word phrase of a parse, judged from its neighbours' tags."""
+    t = tokens[i]
+    prev = tokens[i - 1].pos_ if i > 0 else None
+    nxt = tokens[i + 1].pos_ if i + 1 < len(tokens) else None
+    if t.pos_ in _NOUNS:
+        return prev not in (*_NOUNS, "ADJ", "NUM", "DET", "PRON") and nxt not in _NOUNS
+    if t.pos_ == "VERB":
+        return nxt not in (*_NOUNS, "DET", "PRON", "ADJ", "NUM", "VERB")
+    if t.pos_ == "ADJ":
+        return prev == "AUX" and nxt not in _NOUNS
+    return t.pos_ == "ADV"
+
+
 def candidates(doc, max_words: int) -> list[Constituent]:
     """Every candidate n-gram of a spaCy doc as a character span (see the module docstring)."""
     out = []
@@ -62,7 +80,7 @@ def candidates(doc, max_words: int) -> list[Constituent]:
             if last.is_punct or last.is_space:
                 break  # no punctuation inside an n-gram
             span = tokens[i:j + 1]
-            if last.is_stop or (len(span) == 1 and first.pos_ not in CONTENT_POS):
+            if last.is_stop or (len(span) == 1 and not stands_alone(tokens, i)):
                 continue
             pos = [t.pos_ for t in span]
             lt = lexical_type(pos)
