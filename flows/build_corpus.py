@@ -85,7 +85,8 @@ def corpus_stages(
     check_input_complete_task(raw_manifest, allow_incomplete_input)  # what was read is committed by now
 
     phrase_params = phrase_params | {
-        "phrase_buckets": phrase_params["phrase_buckets"] or phrase_bucket_count(page_manifests["sentences"]["rows"])}
+        "phrase_buckets": phrase_params["phrase_buckets"] or phrase_bucket_count(page_manifests["sentences"]["rows"],
+                                                                                    phrase_params["parser"])}
     mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
     mined, chunks = plan_occurrences_task(pages.sentences, mining_params)
     mine_chunk_task.map(unmapped(pages.sentences), chunks, unmapped(mined), unmapped(mining_params)).result()

@@ -23,13 +23,15 @@ from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
 
 CODE_VERSION = "phrase-occurrences-2"
-# phrase_occurrences rows per sentence kept (sample + ovos: 531,334 / 55,011 = 9.7)
-OCCURRENCE_ROWS_PER_SENTENCE = 10
+# phrase_occurrences rows per sentence kept (sample + ovos with the spaCy rules: 531,334 / 55,011 = 9.7;
+# parser "pmi" offers every candidate n-gram: 41 on 600 sentences, benchmarks/pmi_phrases.py)
+OCCURRENCE_ROWS_PER_SENTENCE = {"pmi": 40}
+DEFAULT_ROWS_PER_SENTENCE = 10
 
 
-def phrase_bucket_count(sentences: int) -> int:
+def phrase_bucket_count(sentences: int, parser: str = "spacy") -> int:
     """The phrase reducers (and phrase-keyed parts) for ``sentences``, when ``phrase_buckets`` is unset."""
-    return buckets_for(sentences, OCCURRENCE_ROWS_PER_SENTENCE)
+    return buckets_for(sentences, OCCURRENCE_ROWS_PER_SENTENCE.get(parser, DEFAULT_ROWS_PER_SENTENCE))
 
 
 @dataclass(frozen=True)
