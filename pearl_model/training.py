@@ -82,7 +82,7 @@ class TrainConfig:
     type_loss_on: str = "anchors"    # anchors | both (the anchors' and their positives' type cross entropy)
     type_loss_labels: str = "entities"  # entities (*-OTHER left out: BC5CDR kept) | all (the paper's)
     freeze_embeddings: bool = False  # the backbone's embedding matrix kept as is (cheaper Adam steps)
-    freeze_layers: int = 0           # the lowest N transformer layers kept as is
+    freeze_layers: int | None = 0    # the lowest N transformer layers kept as is (None: the lower half)
     distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
     distill_temperature: float = 0.05
     distill_target: str = "layout"   # layout (anchors' similarities to each other) | vectors (each anchor's own)
@@ -102,7 +102,8 @@ class TrainConfig:
                  ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None"),
                  ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
                  ("type_loss_labels", self.type_loss_labels in ("all", "entities"), "'all' or 'entities'"),
-                 ("freeze_layers", self.freeze_layers >= 0, ">= 0"),
+                 ("freeze_layers", self.freeze_layers is None or self.freeze_layers >= 0,
+                  ">= 0, or None for the lower half"),
                  ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
                  ("distill_temperature", self.distill_temperature > 0, "> 0"),
                  ("distill_target", self.distill_target in ("layout", "vectors"), "'layout' or 'vectors'"),
@@ -416,20 +417,24 @@ def alias_retrieval(encode: Callable[[list[str]], np.ndarray], task: AliasRetrie
     return {"alias_top1": float(np.mean(rank == 0)), "alias_mrr": float(np.mean(1.0 / (rank + 1)))}
 
 
-def freeze(backbone, embeddings: bool, layers: int) -> None:
+def freeze(backbone, embeddings: bool, layers: int | None) -> int:
     """Keep the embedding matrix and/or the lowest ``layers`` transformer layers as they are
-    (BERT-like backbones: ``embeddings``, ``encoder.layer``); named in the error otherwise."""
-    if not embeddings and not layers:
-        return
+    (BERT-like backbones: ``embeddings``, ``encoder.layer``; ``layers`` None: the lower half,
+    rounded down); named in the error otherwise. Returns the number of layers frozen."""
+    if not embeddings and layers == 0:
+        return 0
     blocks = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if (embeddings and not hasattr(backbone, "embeddings")) or (layers and blocks is None):
+    if (embeddings and not hasattr(backbone, "embeddings")) or (layers != 0 and blocks is None):
         raise ValueError(f"freeze_embeddings/freeze_layers: {type(backbone).__name__} has no BERT-like "
                          "`embeddings` / `encoder.layer` to freeze")
+    if layers is None:
+        layers = len(blocks) // 2
     if layers > len(blocks or ()):
         raise ValueError(f"freeze_layers is {layers}, but the backbone has {len(blocks)} layers")
     for module in ([backbone.embeddings] if embeddings else []) + list(blocks or ())[:layers]:
         for p in module.parameters():
             p.requires_grad_(False)
+    return layers
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -69,10 +69,12 @@ def test_type_loss_on_both_adds_the_positives_cross_entropy():
     assert torch.allclose(loss, both["infonce"] + ce)
 
 
-def test_frozen_embeddings_and_layers_do_not_move(parts):
+@pytest.mark.parametrize("layers", [1, None])  # None: the lower half (1 of the tiny model's 2), the flow's default
+def test_frozen_embeddings_and_layers_do_not_move(parts, layers):
     model = make_model(parts)
-    emb, layers = _state(model.backbone.embeddings), [_state(b) for b in model.backbone.encoder.layer]
-    T.train(model, toy_examples(), cfg(epochs=1, freeze_embeddings=True, freeze_layers=1))
+    emb, layers_before = _state(model.backbone.embeddings), [_state(b) for b in model.backbone.encoder.layer]
+    T.train(model, toy_examples(), cfg(epochs=1, freeze_embeddings=True, freeze_layers=layers))
+    layers = layers_before
     assert not _changed(emb, model.backbone.embeddings)
     assert not _changed(layers[0], model.backbone.encoder.layer[0])
     assert _changed(layers[1], model.backbone.encoder.layer[1])  # the rest still trains
