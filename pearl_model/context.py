@@ -21,7 +21,7 @@ def _pattern(phrase: str) -> re.Pattern:
     return re.compile(r"(?<!\w)" + r"\s*".join(map(re.escape, tokens)) + r"(?!\w)", re.IGNORECASE)
 
 
-def context_positive(phrase: str, sentence: str, window: int = 12, mask: bool = True) -> str | None:
+def context_positive(phrase: str, sentence: str, window: int = 6, mask: bool = True) -> str | None:
     """Up to ``window`` words either side of the phrase's first occurrence in ``sentence``, the
     phrase replaced by ``MASK`` (``mask``) or kept as the sentence spells it.
 

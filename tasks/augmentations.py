@@ -45,6 +45,9 @@ from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 # filters; -4: a synonym holding the word itself is skipped ("art" -> "fine art")
 CODE_VERSION = "augmentations-4"
 KINDS = ("wordnet", "fasttext", "alias", "paraphrase", "context")
+# Words either side of a context positive: with 12, positives of ~40 tokens made a batch's
+# activations ~6x a phrase batch's (a training run on 2 cores was killed out of memory at 10 GB).
+CONTEXT_WINDOW = 6
 UNASKED_KINDS = KINDS[:4]  # params without "kinds": context needs the sentences, so it is asked for by name
 
 
@@ -244,7 +247,7 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
         if sentences is None:
             raise ValueError("cached_kinds has 'context' but no sentences dataset was given")
         context = context_positives(texts, table["example_sentence_ids"].to_pylist(), sentences, limit,
-                                    params.get("context_window", 12), params.get("context_mask", True), stats)
+                                    params.get("context_window", CONTEXT_WINDOW), params.get("context_mask", True), stats)
     rows = []
     for text, key, ids in zip(texts, keys, table["example_sentence_ids"].to_pylist()):
         found = {"wordnet": [(p, "wordnet-3.0") for p in syn.get(text, {}).get("wordnet", [])],
@@ -287,7 +290,7 @@ def check_params(params: dict) -> None:
         raise ValueError(f"alias_min_anchor_share must be in [0, 1], got {params['alias_min_anchor_share']}")
     if params.get("wordnet_max_senses") is not None and params["wordnet_max_senses"] < 1:
         raise ValueError(f"wordnet_max_senses must be >= 1 or none, got {params['wordnet_max_senses']}")
-    if params.get("context_window", 12) < 1:
+    if params.get("context_window", CONTEXT_WINDOW) < 1:
         raise ValueError(f"context_window must be >= 1 word, got {params['context_window']}")
 
 
