@@ -203,6 +203,7 @@ def context_positives(texts: list[str], sentence_ids: list[list[int]], sentences
     out: dict[str, list[tuple[str, int]]] = {}
     for phrase, ids in zip(texts, sentence_ids):
         for sid in ids[:limit]:
+            stats["context_examples_read"] += 1
             if sid not in text_of:
                 stats["context_sentence_missing"] += 1
                 continue
@@ -249,14 +250,13 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
         context = context_positives(texts, table["example_sentence_ids"].to_pylist(), sentences, limit,
                                     params.get("context_window", CONTEXT_WINDOW), params.get("context_mask", True), stats)
     rows = []
-    for text, key, ids in zip(texts, keys, table["example_sentence_ids"].to_pylist()):
+    for text, key in zip(texts, keys):
         found = {"wordnet": [(p, "wordnet-3.0") for p in syn.get(text, {}).get("wordnet", [])],
                  "fasttext": [(p, f"fasttext:{vectors.version}") for p in syn.get(text, {}).get("fasttext", [])],
                  "alias": alias.get(key, []),
                  "paraphrase": [(p, f"paraphrase:{params['paraphrase_options'].get('model')}")
                                 for p in para.get(text, [])[:limit]],
                  "context": [(c, f"sentence:{sid}", sid) for c, sid in context.get(text, [])]}
-        stats["context_examples_read"] += min(limit, len(ids)) if "context" in kinds else 0
         if not any(found.values()):
             stats["phrases_without_positive"] += 1
         for kind, items in found.items():
