@@ -80,6 +80,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "batch_x2": ({"batch_size": "x2"}, {}),
     "freeze_emb": ({"freeze_embeddings": True}, {}),
     "freeze_emb_6": ({"freeze_embeddings": True, "freeze_layers": 6}, {}),
+    "freeze_emb_9": ({"freeze_embeddings": True, "freeze_layers": 9}, {}),  # cheaper steps again
+    "lr_x2": ({"lr": 6e-5}, {}),
     # a training-only head for the WordNet supersense of OTHER noun phrases (pearl_model.phrases.senses)
     "sense_1": ({"sense_loss_weight": 1.0}, {}),
     "sense_0.3": ({"sense_loss_weight": 0.3}, {}),
