@@ -13,36 +13,22 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
-from prefect import flow, unmapped
+from prefect import flow
 from pydantic import Field
 
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
-from tasks.aliases import alias_bucket_task, commit_aliases_task, plan_aliases_task
+from tasks.aliases import aliases_stage
+from tasks.augmentations import augmentation_report_task, augmentations_stage
 from tasks.corpus_report import corpus_report_task
-from tasks.pages import (
-    alias_bucket_count, commit_page_outputs_task, extract_part_task, find_duplicate_pages_task, plan_page_outputs_task,
-)
-from tasks.phrase_occurrences import (
-    commit_occurrences_task, mine_chunk_task, phrase_bucket_count, plan_occurrences_task,
-)
+from tasks.negatives import block_bucket_count, negatives_report_task, negatives_stage
+from tasks.pages import alias_bucket_count, pages_stage
+from tasks.phrase_occurrences import occurrences_stage, phrase_bucket_count
 from tasks.phrase_report import phrase_report_task
-from tasks.phrases import (
-    commit_phrases_task, commit_word_totals_task, phrase_bucket_task, plan_phrases_task, plan_word_totals_task,
-    word_totals_bucket_task,
-)
-from tasks.raw_pages.multistream import commit_multistream_task, index_for, plan_multistream_task, raw_partition_task
-from tasks.raw_pages.sequential import check_input_complete_task, plan_raw_pages_task, raw_pages_task
-from tasks.training_set import (
-    commit_training_set_task, heldout_aliases_task, plan_training_set_task, training_set_part_task,
-)
+from tasks.phrases import phrases_stage
+from tasks.raw_pages import raw_pages_stage
+from tasks.raw_pages.sequential import check_input_complete_task
+from tasks.training_set import training_set_stage
 from tasks.word_vectors import word_vectors_task
-from tasks.augmentations import (
-    augment_part_task, augmentation_report_task, commit_augmentations_task, plan_augmentations_task,
-)
-from tasks.negatives import (
-    block_bucket_count, block_part_task, candidates_task, commit_candidates_task, commit_negatives_task, commit_step_task,
-    embed_part_task, gram_counts_task, negatives_report_task, plan_negatives_task, select_task,
-)
 
 
 @flow(name="corpus-stages")
@@ -64,80 +50,38 @@ def corpus_stages(
     report_dask_dashboard()
     read_params = {"input_format": input_format, "pages_per_part": pages_per_partition,
                    "max_page_bytes": max_page_bytes, "max_pages": max_pages}
-    raw, raw_manifest = read_raw_pages(source, storage_root, read_params, multistream_index)
+    raw, raw_manifest = raw_pages_stage(source, storage_root, read_params, multistream_index)
     # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
     alias_buckets = alias_buckets or alias_bucket_count(raw_manifest["rows"])
-
-    page_params = {"alias_buckets": alias_buckets, "min_sentence_words": min_sentence_words,
-                   "max_sentence_chars": max_sentence_chars}
-    pages = plan_page_outputs_task(raw, page_params)
-    parts = range(len(raw_manifest["parts"]))
-    duplicates = find_duplicate_pages_task(raw)
-    extract_part_task.map(unmapped(raw), parts, unmapped(pages), unmapped(page_params), duplicates).result()
-    page_manifests = commit_page_outputs_task(pages, raw, page_params)
-
-    alias_params = {"alias_buckets": alias_buckets}
-    aliases = plan_aliases_task(pages.alias_mentions, alias_params)
-    alias_bucket_task.map(unmapped(pages.alias_mentions), range(alias_buckets), unmapped(aliases)).result()
-    commit_aliases_task(aliases, pages.alias_mentions, alias_params)
-
+    pages, page_manifests = pages_stage(raw, raw_manifest, {"alias_buckets": alias_buckets,
+                                                            "min_sentence_words": min_sentence_words,
+                                                            "max_sentence_chars": max_sentence_chars})
+    aliases = aliases_stage(pages.alias_mentions, {"alias_buckets": alias_buckets})
     corpus = corpus_report_task(raw, pages.pages, pages.sentences, pages.quarantine, pages.alias_mentions, aliases)
     check_input_complete_task(raw_manifest, allow_incomplete_input)  # what was read is committed by now
 
-    phrase_params = phrase_params | {
-        "phrase_buckets": phrase_params["phrase_buckets"] or phrase_bucket_count(page_manifests["sentences"]["rows"],
-                                                                                    phrase_params["parser"])}
-    mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
-    mined, chunks = plan_occurrences_task(pages.sentences, mining_params)
-    mine_chunk_task.map(unmapped(pages.sentences), chunks, unmapped(mined), unmapped(mining_params)).result()
-    commit_occurrences_task(mined, pages.sentences, mining_params)
-
-    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase", "pmi_min_npmi")
-                     if k in phrase_params}
-    word_totals = None
-    if mined.word_counts is not None:  # parser "pmi"
-        word_params = {"min_freq": phrase_params["min_freq"]}
-        word_totals = plan_word_totals_task(mined.word_counts, word_params)
-        word_totals_bucket_task.map(unmapped(mined.word_counts), range(phrase_params["phrase_buckets"]),
-                                    unmapped(word_totals), unmapped(word_params)).result()
-        commit_word_totals_task(word_totals, mined.word_counts, word_params)
-    phrases = plan_phrases_task(mined.occurrences, reduce_params, word_totals)
-    bucket_stats = phrase_bucket_task.map(unmapped(mined.occurrences), range(phrase_params["phrase_buckets"]),
-                                          unmapped(phrases), unmapped(reduce_params), unmapped(word_totals)).result()
-    phrase_manifest = commit_phrases_task(phrases, mined.occurrences, reduce_params, bucket_stats, word_totals)
+    buckets = phrase_params["phrase_buckets"] or phrase_bucket_count(page_manifests["sentences"]["rows"],
+                                                                     phrase_params["parser"])
+    phrase_params = phrase_params | {"phrase_buckets": buckets}
+    mined = occurrences_stage(pages.sentences, {k: phrase_params[k] for k in MINING_PARAMS})
+    phrases, phrase_manifest = phrases_stage(mined.occurrences, mined.word_counts,
+                                             {k: phrase_params[k] for k in REDUCE_PARAMS if k in phrase_params},
+                                             buckets)
     report = phrase_report_task(mined.occurrences, mined.stats, phrases)
 
     vectors = word_vectors_task(pages.sentences, positive_params["fasttext"])
     aug_params = positive_params["augmentations"]
-    contexts = pages.sentences if "context" in aug_params["kinds"] else None
-    positives = plan_augmentations_task(phrases, aliases, vectors, aug_params, contexts)
-    augment_part_task.map(unmapped(phrases), range(phrase_params["phrase_buckets"]), unmapped(aliases),
-                          unmapped(vectors), unmapped(positives), unmapped(aug_params), unmapped(contexts)).result()
-    commit_augmentations_task(positives, phrases, aliases, vectors, aug_params, contexts)
+    positives = augmentations_stage(phrases, aliases, vectors, aug_params,
+                                    pages.sentences if "context" in aug_params["kinds"] else None, buckets)
     positive_report = augmentation_report_task(positives)
 
-    neg_params = positive_params["negatives"] | {
-        "phrase_buckets": phrase_params["phrase_buckets"],
-        "block_buckets": positive_params["negatives"]["block_buckets"] or block_bucket_count(phrase_manifest["rows"])}
-    parts = range(phrase_params["phrase_buckets"])
-    negs = plan_negatives_task(phrases, neg_params)
-    embed_part_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(neg_params)).result()
-    commit_step_task(negs.embeddings, phrases, neg_params)
-    grams = gram_counts_task.map(unmapped(phrases), parts, unmapped(neg_params)).result()
-    block_part_task.map(unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(neg_params)).result()
-    commit_step_task(negs.blocks, phrases, neg_params)
-    work = candidates_task.map(unmapped(negs), range(neg_params["block_buckets"]), unmapped(neg_params)).result()
-    commit_candidates_task(negs, phrases, neg_params, work)
-    select_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(neg_params)).result()
-    commit_negatives_task(negs, phrases, neg_params)
+    negs = negatives_stage(phrases, positive_params["negatives"] | {
+        "phrase_buckets": buckets,
+        "block_buckets": positive_params["negatives"]["block_buckets"] or block_bucket_count(phrase_manifest["rows"])})
     negative_report = negatives_report_task(negs, positives)
 
-    split_params = positive_params["training_set"]
-    heldout = heldout_aliases_task(aliases, {"alias_holdout_fraction": split_params["alias_holdout_fraction"]})
-    training = plan_training_set_task(phrases, positives, negs.negatives, split_params, heldout)
-    training_set_part_task.map(unmapped(phrases), unmapped(positives), unmapped(negs.negatives), parts,
-                               unmapped(training), unmapped(split_params), unmapped(heldout)).result()
-    published = commit_training_set_task(training, phrases, positives, negs.negatives, split_params, heldout)
+    training, published, heldout = training_set_stage(phrases, positives, negs.negatives, aliases,
+                                                      positive_params["training_set"], buckets)
     return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
             "training_set": {"rows": published["rows"], **published["stats"]},
             "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
@@ -145,23 +89,9 @@ def corpus_stages(
                          "heldout_aliases": heldout.version, "training_set": training.version}}
 
 
-def read_raw_pages(source: Union[str, list[str]], storage_root: str, read_params: dict,
-                   multistream_index: Optional[str]) -> tuple:
-    """raw_pages in one task, or, for a multistream dump with its index, one task per run of
-    bz2 streams on the Dask workers and a commit of their summed counts."""
-    index = index_for(source, multistream_index)
-    if index is None:
-        raw = plan_raw_pages_task(source, storage_root, read_params)
-        return raw, raw_pages_task.submit(source, raw, read_params).result()
-    raw, dump, partitions = plan_multistream_task(source, index, storage_root, read_params)
-    if dump is None:  # that version is complete
-        return raw, raw.manifest()
-    part_stats = raw_partition_task.map(unmapped(dump), partitions, unmapped(raw), unmapped(read_params)).result()
-    return raw, commit_multistream_task(raw, dump, part_stats, read_params)
-
-
 MINING_PARAMS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars",
                  "min_words", "max_words", "phrase_buckets", "examples_per_phrase", "sentences_per_chunk")
+REDUCE_PARAMS = ("min_freq", "examples_per_phrase", "pmi_min_npmi")
 
 
 @flow(name="build-corpus")

@@ -63,7 +63,7 @@ def plan_aliases(mentions: Dataset, params: dict) -> Dataset:
     return Dataset(mentions.root, "aliases", version, ALIASES)
 
 
-from prefect import task  # noqa: E402
+from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
 
@@ -82,3 +82,11 @@ def commit_aliases_task(out: Dataset, mentions: Dataset, params: dict) -> dict:
     if out.is_complete():
         return out.manifest()
     return out.commit(code_version=CODE_VERSION, params=params, inputs={"alias_mentions": mentions.version})
+
+
+def aliases_stage(mentions: Dataset, params: dict) -> Dataset:
+    """The stage in its flow: alias_mentions -> aliases, one reduce task per alias bucket."""
+    aliases = plan_aliases_task(mentions, params)
+    alias_bucket_task.map(unmapped(mentions), range(params["alias_buckets"]), unmapped(aliases)).result()
+    commit_aliases_task(aliases, mentions, params)
+    return aliases

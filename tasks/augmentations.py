@@ -337,7 +337,7 @@ def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vecto
     return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)
 
 
-from prefect import task  # noqa: E402
+from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
 
@@ -381,3 +381,14 @@ def augmentation_report_task(out: Dataset) -> dict:
                           description=f"Cached positives by kind over {stats['phrases_in']} phrases")
     create_table_artifact(examples_table(out), key="augmentation-examples", description="Phrases and their positives")
     return {"augmentations": stats, "version": out.version}
+
+
+def augmentations_stage(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
+                        sentences: Dataset | None, buckets: int) -> Dataset:
+    """The stage in its flow: phrases (+ aliases, word vectors, sentences for `context`) ->
+    augmentations, one task per phrase bucket."""
+    positives = plan_augmentations_task(phrases, aliases, vectors, params, sentences)
+    augment_part_task.map(unmapped(phrases), range(buckets), unmapped(aliases), unmapped(vectors), unmapped(positives),
+                          unmapped(params), unmapped(sentences)).result()
+    commit_augmentations_task(positives, phrases, aliases, vectors, params, sentences)
+    return positives

@@ -202,7 +202,7 @@ def candidate_work(candidate_stats: list[dict]) -> dict:
             "buckets_reused": sum(1 for s in candidate_stats if s.get("reused"))}
 
 
-from prefect import task  # noqa: E402
+from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
 
@@ -281,3 +281,20 @@ def negatives_report_task(outs: NegativeOutputs, augmentations: Dataset) -> dict
     create_table_artifact(examples_table(outs.negatives, augmentations), key="negative-examples",
                           description="Phrases, their cached positives, and their hard negatives")
     return {"negatives": stats, "versions": {d.name: d.version for d in outs.all()}}
+
+
+def negatives_stage(phrases: Dataset, params: dict) -> NegativeOutputs:
+    """The stage in its flow: phrases -> phrase_embeddings, negative_blocks, negative_candidates,
+    negatives; each step one task per bucket and committed before the next reads it."""
+    parts = range(params["phrase_buckets"])
+    negs = plan_negatives_task(phrases, params)
+    embed_part_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(params)).result()
+    commit_step_task(negs.embeddings, phrases, params)
+    grams = gram_counts_task.map(unmapped(phrases), parts, unmapped(params)).result()
+    block_part_task.map(unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(params)).result()
+    commit_step_task(negs.blocks, phrases, params)
+    work = candidates_task.map(unmapped(negs), range(params["block_buckets"]), unmapped(params)).result()
+    commit_candidates_task(negs, phrases, params, work)
+    select_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(params)).result()
+    commit_negatives_task(negs, phrases, params)
+    return negs

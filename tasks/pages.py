@@ -272,7 +272,7 @@ def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict) -> dict:
     return manifests
 
 
-from prefect import task  # noqa: E402
+from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
@@ -301,3 +301,13 @@ def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict, 
 @task(name="commit-pages", cache_policy=NONE)
 def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict) -> dict:
     return commit_page_outputs(out, raw, params)
+
+
+def pages_stage(raw: Dataset, raw_manifest: dict, params: dict) -> tuple[PageOutputs, dict]:
+    """The stage in its flow: raw_pages -> pages, sentences, alias_mentions, quarantine, one
+    extraction task per raw part; returns the outputs and their committed manifests."""
+    pages = plan_page_outputs_task(raw, params)
+    duplicates = find_duplicate_pages_task(raw)
+    extract_part_task.map(unmapped(raw), range(len(raw_manifest["parts"])), unmapped(pages), unmapped(params),
+                          duplicates).result()
+    return pages, commit_page_outputs_task(pages, raw, params)

@@ -154,7 +154,7 @@ def mining_totals_from_parts(stats: Dataset) -> dict:
     return dict(sorted(totals.items()))
 
 
-from prefect import task  # noqa: E402
+from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
@@ -179,3 +179,12 @@ def mine_chunk_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, pa
 @task(name="commit-phrase-occurrences", cache_policy=NONE)
 def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
     return commit_outputs(out, sentences, params)
+
+
+def occurrences_stage(sentences: Dataset, params: dict) -> OccurrenceOutputs:
+    """The stage in its flow: sentences -> phrase_occurrences (+ stats, + PMI word counts), one
+    mining task per chunk of sentences."""
+    mined, chunks = plan_occurrences_task(sentences, params)
+    mine_chunk_task.map(unmapped(sentences), chunks, unmapped(mined), unmapped(params)).result()
+    commit_occurrences_task(mined, sentences, params)
+    return mined

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tests.dataset_contents import dataset_contents
 from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, RUN_TIMEOUT, run_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -28,6 +29,8 @@ PHRASE_DATASETS = ["phrase_occurrences", "phrase_mining_stats", "phrases"]
 POSITIVE_DATASETS = ["word_vectors", "augmentations", "phrase_embeddings", "negative_blocks",
                      "negative_candidates", "negatives", "heldout_aliases", "training_set"]
 DATASETS = CORPUS_DATASETS + PHRASE_DATASETS + POSITIVE_DATASETS
+RECORDED = Path(__file__).parent / "data" / "sample_build_contents.json"
+FROM_ENCODER_FLOATS = {"phrase_embeddings", "negatives", "training_set", "augmentations"}
 
 
 def manifests(storage_root: Path, versions: dict) -> dict[str, dict]:
@@ -61,6 +64,19 @@ def test_first_run_writes_reconciled_datasets(first):
         rows = table.num_rows if table is not None else 0
         assert man["rows"] == rows, f"{name}: manifest says {man['rows']} rows, Parquet holds {rows}"
         tables[name] = table
+
+    # Contents recorded from the code before each stage became one call in the flow (issue 18), on
+    # this slice by `build_corpus(source="sample", max_pages=60, pages_per_partition=20)`: a change
+    # of how the flow is wired must not change a version or a row. The datasets made from the E5
+    # encoder's vectors are compared by rows only: its float output differs in the last digits
+    # between a run in a test process and one in a worker's (measured on one machine), and that
+    # moves near-ties in the negatives chosen.
+    recorded = json.loads(RECORDED.read_text())
+    assert versions == recorded["versions"]
+    contents = dataset_contents(root, versions)
+    assert {k: v["rows"] for k, v in contents.items()} == {k: v["rows"] for k, v in recorded["contents"].items()}
+    exact = set(contents) - FROM_ENCODER_FLOATS
+    assert {k: contents[k] for k in exact} == {k: recorded["contents"][k] for k in exact}
 
     assert mans["raw_pages"]["rows"] == MAX_PAGES
     assert len(mans["raw_pages"]["parts"]) == MAX_PAGES // PAGES_PER_PARTITION

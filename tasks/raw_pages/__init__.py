@@ -6,6 +6,8 @@ pages with the code of xml_dump.py, so both give the same rows. What other code 
 readers is re-exported here, so that `from tasks.raw_pages import ...` (as written before the
 readers became this package) keeps working.
 """
+from prefect import unmapped
+
 from tasks.raw_pages.multistream import (
     Stream, commit_multistream_task, decompress_streams, index_for, plan_multistream, plan_multistream_task,
     plan_partitions, raw_partition_task, read_index, write_multistream,
@@ -18,7 +20,22 @@ from tasks.raw_pages.xml_dump import CODE_VERSION, SourceError, check_source, de
 
 __all__ = [
     "CODE_VERSION", "InputIncomplete", "SourceError", "Stream", "check_input_complete", "check_input_complete_task",
-    "check_source", "commit_multistream_task", "decompress_streams", "detect_format", "index_for", "plan_multistream",
+    "check_source", "commit_multistream_task", "raw_pages_stage", "decompress_streams", "detect_format", "index_for", "plan_multistream",
     "plan_multistream_task", "plan_partitions", "plan_raw_pages", "plan_raw_pages_task", "raw_pages_task",
     "raw_partition_task", "read_index", "resolve_source", "sample_dump", "write_multistream", "write_raw_pages",
 ]
+
+
+def raw_pages_stage(source, storage_root: str, read_params: dict, multistream_index: str | None) -> tuple:
+    """The stage in its flow: the input(s) -> raw_pages in one task, or, for a multistream dump
+    with its index, one task per run of bz2 streams on the Dask workers and a commit of their
+    summed counts. Returns the dataset and its manifest."""
+    index = index_for(source, multistream_index)
+    if index is None:
+        raw = plan_raw_pages_task(source, storage_root, read_params)
+        return raw, raw_pages_task.submit(source, raw, read_params).result()
+    raw, dump, partitions = plan_multistream_task(source, index, storage_root, read_params)
+    if dump is None:  # that version is complete
+        return raw, raw.manifest()
+    part_stats = raw_partition_task.map(unmapped(dump), partitions, unmapped(raw), unmapped(read_params)).result()
+    return raw, commit_multistream_task(raw, dump, part_stats, read_params)

@@ -1,0 +1,33 @@
+"""What a build wrote, reduced to rows and a checksum per dataset: equal contents, equal digests.
+
+Rows are hashed in a canonical order (sorted JSON lines; floats to 4 significant digits: an
+engine's last bits are not contents), so the digest does not depend on how the rows were cut
+into parts or on the order Dask finished them."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+
+def _canonical(value):
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def dataset_contents(root: Path, versions: dict[str, str]) -> dict[str, dict]:
+    """{dataset: {"rows": n, "sha256": digest of its rows}} for each dataset version named."""
+    out = {}
+    for name, version in sorted(versions.items()):
+        files = sorted((Path(root) / name / version).glob("part-*.parquet"))
+        rows = [json.dumps(_canonical(r), sort_keys=True, default=str) for f in files
+                for r in pq.read_table(f).to_pylist()]
+        out[name] = {"rows": len(rows), "sha256": hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()}
+    return out
