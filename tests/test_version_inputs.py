@@ -85,3 +85,25 @@ def test_evaluate_current_does_not_follow_an_edited_registry_pointer(tmp_path):
     (root / "registry" / "current.json").write_text(json.dumps({"version": "../../other/models/m9", "history": []}))
     with pytest.raises(InvalidModelVersion, match=r"current.json '../../other/models/m9' is not a version"):
         resolve_models(["current", "minilm"], "current", str(root))
+
+
+@pytest.mark.parametrize("flow_path, field, value, rule", [
+    ("flows.train:train", "average_weight", 1.5, "less than or equal to 1"),
+    ("flows.train:train", "restarts", 0, "greater than or equal to 1"),
+    ("flows.train:train", "type_loss_weight", -0.1, "greater than or equal to 0"),
+    ("flows.build_corpus:build_corpus", "alias_holdout_fraction", 2.0, "less than or equal to 1"),
+    ("flows.build_corpus:build_corpus", "pmi_min_npmi", -1.5, "greater than or equal to -1"),
+])
+def test_a_parameter_out_of_its_bounds_is_refused_before_the_run_with_its_name(flow_path, field, value, rule):
+    """What Prefect checks before a run starts (and the deployment's schema carries the bound)."""
+    import importlib
+
+    from prefect.exceptions import ParameterTypeError
+    from prefect.utilities.callables import parameter_schema
+
+    module, name = flow_path.split(":")
+    flow = getattr(importlib.import_module(module), name)
+    with pytest.raises(ParameterTypeError, match=f"(?s){field}.*{rule}"):
+        flow.validate_parameters({field: value})
+    prop = json.dumps(parameter_schema(flow).model_dump()["properties"][field])
+    assert "minimum" in prop or "maximum" in prop
