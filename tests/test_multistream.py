@@ -362,7 +362,7 @@ def test_build_corpus_reads_a_multistream_dump_in_parallel(dumps, root, monkeypa
     def stop(*args, **kwargs):
         raise _PastExtraction
 
-    monkeypatch.setattr(build, "plan_page_outputs_task", stop)
+    monkeypatch.setattr(build, "pages_stage", stop)
     params = dict(source=dump, storage_root=root, pages_per_partition=50, dask_workers=2)
     with prefect_test_harness():
         with pytest.raises(_PastExtraction):

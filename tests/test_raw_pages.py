@@ -704,7 +704,7 @@ def test_build_corpus_fails_on_an_input_that_ended_early(prefect_harness, tmp_pa
     def stop(*args, **kwargs):
         raise _PastTheCheck
 
-    monkeypatch.setattr(build, "plan_occurrences_task", stop)
+    monkeypatch.setattr(build, "occurrences_stage", stop)
     with pytest.raises(_PastTheCheck):
         build.build_corpus(**params, allow_incomplete_input=True)
     assert raw.manifest()["created_at"] == manifest["created_at"]  # reused, not read again
