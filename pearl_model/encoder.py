@@ -229,6 +229,11 @@ class PhraseEncoder:
         engine = resolve_backend(backend or self.backend, self.device.type)
         if engine == "torch":
             return torch_runner(self.model, self.device, pool=True)
+        return self.exported_graph(engine)
+
+    def exported_graph(self, engine: str = "onnx") -> OnnxRunner:
+        """This model's graph exported for an ONNX engine (built on first use): its ``dir``, ``path``
+        and ``input_names`` are what tools that re-quantise or re-compile it start from."""
         if engine not in self._runners:
             example = {k: v for k, v in self.featurize(["a phrase", "another"]).items()
                        if k in ("input_ids", "attention_mask")}

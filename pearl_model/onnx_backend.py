@@ -78,6 +78,17 @@ def calibration_phrases(tokenizer, n: int = CALIBRATION_PHRASES, seed: int = 0) 
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(n)]
 
 
+def feature_batches(featurize, phrases: list[str], inputs, size: int = CALIBRATION_BATCH) -> list[dict]:
+    """``phrases`` featurized in batches of ``size``, as numpy arrays, only the graph's ``inputs``:
+    the items of an NNCF calibration (or validation) dataset."""
+    batches = []
+    for start in range(0, len(phrases), size):
+        f = featurize(phrases[start:start + size])
+        batches.append({k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in f.items()
+                        if k in inputs})
+    return batches
+
+
 def intra_op_threads() -> int:
     """The threads one ONNX session may use: torch's count (OMP_NUM_THREADS when set, else the cores)."""
     import torch
@@ -279,12 +290,7 @@ class OnnxRunner:
 
         if self.featurize is None or self.tokenizer is None:
             raise ValueError("openvino-int8 calibrates on phrases: OnnxRunner(..., featurize=, tokenizer=)")
-        phrases = calibration_phrases(self.tokenizer)
-        batches = []
-        for start in range(0, len(phrases), CALIBRATION_BATCH):
-            f = self.featurize(phrases[start:start + CALIBRATION_BATCH])
-            batches.append({k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in f.items()
-                            if k in self.input_names})
+        batches = feature_batches(self.featurize, calibration_phrases(self.tokenizer), self.input_names)
         quantized = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(batches),
                                   model_type=nncf.ModelType.TRANSFORMER, subset_size=len(batches))
         out = tmp / _FILES["openvino-int8"]
