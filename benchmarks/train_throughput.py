@@ -58,7 +58,7 @@ def pearl_loop(args, examples, device) -> dict:
                         checkpoint_every=0, device=str(device), num_workers=args.workers)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    res = T.train(model, examples, cfg)
+    res = T.train(model, examples, cfg, reference=T.backbone_state(model))  # the recipe's distillation teacher
     timed = res.history[args.warmup:]
     seconds = res.history[-1]["elapsed_s"] - res.history[args.warmup - 1]["elapsed_s"]
     anchors = cfg.batch_size * len(timed)  # batches are full but for one per window of 50
@@ -117,12 +117,13 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
         retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
     res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
-                  checkpoint_dir=Path(args.work) / "checkpoints")
+                  checkpoint_dir=Path(args.work) / "checkpoints", reference=original)
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
                    "validation": res.validation, "history": res.history}
     save()
-    path = export_pearl(model, Path(args.work) / "model", original_backbone_state=original, average_weight=0.5,
+    path = export_pearl(model, Path(args.work) / "model", original_backbone_state=original,
+                        average_weight=cfg.average_weight, char_scale=cfg.char_scales[0],
                         metadata={"training_set": Path(args.training_set).name, "backbone": args.backbone})
     del model
     if not args.benchmark_dir:

@@ -21,6 +21,7 @@ from pydantic import Field
 from flows.build_corpus import build_corpus
 from flows.evaluate import evaluate
 from flows.train import train
+from pearl_model.train_config import TrainConfig
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task
 
@@ -29,7 +30,8 @@ _OWN = {"source", "storage_root", "dask_address", "dask_workers", "training_set_
 
 
 def _check_options(options: dict, fn, what: str) -> None:
-    known = set(inspect.signature(fn.fn).parameters) - _OWN
+    known = set(inspect.signature(fn.fn).parameters) - _OWN - {"training"} | (
+        set(TrainConfig.model_fields) if fn is train else set())
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"unknown {what} option(s) {unknown}; known: {sorted(known)}")
@@ -59,7 +61,8 @@ def retrain(
         source: the dump(s) build-corpus reads (see build-corpus).
         storage_root: datasets, models and the model registry (local path or fsspec URL).
         corpus: more build-corpus parameters, e.g. {"max_pages": 100, "parser": "benepar"}.
-        training: train parameters, e.g. {"epochs": 2, "batch_size": 512} or {"max_steps": 10}.
+        training: train parameters and training settings (TrainConfig's fields) in one dict, e.g.
+            {"epochs": 2, "batch_size": 512} or {"max_steps": 10, "char_epochs": 1}.
         train_deployment: train through this deployment (e.g. "train/pearl-gpu", on the GPU work
             pool) instead of in this run.
         train_timeout_hours: how long to wait for the training deployment's run.
@@ -77,7 +80,11 @@ def retrain(
     """
     corpus, training = dict(corpus or {}), dict(training or {})
     _check_options(corpus, build_corpus, "corpus")
+    # one flat dict for the user: TrainConfig's fields go in train's `training`, checked here, before the corpus
+    settings = {k: training.pop(k) for k in list(training) if k in TrainConfig.model_fields}
     _check_options(training, train, "training")
+    if settings:
+        training["training"] = TrainConfig(**settings).model_dump(mode="json", exclude_unset=True)
     current = current_model_task(storage_root)
     with StageTracker(current and current["version"]) as stage:
         stage.at("build-corpus")

@@ -20,7 +20,7 @@ _PUBLIC = {
     "load_pearl": "pearl_model.export",
     "export_pearl": "pearl_model.export",
     "StaticEncoder": "pearl_model.static",
-    "TrainConfig": "pearl_model.training",
+    "TrainConfig": "pearl_model.train_config",
     "train": "pearl_model.training",
     "run_benchmark": "pearl_model.evaluation",
 }

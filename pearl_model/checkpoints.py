@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,9 +59,9 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.op
     if torch.cuda.is_available():
         rng.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
     save_file(rng, str(tmp / "rng.safetensors"))
-    (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step, "config": asdict(cfg),
-                                                "optimizer": opt_meta, "history": history,
-                                                "validation": list(validation)}))
+    (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step,
+                                                "config": cfg.model_dump(mode="json"), "optimizer": opt_meta,
+                                                "history": history, "validation": list(validation)}))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

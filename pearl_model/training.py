@@ -52,74 +52,11 @@ from pearl_model.augment import CHAR_OPS, augment, can_change
 from pearl_model.checkpoints import (latest_checkpoint, load_checkpoint, load_selected_state, load_selection,
                                      save_checkpoint, save_selection)
 from pearl_model.encoder import mean_pool
+from pearl_model.train_config import TrainConfig  # noqa: F401  (re-exported: train()'s settings)
 
 log = logging.getLogger(__name__)
 
 _EVAL_EPOCH = 999_983  # the batch plan of validation: fixed, apart from any training epoch
-
-
-@dataclass
-class TrainConfig:
-    batch_size: int = 512            # anchors per step
-    hard_negatives: int = 2          # per anchor, from the mined list
-    epochs: int = 2
-    max_steps: int | None = None     # stop early (tiny runs, benchmarks)
-    lr: float = 3e-5
-    lr_decay: float = 0.98
-    lr_decay_every: int = 2000       # steps
-    temperature: float = 0.07
-    type_loss_weight: float = 1.0    # the paper's; on every label it costs BC5CDR ~25 dev points (README "Training")
-    seed: int = 0
-    device: str = "auto"             # auto | cpu | cuda | cuda:N
-    bf16: bool = True                # autocast on CUDA (ignored on CPU)
-    checkpoint_every: int = 500      # steps; 0: only at the end
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    bucket_window: int = 50          # length-sort anchors within windows of this many batches
-    num_workers: int | None = None   # DataLoader workers; None: 4 on CUDA, 0 on CPU
-    max_length: int | None = None    # token cap (None: the backbone's)
-    positive_kinds: tuple[str, ...] | None = None  # kinds drawn (None: every kind that applies)
-    type_loss_on: str = "anchors"    # anchors | both (the anchors' and their positives' type cross entropy)
-    type_loss_labels: str = "entities"  # entities (*-OTHER left out: BC5CDR kept) | all (the paper's)
-    freeze_embeddings: bool = False  # the backbone's embedding matrix kept as is (cheaper Adam steps)
-    freeze_layers: int | None = 0    # the lowest N transformer layers kept as is (None: the lower half)
-    distill_weight: float = 0.0      # keep the anchors' similarities to each other as the original backbone's
-    distill_temperature: float = 0.05
-    distill_target: str = "layout"   # layout (anchors' similarities to each other) | vectors (each anchor's own)
-    distill_labels: str = "all"      # all | other (only *-OTHER anchors: entity types stay free for the type head)
-    distill_norm_weight: float = 0.0  # with distill_target vectors: also each anchor's norm, (log |s| / |t|)^2
-    select_every: int = 0            # steps between scoring the checkpoint on dev (train(select=...)); 0: keep the last
-    sense_loss_weight: float = 0.0   # a training-only head: the WordNet supersense of OTHER phrases (Example.sense_id)
-
-    def check(self) -> None:
-        """Refuse settings that cannot work, naming the parameter (before any weight is loaded)."""
-        rules = [("batch_size", self.batch_size >= 2, ">= 2 (InfoNCE needs in-batch negatives)"),
-                 ("epochs", self.epochs >= 1, ">= 1"), ("hard_negatives", self.hard_negatives >= 0, ">= 0"),
-                 ("lr_decay_every", self.lr_decay_every >= 1, ">= 1"), ("log_every", self.log_every >= 1, ">= 1"),
-                 ("lr", self.lr > 0, "> 0"), ("temperature", self.temperature > 0, "> 0"),
-                 ("lr_decay", 0 < self.lr_decay <= 1, "in (0, 1]"),
-                 ("type_loss_weight", self.type_loss_weight >= 0, ">= 0 (0 switches the type loss off)"),
-                 ("max_steps", self.max_steps is None or self.max_steps >= 1, ">= 1 or None"),
-                 ("type_loss_on", self.type_loss_on in ("anchors", "both"), "'anchors' or 'both'"),
-                 ("type_loss_labels", self.type_loss_labels in ("all", "entities"), "'all' or 'entities'"),
-                 ("freeze_layers", self.freeze_layers is None or self.freeze_layers >= 0,
-                  ">= 0, or None for the lower half"),
-                 ("distill_weight", self.distill_weight >= 0, ">= 0 (0 switches it off)"),
-                 ("distill_temperature", self.distill_temperature > 0, "> 0"),
-                 ("distill_target", self.distill_target in ("layout", "vectors"), "'layout' or 'vectors'"),
-                 ("distill_labels", self.distill_labels in ("all", "other"), "'all' or 'other'"),
-                 ("distill_norm_weight", self.distill_norm_weight >= 0, ">= 0 (0: directions only)"),
-                 ("select_every", self.select_every >= 0, ">= 0 (0 keeps the last checkpoint)"),
-                 ("sense_loss_weight", self.sense_loss_weight >= 0, ">= 0 (0 switches the sense head off)")]
-        for name, ok, rule in rules:
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {getattr(self, name)!r}")
-        if self.distill_norm_weight > 0 and not (self.distill_weight > 0 and self.distill_target == "vectors"):
-            raise ValueError("distill_norm_weight pins the anchors' norms beside their directions: it needs "
-                             f"distill_weight > 0 and distill_target 'vectors', got {self.distill_weight!r} and "
-                             f"{self.distill_target!r}")
-        if self.positive_kinds is not None and not self.positive_kinds:
-            raise ValueError("positive_kinds is empty: no positive kind left to draw (None draws every kind)")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -511,7 +448,6 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.selection.dev_selector`),
     and the model ends holding the weights of the step where (worst, mean) was largest. The
     chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``)."""
-    cfg.check()
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
     if len(examples) < 2:

@@ -20,7 +20,6 @@ import json
 import logging
 import shutil
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from storage.buckets import stable_hash
@@ -29,55 +28,22 @@ from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
 # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev;
-# -5: char_scale at export (and in the dev selection)
-CODE_VERSION = "train-5"
+# -5: char_scale at export (and in the dev selection); -6: the settings hashed are TrainConfig.version_params()
+CODE_VERSION = "train-6"
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 
-# TrainConfig fields a deployment may set (the rest keep pearl_model.training's defaults).
-TRAIN_FIELDS = ("batch_size", "hard_negatives", "epochs", "max_steps", "lr", "lr_decay", "lr_decay_every",
-                "temperature", "type_loss_weight", "seed", "bf16", "checkpoint_every", "log_every", "max_length",
-                "positive_kinds", "type_loss_on", "type_loss_labels", "freeze_embeddings", "freeze_layers", "distill_weight",
-                "distill_target", "distill_labels", "distill_norm_weight", "select_every", "sense_loss_weight")
-
-
-def train_config(params: dict):
-    """The TrainConfig of a parameter set, checked, and `average_weight` checked: bad values are
-    refused before any data or weights are loaded, with the parameter's name."""
-    from pearl_model.training import TrainConfig
-
-    fields = {k: params[k] for k in TRAIN_FIELDS if k in params}
-    if fields.get("positive_kinds") is not None:
-        fields["positive_kinds"] = tuple(fields["positive_kinds"])
-    cfg = TrainConfig(device=params.get("device", "auto"), **fields)
-    cfg.check()
-    w = params.get("average_weight", 0.5)
-    if not 0 <= w <= 1:
-        raise ValueError(f"average_weight must be in [0, 1] (the fine-tuned backbone's share), got {w!r}")
-    scales = char_scales(params)
-    if not scales or not all(isinstance(s, (int, float)) and s > 0 for s in scales):
-        raise ValueError(f"char_scale must be > 0, or a list of values > 0 for the dev selection to choose from "
-                         f"(the character part's scale in the export), got {params.get('char_scale')!r}")
-    if len(scales) > 1 and not cfg.select_every:
+def check_train_config(cfg) -> None:
+    """What a TrainConfig's own bounds cannot see: a warning for candidates nothing chooses among."""
+    if len(cfg.char_scales) > 1 and not cfg.select_every:
         log.warning("char_scale lists %d candidates but select_every is 0: nothing chooses among them, the "
-                    "export uses the first (%s)", len(scales), scales[0])
-    for name in ("alias_holdout_pairs", "alias_holdout_titles"):
-        if params.get(name, 0) < 0:
-            raise ValueError(f"{name} must be >= 0, got {params[name]!r}")
-    restarts = params.get("restarts", 1)
-    if not isinstance(restarts, int) or restarts < 1:
-        raise ValueError(f"restarts must be an integer >= 1 (seeds tried), got {restarts!r}")
-    if restarts > 1 and not cfg.select_every:
-        raise ValueError("restarts > 1 needs select_every > 0: the dev checks are what says whether another "
-                         "seed is needed and which run is kept")
-    return cfg
+                    "export uses the first (%s)", len(cfg.char_scales), cfg.char_scales[0])
 
 
-def char_scales(params: dict) -> list[float]:
-    """The character-part scales of a parameter set: one value, or the candidates of the dev selection
-    (in order of preference: ties, and a run without selection, take the first)."""
-    value = params.get("char_scale", 1.0)
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+def check_holdout(alias_holdout_pairs: int, alias_holdout_titles: int) -> None:
+    for name, value in (("alias_holdout_pairs", alias_holdout_pairs), ("alias_holdout_titles", alias_holdout_titles)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 class TrainingSetMissing(FileNotFoundError):
@@ -175,7 +141,13 @@ def retrieval_task(heldout: Dataset, max_pairs: int, max_titles: int):
         if kept else None
 
 
-def plan_model(training_set: Dataset, char_encoder: FileSet, params: dict) -> FileSet:
+def model_params(backbone: str, cfg) -> dict:
+    """What a model version hashes beside its inputs: the backbone and the training settings."""
+    return {"backbone": backbone, **cfg.version_params()}
+
+
+def plan_model(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg) -> FileSet:
+    params = model_params(backbone, cfg)
     inputs = {"training_set": training_set.version, "char_encoder": char_encoder.version}
     return plan_fileset(training_set.root, "models", CODE_VERSION, params, inputs)
 
@@ -194,8 +166,13 @@ def restart_dir(out: FileSet, i: int) -> Path:
     return base if i == 0 else base.with_name(f"{base.name}-restart{i}")
 
 
-def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, params: dict, on_log=None) -> dict:
-    """Train, average with the original backbone, export and upload; returns the manifest."""
+def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, backbone: str, cfg, *,
+                cache_dir: str | None = None, benchmark_dir: str | None = None,
+                alias_holdout_pairs: int = HOLDOUT_PAIRS, alias_holdout_titles: int = HOLDOUT_TITLES,
+                on_log=None) -> dict:
+    """Train (``cfg``: a :class:`pearl_model.training.TrainConfig`), average with the original
+    backbone, export and upload; returns the manifest. The keywords change what is measured or where
+    things are cached, not the weights: they are not part of the model version."""
     if out.is_complete():
         log.info("model %s already trained: reusing it", out.version)
         return out.manifest()
@@ -204,33 +181,32 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
     from pearl_model.export import export_pearl, load_pearl
     from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
-    cfg = train_config(params)
+    check_train_config(cfg)
+    check_holdout(alias_holdout_pairs, alias_holdout_titles)
     train_ex, val_ex, read_counts = load_examples(training_set, senses=cfg.sense_loss_weight > 0)
     if len(train_ex) < 2:
         raise ValueError(f"training_set {training_set.version} has {len(train_ex)} training phrases: too few to train")
-    retrieval = heldout_retrieval(training_set, params.get("alias_holdout_pairs", HOLDOUT_PAIRS),
-                                  params.get("alias_holdout_titles", HOLDOUT_TITLES))
+    retrieval = heldout_retrieval(training_set, alias_holdout_pairs, alias_holdout_titles)
     if retrieval is None:
         log.warning("no held-out aliases to score (training set %s): no alias retrieval signal", training_set.version)
     device = resolve_device(cfg.device)
     char_dir = char_encoder.local_copy()
 
     def build(seed: int):
-        return build_model(params["backbone"], char_dir, char_proj_dim=params["char_proj_dim"], seed=seed,
-                           device=str(device), cache_dir=params.get("cache_dir"),
-                           type_input=params.get("type_input", "raw"))
+        return build_model(backbone, char_dir, char_proj_dim=cfg.char_proj_dim, seed=seed, device=str(device),
+                           cache_dir=cache_dir, type_input=cfg.type_input)
 
     model = build(cfg.seed)
     original = backbone_state(model)
-    select, baseline = dev_selection(params, cfg, original, retrieval, str(device))
+    select, baseline = dev_selection(backbone, cfg, original, retrieval, str(device), benchmark_dir, cache_dir)
     # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
     # which one depends on the seed (README "Two seeds"); another seed is tried only while no kept
     # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.
     best, tried = None, []
-    for i in range(params.get("restarts", 1)):
+    for i in range(cfg.restarts):
         if i:
             model = build(cfg.seed + i)
-        res = train(model, train_ex, replace(cfg, seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
+        res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
                     checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
         kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
         rank = (kept["select_worst"], kept["select_mean"]) if kept else (float("-inf"), float("-inf"))
@@ -256,12 +232,13 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                   if retrieval else {}),
                **({"restarts_tried": len(tried), "selected_seed": seed,
                    "seconds": round(sum(t["seconds"] for t in tried), 1)} if len(tried) > 1 else {})}
-    meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": params["backbone"],
+    params = model_params(backbone, cfg)
+    meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": backbone,
             "params": params, "summary": summary}
-    scale = summary["char_scale"] = kept.get("char_scale", char_scales(params)[0])
+    scale = summary["char_scale"] = kept.get("char_scale", cfg.char_scales[0])
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=params["average_weight"], metadata=meta, char_scale=scale)
+                            average_weight=cfg.average_weight, metadata=meta, char_scale=scale)
         if retrieval is not None:  # what is promoted is the averaged model: score it too
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
@@ -273,12 +250,13 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, para
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
                               stats=summary)
     # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
-    for i in range(params.get("restarts", 1)):
+    for i in range(cfg.restarts):
         shutil.rmtree(restart_dir(out, i), ignore_errors=True)
     return manifest
 
 
-def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
+def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
+                  cache_dir: str | None = None):
     """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark and the
     held-out aliases, compared with the backbone's scores) and those scores, computed here, once."""
     if not cfg.select_every:
@@ -287,19 +265,19 @@ def dev_selection(params: dict, cfg, original: dict, retrieval, device: str):
     from pearl_model.loading import load_encoder
     from pearl_model.selection import SELECT_DATASETS, dev_scores, dev_selector
 
-    bench = params.get("benchmark_dir") or default_benchmark_dir()
+    bench = benchmark_dir or default_benchmark_dir()
     datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
     if not datasets:
         if retrieval is None:
             raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
                              "$PEARL_BENCHMARKS) or held-out aliases in the training set; neither is here")
         log.warning("no benchmark directory (%s): the checkpoint is chosen on the held-out aliases alone", bench)
-    backbone = load_encoder(params["backbone"], cache_dir=params.get("cache_dir"), backend="torch", device=device)
-    baseline = dev_scores(backbone, bench, retrieval, datasets)
+    reference = load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device)
+    baseline = dev_scores(reference, bench, retrieval, datasets)
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
-    del backbone
-    return dev_selector(bench, original, params.get("average_weight", 0.5), baseline, retrieval, datasets,
-                        char_scales(params)), baseline
+    del reference
+    return dev_selector(bench, original, cfg.average_weight, baseline, retrieval, datasets,
+                        cfg.char_scales), baseline
 
 
 def training_log(out: FileSet) -> dict:
@@ -388,12 +366,13 @@ def word_vectors_of_task(training_set: Dataset) -> Dataset:
 
 
 @task(name="plan-model", cache_policy=NONE)
-def plan_model_task(training_set: Dataset, char_encoder: FileSet, params: dict) -> FileSet:
-    return plan_model(training_set, char_encoder, params)
+def plan_model_task(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg) -> FileSet:
+    return plan_model(training_set, char_encoder, backbone, cfg)
 
 
 @task(name="train-pearl", cache_policy=NONE)
-def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet, params: dict) -> dict:
+def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet, backbone: str, cfg,
+                     **options) -> dict:
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
     from prefect.logging import get_run_logger
 
@@ -410,7 +389,7 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
                     rec["lr"], rec["anchors_per_s"])
         update_progress_artifact(progress, 100.0 * rec["step"] / max(rec["total_steps"], 1))
 
-    manifest = train_model(training_set, char_encoder, out, params, on_log=on_log)
+    manifest = train_model(training_set, char_encoder, out, backbone, cfg, on_log=on_log, **options)
     update_progress_artifact(progress, 100.0)
     for v in training_log(out)["validation"]:  # validation loss and held-out alias retrieval, side by side
         logger.info("validation at step %d: %s", v["step"],

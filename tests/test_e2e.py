@@ -197,7 +197,7 @@ def test_train_deployment_on_the_built_corpus(stack, first):
 
     root: Path = first["storage_root"]
     bench = default_benchmark_dir()  # without the benchmark files, train and export only
-    params = {"max_steps": 3, "batch_size": 16, "char_epochs": 1, "char_max_words": 3000, "device": "cpu",
+    params = {"training": {"max_steps": 3, "batch_size": 16, "device": "cpu"}, "char_epochs": 1, "char_max_words": 3000,
               "benchmark_datasets": ["bird"], "eval_seeds": [0], "dask_workers": 1, "evaluate_model": bench is not None}
     # the dev selection scores the backbone and the model on four dev sets (~2 min on 2 idle cores)
     run = run_deployment(stack, root, "e2e-train", "train/pearl", params, timeout=2 * RUN_TIMEOUT)

@@ -53,3 +53,6 @@ def test_unknown_options_are_refused_before_any_work(root):
             retrain(storage_root=root, training={"epoch": 2})
         with pytest.raises(ValueError, match=r"unknown corpus option\(s\) \['storage_root'\]"):
             retrain(storage_root=root, corpus={"storage_root": "elsewhere"})
+        # a training setting out of its bounds (TrainConfig's) is refused before the corpus is built
+        with pytest.raises(ValueError, match=r"batch_size\n  Input should be greater than or equal to 2"):
+            retrain(source=str(root) + "/no-such-dump.xml", storage_root=root, training={"batch_size": 1})

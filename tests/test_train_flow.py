@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from pearl_model.evaluation import data  # noqa: E402
+from pearl_model.train_config import TrainConfig  # noqa: E402
 from storage.datasets import Dataset  # noqa: E402
 from storage.schemas import ALIASES, AUGMENTATIONS, HELDOUT_ALIASES, TRAINING_SET, WORD_VECTORS  # noqa: E402
 
@@ -102,10 +103,10 @@ def test_restarts_try_seeds_until_one_beats_the_backbone_on_dev(tiny_backbone, t
         return {"dev_heldout_alias_top1": 50.0 + worst, "select_worst": worst, "select_mean": worst}
 
     monkeypatch.setattr(tt, "dev_selection", lambda *a, **k: (select, {"heldout_alias_top1": 50.0}))
-    params = {"backbone": tiny_backbone, "char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3,
-              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3, "restarts": 3}
-    out = tt.plan_model(ts, char, params)
-    man = tt.train_model(ts, char, out, {**params, "device": "cpu"})
+    cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, average_weight=0.5, seed=0,
+                      checkpoint_every=0, select_every=3, restarts=3, device="cpu")
+    out = tt.plan_model(ts, char, tiny_backbone, cfg)
+    man = tt.train_model(ts, char, out, tiny_backbone, cfg)
     stats = man["stats"]
     assert stats["restarts_tried"] == tried and stats["selected_seed"] == seed and stats["selected_step"] == step
     assert stats["select_worst"] == max(worst_by_check[:3 * tried])
@@ -127,9 +128,10 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
 
     root = str(tmp_path / "store")
     tiny_corpus(root)
-    kw = dict(storage_root=root, backbone=tiny_backbone, char_epochs=2, char_max_words=0, char_proj_dim=4,
-              batch_size=8, epochs=1, lr=1e-3, checkpoint_every=3, device="cpu", benchmark_datasets=["turney", "bird"],
-              benchmark_dir=str(BENCH), eval_seeds=[0], dask_workers=1)
+    kw = dict(storage_root=root, backbone=tiny_backbone, char_epochs=2, char_max_words=0,
+              training={"char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3, "checkpoint_every": 3,
+                        "device": "cpu"},
+              benchmark_datasets=["turney", "bird"], benchmark_dir=str(BENCH), eval_seeds=[0], dask_workers=1)
     with prefect_test_harness():
         out = train(**kw)
         version = out["model"]["version"]
@@ -209,20 +211,23 @@ def test_ablation_parameters_that_cannot_work_are_refused_before_training(tmp_pa
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.train import train
-    from tasks.training import train_config
 
-    ok = train_config({"type_loss_weight": 0, "average_weight": 1.0, "positive_kinds": ["alias"]})
+    ok = TrainConfig(type_loss_weight=0, average_weight=1.0, positive_kinds=["alias"])
     assert ok.type_loss_weight == 0 and ok.positive_kinds == ("alias",)
     for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"average_weight": -0.1}, "average_weight"),
                       ({"type_loss_weight": -1}, "type_loss_weight"), ({"positive_kinds": []}, "positive_kinds"),
-                      ({"alias_holdout_pairs": -1}, "alias_holdout_pairs"), ({"char_scale": 0}, "char_scale"),
-                      ({"char_scale": [0.5, -1]}, "char_scale"), ({"char_scale": []}, "char_scale"),
-                      ({"restarts": 0}, "restarts"), ({"restarts": 2, "select_every": 0}, "restarts")]:
-        with pytest.raises(ValueError, match=rf"^{name}"):
-            train_config(bad)
+                      ({"char_scale": 0}, "char_scale"), ({"char_scale": [0.5, -1]}, "char_scale"),
+                      ({"char_scale": []}, "char_scale"), ({"restarts": 0}, "restarts"),
+                      ({"restarts": 2, "select_every": 0}, "restarts"), ({"batch_size": 1}, "batch_size"),
+                      ({"distill_target": "layouts"}, "distill_target"), ({"epoch": 2}, "epoch")]:
+        with pytest.raises(ValueError, match=name):
+            TrainConfig(**bad)
     with prefect_test_harness():  # the flow refuses them on its parameters, before any task runs
-        for bad, name in [({"average_weight": 1.5}, "average_weight"), ({"type_loss_weight": -0.5}, "type_loss_weight"),
-                          ({"positive_kinds": []}, "positive_kinds"), ({"char_scale": [0.5, 0.0]}, "char_scale")]:
+        for bad, name in [({"training": {"average_weight": 1.5}}, "average_weight"),
+                          ({"training": {"type_loss_weight": -0.5}}, "type_loss_weight"),
+                          ({"training": {"positive_kinds": []}}, "positive_kinds"),
+                          ({"training": {"char_scale": [0.5, 0.0]}}, "char_scale"),
+                          ({"alias_holdout_pairs": -1}, "alias_holdout_pairs")]:
             with pytest.raises(Exception, match=name):
                 train(storage_root=str(tmp_path / "empty"), evaluate_model=False, **bad)
 
@@ -275,13 +280,13 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     ts = resolve_training_set(root)
     char = run_char_encoder(root, {"target": "word_vectors", "epochs": 2, "max_words": 0, "seed": 0},
                             word_vectors_of(ts))["fileset"]
-    params = {"backbone": tiny_backbone, "char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3,
-              "average_weight": 0.5, "seed": 0, "checkpoint_every": 0, "select_every": 3,
-              # without the benchmark, the selection also chooses the character part's scale
-              **({} if with_benchmark else {"char_scale": [0.5, 2.0]})}
-    out = plan_model(ts, char, params)
+    cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, average_weight=0.5, seed=0,
+                      checkpoint_every=0, select_every=3, device="cpu",
+                      # without the benchmark, the selection also chooses the character part's scale
+                      char_scale=1.0 if with_benchmark else [0.5, 2.0])
+    out = plan_model(ts, char, tiny_backbone, cfg)
     bench = str(BENCH) if with_benchmark else str(tmp_path / "no-benchmark")
-    man = train_model(ts, char, out, {**params, "device": "cpu", "benchmark_dir": bench})
+    man = train_model(ts, char, out, tiny_backbone, cfg, benchmark_dir=bench)
     log = training_log(FileSet(root, "models", out.version))
     steps = [r["step"] for r in log["selection"]]
     assert steps == [3, 6, 7]  # every 3 steps and the last (7)

@@ -88,9 +88,10 @@ def test_evaluate_current_does_not_follow_an_edited_registry_pointer(tmp_path):
 
 
 @pytest.mark.parametrize("flow_path, field, value, rule", [
-    ("flows.train:train", "average_weight", 1.5, "less than or equal to 1"),
-    ("flows.train:train", "restarts", 0, "greater than or equal to 1"),
-    ("flows.train:train", "type_loss_weight", -0.1, "greater than or equal to 0"),
+    ("flows.train:train", "training.average_weight", 1.5, "less than or equal to 1"),
+    ("flows.train:train", "training.restarts", 0, "greater than or equal to 1"),
+    ("flows.train:train", "training.type_loss_weight", -0.1, "greater than or equal to 0"),
+    ("flows.train:train", "alias_holdout_pairs", -1, "greater than or equal to 0"),
     ("flows.build_corpus:build_corpus", "alias_holdout_fraction", 2.0, "less than or equal to 1"),
     ("flows.build_corpus:build_corpus", "pmi_min_npmi", -1.5, "greater than or equal to -1"),
 ])
@@ -103,7 +104,10 @@ def test_a_parameter_out_of_its_bounds_is_refused_before_the_run_with_its_name(f
 
     module, name = flow_path.split(":")
     flow = getattr(importlib.import_module(module), name)
-    with pytest.raises(ParameterTypeError, match=f"(?s){field}.*{rule}"):
-        flow.validate_parameters({field: value})
-    prop = json.dumps(parameter_schema(flow).model_dump()["properties"][field])
+    group, _, inner = field.rpartition(".")  # training.x: a field of the `training` parameter (TrainConfig)
+    with pytest.raises(ParameterTypeError, match=f"(?s){group}.*{inner}.*{rule}"):
+        flow.validate_parameters({group: {inner: value}} if group else {inner: value})
+    schema = parameter_schema(flow).model_dump()
+    props = schema["definitions"]["TrainConfig"]["properties"] if group else schema["properties"]
+    prop = json.dumps(props[inner])
     assert "minimum" in prop or "maximum" in prop
