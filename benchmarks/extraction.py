@@ -97,7 +97,8 @@ def bench_flow(source: str, root: str, workers: int, pages_per_part: int) -> dic
 
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        result = build_corpus(source=source, storage_root=root, pages_per_partition=pages_per_part, dask_workers=workers)
+        result = build_corpus(source=source, storage_root=root, read={"pages_per_partition": pages_per_part},
+                              dask_workers=workers)
         wall = time.perf_counter() - t0
     return {"wall_s": round(wall, 2), "pages": result["pages_read"], "sentences": result["sentences"],
             "pages_per_s": round(result["pages_read"] / wall, 1),

@@ -174,11 +174,14 @@ def _warm_embeddings(params: dict) -> None:
 
 # --- the flow's parameters ------------------------------------------------------------------
 def flow_params(source, storage_root: str, workers: int, overrides: dict) -> dict:
-    """The arguments `build_corpus` gives `corpus_stages` (its defaults, then `overrides`)."""
+    """The arguments `build_corpus` gives `corpus_stages` (its defaults, then `overrides`: flat, each
+    field of a stage's settings by its name), as the flat dict of stage parameters `run_stages` and
+    the recorded results read."""
     import inspect
     from unittest import mock
 
     import flows.build_corpus as bc
+    from tasks.corpus_config import STAGES, group_settings
 
     signature = inspect.signature(bc.corpus_stages.fn)
     captured: dict = {}
@@ -193,9 +196,18 @@ def flow_params(source, storage_root: str, workers: int, overrides: dict) -> dic
             captured.update(bound.arguments)
             return {}
 
+    grouped, rest = group_settings(overrides, STAGES)
     with mock.patch.object(bc, "corpus_stages", Recorder()):
-        bc.build_corpus.fn(**{"source": source, "storage_root": storage_root, "dask_workers": workers, **overrides})
-    return captured
+        bc.build_corpus.fn(**{"source": source, "storage_root": storage_root, "dask_workers": workers, **rest,
+                              **{stage: STAGES[stage](**fields) for stage, fields in grouped.items()}})
+    c, backbone = captured, (captured["negative_backbone"], captured["backbone_cache_dir"])
+    neg = c["negatives"]
+    return {"source": c["source"], "storage_root": c["storage_root"], **c["read"].model_dump(),
+            **c["pages"].model_dump(), "phrase_params": c["phrases"].params(),
+            "positive_params": {"fasttext": c["word_vectors"].params(),
+                                "augmentations": c["positives"].params(*backbone),
+                                "negatives": neg.params(*backbone, None, neg.negative_buckets),
+                                "training_set": c["training_set"].params()}}
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -450,7 +462,7 @@ def _du(d) -> int:
 def run_stages(r: Runner, p: dict) -> dict:
     """`corpus_stages`, stage by stage (flows/build_corpus.py; keep the two in step: the test
     checks that every task it calls is called here). Returns the run's counts."""
-    from flows.build_corpus import MINING_PARAMS
+    from tasks.corpus_config import MINING_KEYS, REDUCE_KEYS
     from tasks.negatives import block_bucket_count
     from tasks.pages import alias_bucket_count
     from tasks.phrase_occurrences import phrase_bucket_count
@@ -493,7 +505,7 @@ def run_stages(r: Runner, p: dict) -> dict:
 
     phrase_params = phrase_params | {"phrase_buckets": phrase_params["phrase_buckets"]
                                      or phrase_bucket_count(pages.sentences.manifest()["rows"])}
-    mining_params = {k: phrase_params[k] for k in MINING_PARAMS}
+    mining_params = {k: phrase_params[k] for k in MINING_KEYS}
     r.warm(_warm_mining, mining_params, here=True)  # plan-phrase-occurrences loads them here too
     with r.stage("phrase_occurrences", "sentences") as st:
         mined, chunks = r.flow("tasks.phrase_occurrences:plan_occurrences_task", pages.sentences, mining_params)
@@ -504,7 +516,7 @@ def run_stages(r: Runner, p: dict) -> dict:
         r.outputs(mined.occurrences, mined.stats)
 
     buckets = range(phrase_params["phrase_buckets"])
-    reduce_params = {k: phrase_params[k] for k in ("min_freq", "examples_per_phrase")}
+    reduce_params = {k: phrase_params[k] for k in REDUCE_KEYS if k in phrase_params}
     with r.stage("phrases", "phrases") as st:
         phrases = r.flow("tasks.phrases:plan_phrases_task", mined.occurrences, reduce_params)
         bucket_stats = r.map("tasks.phrases:phrase_bucket_task", [(mined.occurrences, b, phrases, reduce_params)

@@ -21,6 +21,7 @@ from pydantic import Field
 from flows.build_corpus import build_corpus
 from flows.evaluate import evaluate
 from flows.train import train
+from tasks.corpus_config import STAGES, group_settings
 from pearl_model.train_config import TrainConfig
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task
@@ -29,12 +30,16 @@ from tasks.training import model_directory_task, train_on_deployment_task
 _OWN = {"source", "storage_root", "dask_address", "dask_workers", "training_set_version", "evaluate_model"}
 
 
-def _check_options(options: dict, fn, what: str) -> None:
-    known = set(inspect.signature(fn.fn).parameters) - _OWN - {"training"} | (
-        set(TrainConfig.model_fields) if fn is train else set())
-    unknown = sorted(set(options) - known)
+def _nest(options: dict, fn, groups: dict, what: str) -> dict:
+    """A flat dict of ``fn``'s parameters and its settings groups' fields (TrainConfig's, a stage's) ->
+    ``fn``'s keyword arguments; each group's fields are checked by its model here, before any work."""
+    grouped, rest = group_settings(options, groups)
+    known = set(inspect.signature(fn.fn).parameters) - _OWN - set(groups)
+    unknown = sorted(set(rest) - known)
     if unknown:
-        raise ValueError(f"unknown {what} option(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"unknown {what} option(s) {unknown}; known: "
+                         f"{sorted(known | {f for m in groups.values() for f in m.model_fields})}")
+    return rest | {g: groups[g](**fields).model_dump(mode="json", exclude_unset=True) for g, fields in grouped.items()}
 
 
 @flow(name="retrain")
@@ -60,7 +65,8 @@ def retrain(
     Args:
         source: the dump(s) build-corpus reads (see build-corpus).
         storage_root: datasets, models and the model registry (local path or fsspec URL).
-        corpus: more build-corpus parameters, e.g. {"max_pages": 100, "parser": "benepar"}.
+        corpus: more build-corpus parameters and stage settings in one flat dict, e.g.
+            {"max_pages": 100, "parser": "benepar"} (tasks/corpus_config.py: which stage each is).
         training: train parameters and training settings (TrainConfig's fields) in one dict, e.g.
             {"epochs": 2, "batch_size": 512} or {"max_steps": 10, "char_epochs": 1}.
         train_deployment: train through this deployment (e.g. "train/pearl-gpu", on the GPU work
@@ -78,13 +84,10 @@ def retrain(
             a local cluster.
         dask_workers: workers of the local cluster.
     """
-    corpus, training = dict(corpus or {}), dict(training or {})
-    _check_options(corpus, build_corpus, "corpus")
-    # one flat dict for the user: TrainConfig's fields go in train's `training`, checked here, before the corpus
-    settings = {k: training.pop(k) for k in list(training) if k in TrainConfig.model_fields}
-    _check_options(training, train, "training")
-    if settings:
-        training["training"] = TrainConfig(**settings).model_dump(mode="json", exclude_unset=True)
+    # one flat dict each for the user: stage settings go in build-corpus's per-stage parameters, TrainConfig's
+    # fields in train's `training`
+    corpus = _nest(dict(corpus or {}), build_corpus, STAGES, "corpus")
+    training = _nest(dict(training or {}), train, {"training": TrainConfig}, "training")
     current = current_model_task(storage_root)
     with StageTracker(current and current["version"]) as stage:
         stage.at("build-corpus")

@@ -3,7 +3,7 @@
 # deploy prefect.yaml, run build-corpus/wiki and watch it to the end.
 #
 #   bash scripts/run.sh                          # the whole sample dump into data/
-#   bash scripts/run.sh --param max_pages=50     # extra arguments go to `prefect deployment run`
+#   bash scripts/run.sh --param 'read={"max_pages": 50}'   # extra arguments go to `prefect deployment run`
 #   PEARL_SCHEDULE=on bash scripts/run.sh        # deploy retrain/weekly's schedule on (default off)
 #
 # Exits non-zero if the flow run does not complete. The server and worker keep running

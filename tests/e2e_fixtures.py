@@ -44,7 +44,7 @@ def stack(tmp_path_factory):
 def run_deployment(stack: Stack, storage_root: Path, name: str, deployment: str = DEPLOYMENT,
                    params: dict | None = None, timeout: float = RUN_TIMEOUT, expect_completed: bool = True) -> dict:
     if params is None:
-        params = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
+        params = {"read": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}}
     # The CLI parses each value as JSON when it can: strings and ints go as they are, the rest as JSON.
     plain = (lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))
     param_args = [a for k, v in params.items() for a in ("--param", f"{k}={v if plain(v) else json.dumps(v)}")]

@@ -158,7 +158,7 @@ def test_the_flow_stops_at_the_corpus_report_when_no_sentence_is_kept(tmp_path, 
     with prefect_test_harness():
         with pytest.raises(NoSentences, match=r"^no sentence was kept: 4 pages read, 0 kept, 3 filtered "
                                               r"\(namespace 1, redirect 2\), 1 quarantined \(duplicate_page_id 1\)"):
-            build_corpus(source=str(src), storage_root=root, pages_per_partition=2, dask_workers=1)
+            build_corpus(source=str(src), storage_root=root, read={"pages_per_partition": 2}, dask_workers=1)
         art = latest_artifact("corpus-counts")
     rows = json.loads(art.data) if isinstance(art.data, str) else art.data
     assert {"group": "quarantined", "what": "duplicate_page_id", "count": 1} in rows

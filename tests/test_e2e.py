@@ -66,7 +66,7 @@ def test_first_run_writes_reconciled_datasets(first):
         tables[name] = table
 
     # Contents recorded from the code before each stage became one call in the flow (issue 18),
-    # on this slice by `build_corpus(source="sample", max_pages=60, pages_per_partition=20)`: a
+    # on this slice by `build_corpus(source="sample", read={"max_pages": 60, "pages_per_partition": 20})`: a
     # change of how the flow is wired must not change a row. (Not the versions: they hash the
     # input's path and modification time, which differ between checkouts.) The datasets made from
     # the E5 encoder's vectors are compared by rows only: its float output differs in the last

@@ -15,7 +15,8 @@ FORBIDDEN = {"pearl_model": ("storage", "tasks", "flows", "pearl_cli"),
              "tasks": ("flows", "pearl_cli"), "flows": ("pearl_cli",)}
 # modules of tasks/ that are helpers, not stages (no Prefect task, no dataset of their own)
 HELPERS = {"figures": "matplotlib off-screen and PNGs inlined in markdown, for every stage's artifacts",
-           "wikitext": "the pages stage's wikitext rendering (mwparserfromhell)"}
+           "wikitext": "the pages stage's wikitext rendering (mwparserfromhell)",
+           "corpus_config": "the stages' settings (pydantic), which build-corpus and retrain take as parameters"}
 
 
 def imports(path: Path, root: Path) -> set[str]:

@@ -363,7 +363,7 @@ def test_build_corpus_reads_a_multistream_dump_in_parallel(dumps, root, monkeypa
         raise _PastExtraction
 
     monkeypatch.setattr(build, "pages_stage", stop)
-    params = dict(source=dump, storage_root=root, pages_per_partition=50, dask_workers=2)
+    params = dict(source=dump, storage_root=root, read={"pages_per_partition": 50}, dask_workers=2)
     with prefect_test_harness():
         with pytest.raises(_PastExtraction):
             build.build_corpus(**params)

@@ -686,7 +686,7 @@ def test_build_corpus_fails_on_an_input_that_ended_early(prefect_harness, tmp_pa
     damaged = xml[:first] + b"<pag>" + xml[first + len(b"<page>"):second] + b"stray words" + xml[second:]
     compressed = bz2.compress(damaged, 1)
     src = _write(tmp_path, "cut.xml.bz2", compressed[: len(compressed) // 6])
-    params = dict(source=src, storage_root=root, pages_per_partition=40, dask_workers=1)
+    params = dict(source=src, storage_root=root, read={"pages_per_partition": 40}, dask_workers=1)
     with pytest.raises(InputIncomplete, match=r"input ended early after \d+ pages: .*cut\.xml\.bz2: EOFError") as failed:
         build.build_corpus(**params)
     assert "rerun with allow_incomplete_input=true" in str(failed.value)
@@ -706,5 +706,5 @@ def test_build_corpus_fails_on_an_input_that_ended_early(prefect_harness, tmp_pa
 
     monkeypatch.setattr(build, "occurrences_stage", stop)
     with pytest.raises(_PastTheCheck):
-        build.build_corpus(**params, allow_incomplete_input=True)
+        build.build_corpus(**{**params, "read": {"pages_per_partition": 40, "allow_incomplete_input": True}})
     assert raw.manifest()["created_at"] == manifest["created_at"]  # reused, not read again

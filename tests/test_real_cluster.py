@@ -80,7 +80,7 @@ def run(cluster):
         executed_before = c.run(lambda dask_worker: dask_worker.state.executed_count)
     storage_root = tmp / "store"
     params = {"source": "sample", "storage_root": str(storage_root), "dask_address": dask.address,
-              "max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
+              "read": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}}
     out_file = tmp / "run.json"
     log = open(stack.logs / "flow.log", "ab")
     try:

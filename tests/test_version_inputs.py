@@ -92,8 +92,9 @@ def test_evaluate_current_does_not_follow_an_edited_registry_pointer(tmp_path):
     ("flows.train:train", "training.restarts", 0, "greater than or equal to 1"),
     ("flows.train:train", "training.type_loss_weight", -0.1, "greater than or equal to 0"),
     ("flows.train:train", "alias_holdout_pairs", -1, "greater than or equal to 0"),
-    ("flows.build_corpus:build_corpus", "alias_holdout_fraction", 2.0, "less than or equal to 1"),
-    ("flows.build_corpus:build_corpus", "pmi_min_npmi", -1.5, "greater than or equal to -1"),
+    ("flows.build_corpus:build_corpus", "training_set.alias_holdout_fraction", 2.0, "less than or equal to 1"),
+    ("flows.build_corpus:build_corpus", "phrases.pmi_min_npmi", -1.5, "greater than or equal to -1"),
+    ("flows.build_corpus:build_corpus", "read.max_pages", 0, "greater than or equal to 1"),
 ])
 def test_a_parameter_out_of_its_bounds_is_refused_before_the_run_with_its_name(flow_path, field, value, rule):
     """What Prefect checks before a run starts (and the deployment's schema carries the bound)."""
@@ -104,10 +105,12 @@ def test_a_parameter_out_of_its_bounds_is_refused_before_the_run_with_its_name(f
 
     module, name = flow_path.split(":")
     flow = getattr(importlib.import_module(module), name)
-    group, _, inner = field.rpartition(".")  # training.x: a field of the `training` parameter (TrainConfig)
+    group, _, inner = field.rpartition(".")  # training.x: a field of the settings model the `training` parameter is
     with pytest.raises(ParameterTypeError, match=f"(?s){group}.*{inner}.*{rule}"):
         flow.validate_parameters({group: {inner: value}} if group else {inner: value})
     schema = parameter_schema(flow).model_dump()
-    props = schema["definitions"]["TrainConfig"]["properties"] if group else schema["properties"]
+    props = schema["properties"]
+    if group:  # the model's schema, referenced from the parameter's
+        props = schema["definitions"][props[group]["$ref"].rsplit("/", 1)[1]]["properties"]
     prop = json.dumps(props[inner])
     assert "minimum" in prop or "maximum" in prop
