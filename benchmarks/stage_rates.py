@@ -199,7 +199,7 @@ def flow_params(source, storage_root: str, workers: int, overrides: dict) -> dic
     grouped, rest = group_settings(overrides, STAGES)
     with mock.patch.object(bc, "corpus_stages", Recorder()):
         bc.build_corpus.fn(**{"source": source, "storage_root": storage_root, "dask_workers": workers, **rest,
-                              **{stage: STAGES[stage](**fields) for stage, fields in grouped.items()}})
+                              **grouped})
     c, backbone = captured, (captured["negative_backbone"], captured["backbone_cache_dir"])
     neg = c["negatives"]
     return {"source": c["source"], "storage_root": c["storage_root"], **c["read"].model_dump(),

@@ -21,8 +21,8 @@ from pydantic import Field
 from flows.build_corpus import build_corpus
 from flows.evaluate import evaluate
 from flows.train import train
-from tasks.corpus_config import STAGES, group_settings
 from pearl_model.train_config import TrainConfig
+from tasks.corpus_config import STAGES, group_settings
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task
 
@@ -39,7 +39,7 @@ def _nest(options: dict, fn, groups: dict, what: str) -> dict:
     if unknown:
         raise ValueError(f"unknown {what} option(s) {unknown}; known: "
                          f"{sorted(known | {f for m in groups.values() for f in m.model_fields})}")
-    return rest | {g: groups[g](**fields).model_dump(mode="json", exclude_unset=True) for g, fields in grouped.items()}
+    return rest | {g: model.model_dump(mode="json", exclude_unset=True) for g, model in grouped.items()}
 
 
 @flow(name="retrain")

@@ -205,12 +205,13 @@ STAGES: dict[str, type[_Stage]] = {"read": ReadConfig, "pages": PagesConfig, "ph
 
 
 def group_settings(flat: dict, groups: dict[str, type[BaseModel]]) -> tuple[dict, dict]:
-    """A flat dict of settings -> ({group: {field: value}} for the groups' fields, the other keys):
+    """A flat dict of settings -> ({group: its model, built from the group's fields}, the other keys):
     how a flat dict (retrain's `corpus` and `training`, a benchmark's overrides) reaches parameters
-    that take one settings model each."""
+    that take one settings model each. A value out of its model's bounds is refused here."""
     owner = {f: group for group, model in groups.items() for f in model.model_fields}
-    grouped: dict[str, dict] = {}
+    fields: dict[str, dict] = {}
     for key, value in flat.items():
         if key in owner:
-            grouped.setdefault(owner[key], {})[key] = value
-    return grouped, {k: v for k, v in flat.items() if k not in owner}
+            fields.setdefault(owner[key], {})[key] = value
+    return ({group: groups[group](**kw) for group, kw in fields.items()},
+            {k: v for k, v in flat.items() if k not in owner})

@@ -44,7 +44,8 @@ def test_field_names_are_unique_across_stages_so_a_flat_dict_splits_by_name():
     names = [f for model in STAGES.values() for f in model.model_fields]
     assert len(names) == len(set(names))
     grouped, rest = group_settings({"max_pages": 5, "parser": "pmi", "negative_margin": 0.2, "source": "x"}, STAGES)
-    assert grouped == {"read": {"max_pages": 5}, "phrases": {"parser": "pmi"}, "negatives": {"negative_margin": 0.2}}
+    assert grouped == {"read": ReadConfig(max_pages=5), "phrases": PhrasesConfig(parser="pmi"),
+                       "negatives": NegativesConfig(negative_margin=0.2)}
     assert rest == {"source": "x"}
 
 
