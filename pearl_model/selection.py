@@ -4,9 +4,11 @@ Along a CPU run the dev scores do not rise together: the PPDB probes gain steadi
 entity clusterings jump between two layouts from one checkpoint to the next (README
 "Training"). The last checkpoint is therefore a poor default. A run with
 ``TrainConfig.select_every`` scores its checkpoints as they will be exported (backbone averaged
-with the original) on the dev splits and its held-out aliases, and keeps the checkpoint whose
-worst change against the backbone is the largest (ties: the larger mean change). Only dev
-splits and the corpus's own held-out aliases are read; the test splits never are.
+with the original) on the dev splits and its held-out aliases, and keeps the best by
+:func:`rank`: with rule ``worst``, the checkpoint whose worst change against the backbone is the
+largest (ties: the larger mean change); with rule ``mean``, among the checkpoints at or above the
+backbone on every dev signal the one with the largest mean change (none such: as ``worst``).
+Only dev splits and the corpus's own held-out aliases are read; the test splits never are.
 """
 from __future__ import annotations
 
@@ -52,6 +54,18 @@ def selection_score(scores: dict[str, float], baseline: dict[str, float]) -> tup
     if not deltas:
         raise ValueError(f"no score in common with the baseline: {sorted(scores)} vs {sorted(baseline)}")
     return min(deltas), statistics.mean(deltas)
+
+
+def rank(rec: dict, rule: str = "worst") -> tuple:
+    """The sort key of a selection record (larger is better; ties go to the earlier step, the one
+    closer to the backbone). Rule ``mean`` mirrors a bar of "no dev signal lost, then the largest
+    gain": a checkpoint losing nothing outranks every one that loses something."""
+    worst, mean, step = rec["select_worst"], rec["select_mean"], rec.get("step", 0)
+    if rule == "worst":
+        return 0, worst, mean, -step
+    if rule == "mean":
+        return (1, mean, worst, -step) if worst >= 0 else (0, worst, mean, -step)
+    raise ValueError(f"select_rule must be 'worst' or 'mean', got {rule!r}")
 
 
 @contextmanager

@@ -69,6 +69,10 @@ class TrainConfig(BaseModel):
         25, ge=0, description="score the checkpoint as exported on the dev splits and held-out aliases every "
                               "this many steps (and at the end), and export the one whose worst change against "
                               "the backbone is largest; 0: the last one")
+    select_rule: Literal["worst", "mean"] = Field(
+        "worst", description="which checkpoint the dev selection keeps: worst, the largest worst change against "
+                             "the backbone; mean, the largest mean change among those losing on no dev signal "
+                             "(none such: as worst)")
     restarts: int = Field(1, ge=1, description="seeds tried at most: another only while no kept checkpoint is at "
                                                "or above the backbone on every dev signal (needs select_every)")
     seed: int = Field(0, description="data order, augmentation draws and the new layers' init")

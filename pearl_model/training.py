@@ -378,11 +378,6 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * cfg.lr_decay ** (step // cfg.lr_decay_every)
 
 
-def _rank(rec: dict) -> tuple[float, float, int]:
-    # ties (equal worst and mean change) go to the earlier step: closer to the backbone
-    return rec["select_worst"], rec["select_mean"], -rec["step"]
-
-
 # --- the loop ---------------------------------------------------------------------------
 
 @dataclass
@@ -446,7 +441,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
 
     ``select`` (with ``cfg.select_every``): called every ``select_every`` steps and at the end;
     it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.selection.dev_selector`),
-    and the model ends holding the weights of the step where (worst, mean) was largest. The
+    and the model ends holding the weights of the step ranked best by ``cfg.select_rule``
+    (:func:`pearl_model.selection.rank`). The
     chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``)."""
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
@@ -500,6 +496,10 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     checks = bool(validation) or retrieval is not None
     selecting = select is not None and cfg.select_every > 0
     selection = load_selection(checkpoint_dir) if selecting and resumed_from is not None else []
+    from pearl_model.selection import rank  # here: it pulls the evaluation package, which train() rarely needs
+
+    def _rank(rec: dict) -> tuple:
+        return rank(rec, cfg.select_rule)
 
     def choose(epoch: int) -> float:
         """Score this step for selection; keep its weights when it is the best so far. Returns seconds."""

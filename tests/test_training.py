@@ -395,6 +395,30 @@ def test_selection_survives_an_interruption_and_ties_go_to_the_earlier_step(part
     assert all(torch.equal(resumed.state_dict()[k].cpu(), seen[1][k].cpu()) for k in seen[1])
 
 
+def test_selection_rule_mean_keeps_the_largest_gain_among_checkpoints_that_lose_nothing(parts):
+    from pearl_model.selection import rank
+
+    # step 2 has the best worst change, step 4 loses nothing and gains most on average, step 6 gains
+    # more but loses on one signal
+    verdicts = {1: (3.0, 5.0), 2: (0.5, 8.0), 3: (-0.4, 9.0)}
+
+    def select(model):
+        worst, mean = verdicts[len(calls) + 1]
+        calls.append(1)
+        return {"select_worst": worst, "select_mean": mean}
+
+    for rule, expected in (("worst", 2), ("mean", 4)):
+        calls: list = []
+        res = T.train(make_model(parts), toy_examples(), cfg(max_steps=6, select_every=2, select_rule=rule),
+                      select=select)
+        assert res.selected_step == expected, rule
+    # nothing at or above the backbone: the mean rule falls back to the largest worst change
+    recs = [{"step": 2, "select_worst": -2.0, "select_mean": 9.0}, {"step": 4, "select_worst": -0.5, "select_mean": 1.0}]
+    assert max(recs, key=lambda r: rank(r, "mean"))["step"] == 4
+    with pytest.raises(ValueError, match="select_rule"):
+        cfg(select_rule="best")
+
+
 def test_without_select_every_the_last_weights_are_kept(parts):
     calls = []
     res = T.train(make_model(parts), toy_examples(), cfg(max_steps=3),
