@@ -164,7 +164,11 @@ def plan_epoch(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, w
 
 
 class StepBatches(torch.utils.data.Dataset):
-    """Map-style: item i is the whole tokenised batch i of one epoch (collated in the worker)."""
+    """Map-style: item i is the whole tokenised batch i of one epoch (collated in the worker).
+
+    Anchors, positives and negatives are tokenised as separate groups (``groups``), each padded
+    to its own longest sequence: a context positive is ~4x an anchor's tokens, and one tensor
+    padded to it made every anchor and negative pay for it (:func:`forward_groups`)."""
 
     def __init__(self, examples: Sequence[Example], plan: list[np.ndarray], batcher, seed: int, epoch: int,
                  hard_negatives: int, kinds: Sequence[str] | None = None):
@@ -187,7 +191,7 @@ class StepBatches(torch.utils.data.Dataset):
         for e in exs:
             negs = list(e.negatives)
             negatives += negs if len(negs) <= self.k else rng.sample(negs, self.k)
-        batch = self.batcher(anchors + positives + negatives)
+        batch = {"groups": [self.batcher(g) for g in (anchors, positives, negatives) if g]}
         batch["labels"] = torch.tensor([e.label_id for e in exs], dtype=torch.long)
         batch["senses"] = torch.tensor([e.sense_id for e in exs], dtype=torch.long)
         batch["kinds"] = kinds
@@ -404,9 +408,19 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def _to(batch: dict, device: torch.device) -> dict:
+def _to(features: dict, device: torch.device) -> dict:
     keys = ("input_ids", "attention_mask", "char_ids", "word_mask")
-    return {k: batch[k].to(device, non_blocking=True) for k in keys}
+    return {k: features[k].to(device, non_blocking=True) for k in keys}
+
+
+def forward_groups(model, batch: dict, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """(embeddings, type logits) of a :class:`StepBatches` batch, rows in the order anchors,
+    positives, negatives, and the anchors' features (the distillation teacher reads them). Each
+    group runs padded to its own length; the model's outputs are per phrase, so this equals one
+    padded forward up to float rounding."""
+    groups = [_to(g, device) for g in batch["groups"]]
+    outs = [model(**g) for g in groups]
+    return torch.cat([e for e, _ in outs]), torch.cat([t for _, t in outs]), groups[0]
 
 
 def _whole_batch(batch: dict) -> dict:
@@ -536,17 +550,17 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 break
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg)
-            inputs, labels = _to(batch, device), batch["labels"].to(device, non_blocking=True)
+            labels = batch["labels"].to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                emb, logits = model(**inputs)
+                emb, logits, anchors = forward_groups(model, batch, device)
             loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
                                      cfg.type_loss_labels)
             if teacher is not None:
                 b = labels.shape[0]
                 with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                    t = mean_pool(teacher(input_ids=inputs["input_ids"][:b],
-                                          attention_mask=inputs["attention_mask"][:b]).last_hidden_state,
-                                  inputs["attention_mask"][:b])
+                    t = mean_pool(teacher(input_ids=anchors["input_ids"],
+                                          attention_mask=anchors["attention_mask"]).last_hidden_state,
+                                  anchors["attention_mask"])
                 d, distill_parts = distill_term(emb[:b, :model.backbone_dim], t, labels, cfg)
                 loss = loss + d
                 parts |= distill_parts
@@ -633,7 +647,7 @@ def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=
         batch = ds[i]
         labels = batch["labels"].to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and cfg.bf16):
-            emb, logits = model(**_to(batch, device))
+            emb, logits, _ = forward_groups(model, batch, device)
         loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
                                      cfg.type_loss_labels)
         n = labels.shape[0]

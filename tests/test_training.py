@@ -349,6 +349,24 @@ def test_ablation_parameters_that_cannot_work_are_refused_naming_the_parameter(p
     assert set(res.positive_kinds) == {"wordnet", "identity"}  # phrases without a wordnet positive: themselves
 
 
+def test_groups_are_padded_apart_and_equal_one_padded_forward(parts):
+    model = make_model(parts).eval()
+    exs = [T.Example(f"red car {i}", 1, {"context": ("the old [MASK] in the north of the big river city market",)},
+                     ("blue sky", "the news")) for i in range(4)]
+    ds = T.StepBatches(exs, [np.arange(4)], model.batcher, 0, 0, 2, ("context",))
+    batch = ds[0]
+    anchors, positives, negatives = batch["groups"]
+    assert anchors["input_ids"].shape[0] == 4 and negatives["input_ids"].shape[0] == 8
+    assert anchors["input_ids"].shape[1] < positives["input_ids"].shape[1]  # anchors not padded to the context
+    with torch.no_grad():
+        emb, logits, first = T.forward_groups(model, batch, torch.device("cpu"))
+        texts = [e.phrase for e in exs] + [e.cached["context"][0] for e in exs] + [n for e in exs for n in e.negatives]
+        one_emb, one_logits = model(**model.batcher(texts))
+    assert first is not None and torch.equal(first["input_ids"], anchors["input_ids"])
+    torch.testing.assert_close(emb, one_emb, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(logits, one_logits, atol=1e-5, rtol=1e-4)
+
+
 def scripted_selector(worst_by_step: dict[int, float], seen: dict):
     """A select() whose verdict is scripted per step; it records the weights it was shown."""
     def select(model):
