@@ -355,14 +355,14 @@ def test_groups_are_padded_apart_and_equal_one_padded_forward(parts):
                      ("blue sky", "the news")) for i in range(4)]
     ds = T.StepBatches(exs, [np.arange(4)], model.batcher, 0, 0, 2, ("context",))
     batch = ds[0]
-    anchors, positives, negatives = batch["groups"]
-    assert anchors["input_ids"].shape[0] == 4 and negatives["input_ids"].shape[0] == 8
-    assert anchors["input_ids"].shape[1] < positives["input_ids"].shape[1]  # anchors not padded to the context
+    phrases, positives = batch["groups"]
+    assert phrases["input_ids"].shape[0] == 4 + 8 and positives["input_ids"].shape[0] == 4
+    assert phrases["input_ids"].shape[1] < positives["input_ids"].shape[1]  # phrases not padded to the context
     with torch.no_grad():
         emb, logits, first = T.forward_groups(model, batch, torch.device("cpu"))
         texts = [e.phrase for e in exs] + [e.cached["context"][0] for e in exs] + [n for e in exs for n in e.negatives]
         one_emb, one_logits = model(**model.batcher(texts))
-    assert first is not None and torch.equal(first["input_ids"], anchors["input_ids"])
+    assert torch.equal(first["input_ids"], phrases["input_ids"][:4])
     torch.testing.assert_close(emb, one_emb, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(logits, one_logits, atol=1e-5, rtol=1e-4)
 
