@@ -67,8 +67,8 @@ class TrainConfig(BaseModel):
                          "selection scores each checkpoint at each and keeps the best (ties: the first)")
     select_every: int = Field(
         25, ge=0, description="score the checkpoint as exported on the dev splits and held-out aliases every "
-                              "this many steps (and at the end), and export the one whose worst change against "
-                              "the backbone is largest; 0: the last one")
+                              "this many steps (and at the end), and export the best by select_rule; 0: the "
+                              "last one")
     select_rule: Literal["worst", "mean"] = Field(
         "worst", description="which checkpoint the dev selection keeps: worst, the largest worst change against "
                              "the backbone; mean, the largest mean change among those losing on no dev signal "
