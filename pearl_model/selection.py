@@ -57,14 +57,14 @@ def selection_score(scores: dict[str, float], baseline: dict[str, float]) -> tup
 
 
 def rank(rec: dict, rule: str = "worst") -> tuple:
-    """The sort key of a selection record (larger is better; ties go to the earlier step, the one
-    closer to the backbone). Rule ``mean`` mirrors a bar of "no dev signal lost, then the largest
-    gain": a checkpoint losing nothing outranks every one that loses something."""
-    worst, mean, step = rec["select_worst"], rec["select_mean"], rec.get("step", 0)
+    """The sort key of a selection record under ``rule`` (larger is better; ties are the caller's
+    to break). Rule ``mean`` mirrors a bar of "no dev signal lost, then the largest gain": a
+    checkpoint losing nothing outranks every one that loses something."""
+    worst, mean = rec["select_worst"], rec["select_mean"]
     if rule == "worst":
-        return 0, worst, mean, -step
+        return 0, worst, mean
     if rule == "mean":
-        return (1, mean, worst, -step) if worst >= 0 else (0, worst, mean, -step)
+        return (1, mean, worst) if worst >= 0 else (0, worst, mean)
     raise ValueError(f"select_rule must be 'worst' or 'mean', got {rule!r}")
 
 

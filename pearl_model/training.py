@@ -517,7 +517,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     from pearl_model.selection import rank  # here: it pulls the evaluation package, which train() rarely needs
 
     def _rank(rec: dict) -> tuple:
-        return rank(rec, cfg.select_rule)
+        # ties go to the earlier step: closer to the backbone
+        return *rank(rec, cfg.select_rule), -rec["step"]
 
     def choose(epoch: int) -> float:
         """Score this step for selection; keep its weights when it is the best so far. Returns seconds."""

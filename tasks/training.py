@@ -211,7 +211,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
         res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
                     checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
         kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
-        rank = selection_rank(kept, cfg.select_rule)[:3] if kept else (-1, float("-inf"), float("-inf"))
+        rank = selection_rank(kept, cfg.select_rule) if kept else (-1,)  # below any scored run
         tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step, "select_worst": kept.get("select_worst"),
                       "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
         if best is None or rank > best[0]:
