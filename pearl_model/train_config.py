@@ -70,7 +70,7 @@ class TrainConfig(BaseModel):
                               "this many steps (and at the end), and export the best by select_rule; 0: the "
                               "last one")
     select_rule: Literal["worst", "mean"] = Field(
-        "worst", description="which checkpoint the dev selection keeps: worst, the largest worst change against "
+        "mean", description="which checkpoint the dev selection keeps: worst, the largest worst change against "
                              "the backbone; mean, the largest mean change among those losing on no dev signal "
                              "(none such: as worst)")
     restarts: int = Field(1, ge=1, description="seeds tried at most: another only while no kept checkpoint is at "

