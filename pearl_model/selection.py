@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import statistics
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -141,3 +142,27 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
                 **({"scores_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
 
     return select
+
+
+def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
+                  cache_dir: str | None = None):
+    """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark and the
+    held-out aliases, compared with the backbone's scores) and those scores, computed here, once."""
+    if not cfg.select_every:
+        return None, None
+    from .evaluation.data import default_benchmark_dir
+    from .loading import load_encoder
+
+    bench = benchmark_dir or default_benchmark_dir()
+    datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
+    if not datasets:
+        if retrieval is None:
+            raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
+                             "$PEARL_BENCHMARKS) or held-out aliases in the training set; neither is here")
+        log.warning("no benchmark directory (%s): the checkpoint is chosen on the held-out aliases alone", bench)
+    reference = load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device)
+    baseline = dev_scores(reference, bench, retrieval, datasets)
+    log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
+    del reference
+    return dev_selector(bench, original, cfg.average_weight, baseline, retrieval, datasets,
+                        cfg.char_scales), baseline

@@ -259,27 +259,10 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
 
 def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
                   cache_dir: str | None = None):
-    """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark and the
-    held-out aliases, compared with the backbone's scores) and those scores, computed here, once."""
-    if not cfg.select_every:
-        return None, None
-    from pearl_model.evaluation.data import default_benchmark_dir
-    from pearl_model.loading import load_encoder
-    from pearl_model.selection import SELECT_DATASETS, dev_scores, dev_selector
+    """:func:`pearl_model.selection.dev_selection` (imported here, not at the top: it pulls torch)."""
+    from pearl_model.selection import dev_selection as select_on_dev
 
-    bench = benchmark_dir or default_benchmark_dir()
-    datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
-    if not datasets:
-        if retrieval is None:
-            raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
-                             "$PEARL_BENCHMARKS) or held-out aliases in the training set; neither is here")
-        log.warning("no benchmark directory (%s): the checkpoint is chosen on the held-out aliases alone", bench)
-    reference = load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device)
-    baseline = dev_scores(reference, bench, retrieval, datasets)
-    log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
-    del reference
-    return dev_selector(bench, original, cfg.average_weight, baseline, retrieval, datasets,
-                        cfg.char_scales), baseline
+    return select_on_dev(backbone, cfg, original, retrieval, device, benchmark_dir, cache_dir)
 
 
 def training_log(out: FileSet) -> dict:
