@@ -1000,6 +1000,8 @@ def run(
                 one = {"workers": w, "replicate": n,
                        **run_in_subprocess(made["paths"], w, f"{tmp}/store-w{w}-r{n}", overrides, interval)}
                 results["runs"].append(one)
+                out.parent.mkdir(parents=True, exist_ok=True)  # each run kept as it ends: an hour's work
+                out.write_text(json.dumps(results, indent=2, default=str))
                 typer.echo(run_table(one))
                 typer.echo(f"run wall {one['wall_s']} s; counts: {json.dumps(one['counts'])}")
     results["setup"]["machine"]["load_avg_end"] = os.getloadavg()
