@@ -538,11 +538,12 @@ def run_stages(r: Runner, p: dict) -> dict:
 
     aug_params = positive["augmentations"]
     r.warm(_warm_augmentations, vectors, aug_params)
+    sents = pages.sentences if "context" in aug_params["kinds"] else None  # as build_corpus gives them
     with r.stage("augmentations", "phrases") as st:
-        positives = r.flow("tasks.augmentations:plan_augmentations_task", phrases, aliases, vectors, aug_params)
-        r.map("tasks.augmentations:augment_part_task", [(phrases, i, aliases, vectors, positives, aug_params)
+        positives = r.flow("tasks.augmentations:plan_augmentations_task", phrases, aliases, vectors, aug_params, sents)
+        r.map("tasks.augmentations:augment_part_task", [(phrases, i, aliases, vectors, positives, aug_params, sents)
                                                         for i in buckets], "phrase_buckets")
-        r.flow("tasks.augmentations:commit_augmentations_task", positives, phrases, aliases, vectors, aug_params)
+        r.flow("tasks.augmentations:commit_augmentations_task", positives, phrases, aliases, vectors, aug_params, sents)
         r.flow("tasks.augmentations:augmentation_report_task", positives)
         st["units"] = phrases.manifest()["rows"]
         r.outputs(positives)
