@@ -709,8 +709,8 @@ HINTS = {
     "raw_pages": "a multistream dump (read in parallel, as assumed here); a plain .xml.bz2 is one core",
     "pages": "more cores (wikitext cleaning + sentence splitting, per part)",
     "corpus_report": "little: one pass in the flow process",
-    "phrase_occurrences": "more cores (spaCy parse + NER, per chunk); ner=none; no cheaper parser (e.g. PMI "
-                          "chunking) in the code yet",
+    "phrase_occurrences": "more cores (spaCy parse + NER, per chunk); ner=none; parser: pmi (~1.3x per core: "
+                          "benchmarks/results/pmi_phrases_sample_ovos.json)",
     "phrase_report": "little: one pass in the flow process",
     "augmentations": "the E5 cosine check of replacement words (min_cosine) runs the encoder: a GPU (its share "
                      "of the time is not measured here)",

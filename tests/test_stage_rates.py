@@ -140,3 +140,37 @@ def test_projection_scales_by_the_driver_over_the_cores_a_step_can_use():
     on_cpu = sr.project_stages(results, cores=64, enwiki={"sentences": 1e6, "pages": 1e4})
     assert on_cpu["stages"][1]["hours_marginal"] == pytest.approx(aug["hours_marginal"] / 2)
     assert on_cpu["stages"][1]["hours_rate"] == pytest.approx(aug["hours_rate"])
+
+
+def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
+    """The benchmark runs the stages itself, so a change of the flow's wiring (a task given a new
+    input, as augmentations got the sentences for context positives) must show here, not in an
+    hour-long measurement. One worker, 60 sample pages (4 articles), in a process of its own
+    (the run swaps Prefect's logger for its own), whose process group is ended even on failure."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    made = sr.replicate_inputs(["sample"], 60, 1, tmp_path / "in")
+    out = tmp_path / "run.json"
+    cmd = [sys.executable, str(Path(sr.__file__)), "one", "--workers", "1", "--root", str(tmp_path / "store"),
+           "--overrides", json.dumps({"pages_per_partition": 10, "sentences_per_chunk": 500}), "--out", str(out)]
+    for path in made["paths"]:
+        cmd += ["--input", path]
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        assert proc.wait(timeout=900) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run = json.loads(out.read_text())
+    c = run["counts"]
+    assert c["pages"] == 60 and c["pages"] == c["kept"] + sum(c["filtered"].values()) + sum(c["quarantined"].values())
+    assert [s["stage"] for s in run["stages"]] == [
+        "raw_pages", "pages", "aliases", "corpus_report", "phrase_occurrences", "phrases", "phrase_report",
+        "word_vectors", "augmentations", "phrase_embeddings", "negatives", "training_set"]
+    assert all(s["units"] > 0 for s in run["stages"])
+    assert "context" in run["params"]["positive_params"]["augmentations"]["kinds"]  # the flow's default
+    assert c["augmentations"] > 0 and c["training_set"] == c["phrases"] > 0
