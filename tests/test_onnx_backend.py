@@ -169,3 +169,43 @@ def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_pat
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
     runner = loaded._onnx_runners["openvino"]
     assert runner._done == {}  # every started batch was collected
+
+
+@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning is invisible on one core")
+def test_openvino_leaves_its_threads_on_every_core(model, tmp_path, monkeypatch):
+    """OpenVINO pins its inference threads to the lowest cores by default: every Dask worker process
+    (one thread each) then ran its encoder on core 0, and two workers were no faster than one."""
+    import glob
+    import os
+    import threading
+    import time
+
+    pytest.importorskip("openvino")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # a Dask worker's share: the LATENCY path
+    allowed = os.sched_getaffinity(0)
+    loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")
+    loaded.encode(PHRASES, backend="openvino")  # the graph built and compiled before the watch
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for status in glob.glob(f"/proc/{os.getpid()}/task/*/status"):
+                try:
+                    text = open(status).read()
+                except OSError:  # the thread ended between the listing and the read
+                    continue
+                seen.update(line.split(":\t")[1].strip() for line in text.splitlines()
+                            if line.startswith("Cpus_allowed_list"))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(20):
+            loaded.encode(PHRASES * 50, batch_size=4, backend="openvino")
+    finally:
+        done.set()
+        watcher.join()
+    whole = f"{min(allowed)}-{max(allowed)}" if len(allowed) == max(allowed) - min(allowed) + 1 else None
+    assert seen and (whole is None or seen == {whole}), seen
