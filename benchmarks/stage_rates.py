@@ -947,9 +947,12 @@ def machine() -> dict:
             "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
 
 
-def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dict, interval: float) -> dict:
+def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dict, interval: float,
+                      timeout: float | None = None) -> dict:
     """`run_once` in a fresh process: nothing one run loaded (spaCy in the flow process, caches)
-    is in the next one's memory or time."""
+    is in the next one's memory or time. It runs in a process group of its own, ended with its
+    Dask workers when the run fails, times out or is interrupted."""
+    import signal
     import subprocess
 
     out = Path(root + ".json")
@@ -957,7 +960,14 @@ def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dic
            "--overrides", json.dumps(overrides), "--interval", str(interval), "--out", str(out)]
     for path in inputs:
         cmd += ["--input", path]
-    subprocess.run(cmd, check=True)
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        if proc.wait(timeout=timeout):
+            raise subprocess.CalledProcessError(proc.returncode, cmd)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     return json.loads(out.read_text())
 
 
@@ -992,6 +1002,11 @@ def run(
                          "replicate": replicate, "overrides": overrides, "git_commit": git_commit(),
                          "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
                "runs": []}
+
+    def save() -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2, default=str))
+
     with tempfile.TemporaryDirectory(prefix="stage_rates_") as tmp:
         for n in [int(x) for x in replicate.split(",")]:
             made = replicate_inputs(source, max_pages, n, Path(tmp) / f"input-r{n}")
@@ -1001,8 +1016,7 @@ def run(
                 one = {"workers": w, "replicate": n,
                        **run_in_subprocess(made["paths"], w, f"{tmp}/store-w{w}-r{n}", overrides, interval)}
                 results["runs"].append(one)
-                out.parent.mkdir(parents=True, exist_ok=True)  # each run kept as it ends: an hour's work
-                out.write_text(json.dumps(results, indent=2, default=str))
+                save()  # each run kept as it ends: an hour's work
                 typer.echo(run_table(one))
                 typer.echo(f"run wall {one['wall_s']} s; counts: {json.dumps(one['counts'])}")
     results["setup"]["machine"]["load_avg_end"] = os.getloadavg()
@@ -1011,8 +1025,7 @@ def run(
         proj = project_stages(results, cores)
         results["projection"] = proj
         typer.echo(f"\n## projection: full English Wikipedia on {cores} cores\n" + projection_markdown(proj))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2, default=str))
+    save()
     typer.echo(f"wrote {out}")
 
 

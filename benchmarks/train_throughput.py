@@ -122,7 +122,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     select, baseline = dev_selection(args.backbone, cfg, original, retrieval, str(device), args.benchmark_dir)
     res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
                   checkpoint_dir=Path(args.work) / "checkpoints", reference=original, select=select)
-    kept = next((r for r in res.selection if r["step"] == res.selected_step), {})
+    kept = res.kept
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
                    "config": cfg.version_params(), "selected_step": res.selected_step, "selection": res.selection,

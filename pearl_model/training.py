@@ -400,6 +400,11 @@ class TrainResult:
     selection: list[dict] = field(default_factory=list)  # select(model) at each selection point (a resumed run's too)
     selected_step: int | None = None  # the step whose weights the model holds after a selecting run
 
+    @property
+    def kept(self) -> dict:
+        """The selection record of the step the model holds ({} when the run did not select)."""
+        return next((r for r in self.selection if r["step"] == self.selected_step), {})
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":

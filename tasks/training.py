@@ -180,6 +180,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     import torch
 
     from pearl_model.export import export_pearl, load_pearl
+    from pearl_model.selection import dev_selection
     from pearl_model.selection import rank as selection_rank
     from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
@@ -210,7 +211,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
             model = build(cfg.seed + i)
         res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
                     checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
-        kept = next((r for r in res.selection if r["step"] == res.selected_step), {})  # the exported checkpoint's
+        kept = res.kept  # the exported checkpoint's
         rank = selection_rank(kept, cfg.select_rule) if kept else (-1,)  # below any scored run
         tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step, "select_worst": kept.get("select_worst"),
                       "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
@@ -255,14 +256,6 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     for i in range(cfg.restarts):
         shutil.rmtree(restart_dir(out, i), ignore_errors=True)
     return manifest
-
-
-def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
-                  cache_dir: str | None = None):
-    """:func:`pearl_model.selection.dev_selection` (imported here, not at the top: it pulls torch)."""
-    from pearl_model.selection import dev_selection as select_on_dev
-
-    return select_on_dev(backbone, cfg, original, retrieval, device, benchmark_dir, cache_dir)
 
 
 def training_log(out: FileSet) -> dict:

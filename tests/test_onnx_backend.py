@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -171,12 +172,11 @@ def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_pat
     assert runner._done == {}  # every started batch was collected
 
 
-@pytest.mark.skipif(len(__import__("os").sched_getaffinity(0)) < 2, reason="pinning is invisible on one core")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning is invisible on one core")
 def test_openvino_leaves_its_threads_on_every_core(model, tmp_path, monkeypatch):
     """OpenVINO pins its inference threads to the lowest cores by default: every Dask worker process
     (one thread each) then ran its encoder on core 0, and two workers were no faster than one."""
     import glob
-    import os
     import threading
     import time
 

@@ -146,26 +146,10 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
     """The benchmark runs the stages itself, so a change of the flow's wiring (a task given a new
     input, as augmentations got the sentences for context positives) must show here, not in an
     hour-long measurement. One worker, 60 sample pages (4 articles), in a process of its own
-    (the run swaps Prefect's logger for its own), whose process group is ended even on failure."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
+    (the run swaps Prefect's logger for its own; run_in_subprocess ends its process group on failure)."""
     made = sr.replicate_inputs(["sample"], 60, 1, tmp_path / "in")
-    out = tmp_path / "run.json"
-    cmd = [sys.executable, str(Path(sr.__file__)), "one", "--workers", "1", "--root", str(tmp_path / "store"),
-           "--overrides", json.dumps({"pages_per_partition": 10, "sentences_per_chunk": 500}), "--out", str(out)]
-    for path in made["paths"]:
-        cmd += ["--input", path]
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    try:
-        assert proc.wait(timeout=900) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    run = json.loads(out.read_text())
+    run = sr.run_in_subprocess(made["paths"], 1, str(tmp_path / "store"),
+                               {"pages_per_partition": 10, "sentences_per_chunk": 500}, 0.05, timeout=900)
     c = run["counts"]
     assert c["pages"] == 60 and c["pages"] == c["kept"] + sum(c["filtered"].values()) + sum(c["quarantined"].values())
     assert [s["stage"] for s in run["stages"]] == [

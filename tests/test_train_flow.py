@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from pearl_model import selection  # noqa: E402
 from pearl_model.evaluation import data  # noqa: E402
 from pearl_model.train_config import TrainConfig  # noqa: E402
 from storage.datasets import Dataset  # noqa: E402
@@ -102,7 +103,7 @@ def test_restarts_try_seeds_until_one_beats_the_backbone_on_dev(tiny_backbone, t
         worst = next(checks)
         return {"dev_heldout_alias_top1": 50.0 + worst, "select_worst": worst, "select_mean": worst}
 
-    monkeypatch.setattr(tt, "dev_selection", lambda *a, **k: (select, {"heldout_alias_top1": 50.0}))
+    monkeypatch.setattr(selection, "dev_selection", lambda *a, **k: (select, {"heldout_alias_top1": 50.0}))
     cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, average_weight=0.5, seed=0,
                       checkpoint_every=0, select_every=3, restarts=3, device="cpu")
     out = tt.plan_model(ts, char, tiny_backbone, cfg)
