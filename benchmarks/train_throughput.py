@@ -108,7 +108,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     from pearl_model.encoder import PhraseEncoder
     from pearl_model.evaluation import run_benchmark
     from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import dev_selection
+    from pearl_model.selection import dev_selection, seen_names, synonym_signal
 
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
     original = T.backbone_state(model)
@@ -119,7 +119,9 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
         retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
     # with --dev the checkpoint is chosen on dev data every select_every steps, as the `train` flow does
-    select, baseline = dev_selection(args.backbone, cfg, original, retrieval, str(device), args.benchmark_dir)
+    seen = seen_names(train_ex + val_ex)
+    select, baseline = dev_selection(args.backbone, cfg, original, retrieval, str(device), args.benchmark_dir,
+                                     seen=seen)
     res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
                   checkpoint_dir=Path(args.work) / "checkpoints", reference=original, select=select)
     kept = res.kept
@@ -144,7 +146,8 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
             from pearl_model.selection import dev_scores
 
             out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
-                                                         tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2))
+                                                         tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2),
+                                                         synonyms=synonym_signal(cfg, seen))
         if not args.dev or (args.test and name == "pearl"):  # the test sets: a report, never a choice
             rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
             out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)

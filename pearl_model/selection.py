@@ -8,7 +8,8 @@ with the original) on the dev splits and its held-out aliases, and keeps the bes
 :func:`rank`: with rule ``worst``, the checkpoint whose worst change against the backbone is the
 largest (ties: the larger mean change); with rule ``mean``, among the checkpoints at or above the
 backbone on every dev signal the one with the largest mean change (none such: as ``worst``).
-Only dev splits and the corpus's own held-out aliases are read; the test splits never are.
+Only dev splits, the corpus's own held-out aliases and WordNet's synonyms (name variants, which
+no benchmark dev split has: :mod:`.evaluation.synonym_retrieval`) are read; the test splits never are.
 """
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ log = logging.getLogger(__name__)
 SELECT_DATASETS = ("conll2003", "bc5cdr", "ppdb_filtered")
 
 
-def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS, seeds=(0,)) -> dict[str, float]:
+def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS, seeds=(0,),
+               synonyms=None) -> dict[str, float]:
     """x100 scores of ``encoder``: each dev dataset's primary metric (probe seeds averaged),
-    its unit-vector clustering as ``<dataset>/l2``, and ``heldout_alias_top1``/``_mrr``."""
+    its unit-vector clustering as ``<dataset>/l2``, ``heldout_alias_top1``/``_mrr`` (``retrieval``)
+    and ``wordnet_synonym_top1``/``_mrr`` (``synonyms``: an AliasRetrieval of WordNet names)."""
     from .training import alias_retrieval
 
     rows = run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(datasets), seeds=tuple(seeds)) \
@@ -41,12 +44,15 @@ def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS,
     out |= {f"{r['dataset']}/l2": r["value"] for r in rows if r["metric"] == "nmi_l2norm"}
     if retrieval is not None:
         out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
+    if synonyms is not None:
+        out |= {f"wordnet_synonym_{k.removeprefix('alias_')}": 100 * v
+                for k, v in alias_retrieval(encoder.encode, synonyms).items()}
     return out
 
 
 def criteria(scores: dict[str, float]) -> list[str]:
-    """The scores a selection compares: primaries and held-out top-1 (not the /l2 or MRR views)."""
-    return [k for k in scores if "/" not in k and k != "heldout_alias_mrr"]
+    """The scores a selection compares: primaries and retrieval top-1 (not the /l2 or MRR views)."""
+    return [k for k in scores if "/" not in k and not k.endswith("_mrr")]
 
 
 def selection_score(scores: dict[str, float], baseline: dict[str, float]) -> tuple[float, float]:
@@ -111,7 +117,7 @@ class ScaledVectors:
 
 
 def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weight: float, baseline: dict,
-                 retrieval=None, datasets=SELECT_DATASETS, char_scales: Sequence[float] = (1.0,)
+                 retrieval=None, datasets=SELECT_DATASETS, char_scales: Sequence[float] = (1.0,), synonyms=None
                  ) -> Callable[[torch.nn.Module], dict]:
     """What ``train(select=...)`` calls at its selection points: the model's scores as exported,
     with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`).
@@ -133,7 +139,7 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
             by_scale = {}
             for scale in scales:
                 enc.scale = scale
-                by_scale[scale] = dev_scores(enc, benchmark_dir, retrieval, datasets)
+                by_scale[scale] = dev_scores(enc, benchmark_dir, retrieval, datasets, synonyms=synonyms)
         ranked = {s: selection_score(v, baseline) for s, v in by_scale.items()}
         best = max(scales, key=lambda s: ranked[s])  # ties: the first listed
         worst, mean = ranked[best]
@@ -144,10 +150,37 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
     return select
 
 
+def seen_names(examples) -> set[str]:
+    """The strings a training set teaches (phrases, cached positives but context sentences, hard
+    negatives): what the WordNet synonym signal leaves out."""
+    seen = set()
+    for ex in examples:
+        seen.add(ex.phrase)
+        seen.update(n for kind, texts in ex.cached.items() if kind != "context" for n in texts)
+        seen.update(ex.negatives)
+    return seen
+
+
+def synonym_signal(cfg, seen: set[str]):
+    """The WordNet synonym retrieval of a run (None: ``select_synonym_pairs`` 0, or no WordNet here,
+    with a warning)."""
+    if not cfg.select_synonym_pairs:
+        return None
+    from .evaluation.synonym_retrieval import wordnet_synonym_task
+    from .synonyms import WordNetNotFoundError
+
+    try:
+        return wordnet_synonym_task(cfg.select_synonym_pairs, exclude=seen)
+    except WordNetNotFoundError as e:
+        log.warning("no WordNet synonym dev signal: %s", e)
+        return None
+
+
 def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
-                  cache_dir: str | None = None):
-    """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark and the
-    held-out aliases, compared with the backbone's scores) and those scores, computed here, once."""
+                  cache_dir: str | None = None, seen: set[str] = frozenset()):
+    """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark, the
+    held-out aliases and WordNet synonyms none of whose names are in ``seen``, compared with the
+    backbone's scores) and those scores, computed here, once."""
     if not cfg.select_every:
         return None, None
     from .evaluation.data import default_benchmark_dir
@@ -155,14 +188,15 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
 
     bench = benchmark_dir or default_benchmark_dir()
     datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
+    synonyms = synonym_signal(cfg, seen)
     if not datasets:
-        if retrieval is None:
+        if retrieval is None and synonyms is None:
             raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
-                             "$PEARL_BENCHMARKS) or held-out aliases in the training set; neither is here")
-        log.warning("no benchmark directory (%s): the checkpoint is chosen on the held-out aliases alone", bench)
+                             "$PEARL_BENCHMARKS), held-out aliases in the training set or WordNet; none is here")
+        log.warning("no benchmark directory (%s): the checkpoint is chosen on the retrieval signals alone", bench)
     reference = load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device)
-    baseline = dev_scores(reference, bench, retrieval, datasets)
+    baseline = dev_scores(reference, bench, retrieval, datasets, synonyms=synonyms)
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
     del reference
     return dev_selector(bench, original, cfg.average_weight, baseline, retrieval, datasets,
-                        cfg.char_scales), baseline
+                        cfg.char_scales, synonyms), baseline

@@ -73,6 +73,9 @@ class TrainConfig(BaseModel):
         "mean", description="which checkpoint the dev selection keeps: worst, the largest worst change against "
                              "the backbone; mean, the largest mean change among those losing on no dev signal "
                              "(none such: as worst)")
+    select_synonym_pairs: int = Field(
+        10000, ge=0, description="WordNet synonym pairs (name -> the synset's first name; synsets holding a training "
+                                "string left out) retrieved as a dev signal of name variants (0: off)")
     restarts: int = Field(1, ge=1, description="seeds tried at most: another only while no kept checkpoint is at "
                                                "or above the backbone on every dev signal (needs select_every)")
     seed: int = Field(0, description="data order, augmentation draws and the new layers' init")

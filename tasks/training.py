@@ -180,7 +180,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     import torch
 
     from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import dev_selection
+    from pearl_model.selection import dev_selection, seen_names
     from pearl_model.selection import rank as selection_rank
     from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
@@ -201,7 +201,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
 
     model = build(cfg.seed)
     original = backbone_state(model)
-    select, baseline = dev_selection(backbone, cfg, original, retrieval, str(device), benchmark_dir, cache_dir)
+    select, baseline = dev_selection(backbone, cfg, original, retrieval, str(device), benchmark_dir, cache_dir,
+                                     seen=seen_names(train_ex + val_ex))
     # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
     # which one depends on the seed (README "Two seeds"); another seed is tried only while no kept
     # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.

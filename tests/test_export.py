@@ -188,7 +188,7 @@ def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best
     real_encode = PearlEncoder.encode
     monkeypatch.setattr(PearlEncoder, "encode", lambda self, *a, **kw: calls.append(1) or real_encode(self, *a, **kw))
 
-    def dev_scores(encoder, benchmark_dir, retrieval, datasets):  # best when the vectors are the 0.25 export's
+    def dev_scores(encoder, benchmark_dir, retrieval, datasets, **_):  # best when the vectors are the 0.25 export's
         seen[encoder.scale] = v = encoder.encode(PHRASES, normalize=False)
         return {"x:dev": -100 * float(np.abs(v - want).max())}
 
