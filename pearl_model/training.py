@@ -536,8 +536,10 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             best_state.update({k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
             save_selection(checkpoint_dir, best_state, step)
         save_selection(checkpoint_dir, None, None, selection)
-        log.info("dev selection at step %d: worst change %+.2f, mean %+.2f (best so far: step %d)", step,
-                 rec["select_worst"], rec["select_mean"], max(selection, key=_rank)["step"])
+        log.info("dev selection at step %d: worst change %+.2f, mean %+.2f (best so far: step %d); scores %s", step,
+                 rec["select_worst"], rec["select_mean"], max(selection, key=_rank)["step"],
+                 {k.removeprefix("dev_"): round(v, 2) for k, v in rec.items()
+                  if k.startswith("dev_") and "/" not in k and not k.endswith("_mrr")})
         if on_log:
             on_log({"step": step, **{k: v for k, v in rec.items() if k.startswith("select_")}})
         return time.perf_counter() - t0
