@@ -118,13 +118,13 @@ POST_HOC = {"average_weight": (0.5, 1.0), "char_scale": (0.0, 0.5, 1.0, 2.0)}
 
 
 def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...],
-          datasets: tuple[str, ...] | None = None) -> dict:
-    """Dev scores (x100, probe seeds averaged) and held-out alias retrieval of one encoder."""
+          datasets: tuple[str, ...] | None = None, synonyms=None) -> dict:
+    """Dev scores (x100, probe seeds averaged), held-out alias and WordNet synonym retrieval of one encoder."""
     from pearl_model.evaluation.dev import DEV_SPLITS
     from pearl_model.selection import dev_scores
 
     t0 = time.perf_counter()
-    out = dev_scores(encoder, benchmark_dir, retrieval, datasets or tuple(DEV_SPLITS), probe_seeds)
+    out = dev_scores(encoder, benchmark_dir, retrieval, datasets or tuple(DEV_SPLITS), probe_seeds, synonyms)
     out["score_seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -159,13 +159,13 @@ def _results(out: Path, setup: dict):
     return records, done, add
 
 
-def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=None) -> None:
+def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=None, synonyms=None) -> None:
     if ("backbone", None, None, None, None) not in done:
         from pearl_model.encoder import PhraseEncoder
 
         enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
         add({"variant": "backbone", "seed": None, **score(ScaledVectors(enc, None, "backbone"), benchmark_dir,
-                                                         retrieval, probe_seeds, datasets)})
+                                                         retrieval, probe_seeds, datasets, synonyms)})
 
 
 def subset(examples: list, n: int) -> list:
@@ -202,10 +202,12 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         curve_scales: str = typer.Option("1.0", help="character-part scales scored at every point of the "
                                                      "curve (the post-hoc grid only at its last point)"),
         keep_exports: Path = typer.Option(None, help="copy each export at average weight 0.5 here "
-                                                     "(<variant>@<seed>[-<anchors>]), to score it later")) -> None:
+                                                     "(<variant>@<seed>[-<anchors>]), to score it later"),
+        synonym_pairs: int = typer.Option(10000, help="WordNet synonym pairs scored (0: not)")) -> None:
     import torch
 
     from pearl_model.export import PearlEncoder, export_pearl, load_pearl
+    from pearl_model.selection import seen_names, synonym_signal
     from pearl_model.training import TrainConfig, backbone_state, build_model, train
     from tasks.training import heldout_retrieval, load_examples
 
@@ -223,6 +225,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     if train_phrases:
         train_ex = subset(train_ex, train_phrases)
     retrieval = heldout_retrieval(ts)
+    synonyms = synonym_signal(TrainConfig(select_synonym_pairs=synonym_pairs), seen_names(train_ex))
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
@@ -236,7 +239,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         raise typer.BadParameter(f"--score-at points must be below --anchors ({anchors}): {score_at}")
     setup["score_at"] = [a for a in curve if a is not None]
     _, done, add = _results(out, setup)
-    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets)  # --dev: the backbone too
+    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets, synonyms)  # --dev: the backbone too
     char_dir = char.local_copy()
     for name, seed in todo:
         overrides, model_kw = resolve(name)
@@ -289,7 +292,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                             add({"variant": name, "seed": seed, "average_weight": w, "char_scale": s, **trained,
                                  "overrides": {k: list(v) if isinstance(v, tuple) else v
                                                for k, v in (overrides | model_kw).items()},
-                                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets)})
+                                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets, synonyms)})
         del model, original
 
 
@@ -299,13 +302,16 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
             training_set: str = typer.Option(None, help="a training_set version (its held-out aliases)"),
             probe_seeds: str = typer.Option("0"), dev: str = typer.Option(""),
             benchmark_dir: str = typer.Option("../shared/benchmarks/pearl"),
-            out: Path = typer.Option(...), threads: int = typer.Option(0)) -> None:
+            out: Path = typer.Option(...), threads: int = typer.Option(0),
+            synonym_pairs: int = typer.Option(10000, help="WordNet synonym pairs scored (0: not)")) -> None:
     """Score kept exports at other character-part scales (no training): records named after the
     export directory (``<variant>@<seed>[-<anchors>]``), beside a backbone record."""
     import torch
 
     from pearl_model.export import PearlEncoder, load_pearl
-    from tasks.training import heldout_retrieval
+    from pearl_model.selection import seen_names, synonym_signal
+    from pearl_model.training import TrainConfig
+    from tasks.training import heldout_retrieval, load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if threads:
@@ -313,12 +319,13 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
     retrieval = heldout_retrieval(ts)
+    synonyms = synonym_signal(TrainConfig(select_synonym_pairs=synonym_pairs), seen_names(load_examples(ts)[0]))
     pseeds = tuple(int(x) for x in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "probe_seeds": pseeds,
              "rescored": [str(e) for e in exports]}
     _, done, add = _results(out, setup)
-    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets)
+    _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets, synonyms)
     for path in exports:
         exported = PearlEncoder(load_pearl(path, device="cpu"), name=path.name)
         enc = ScaledVectors(exported, exported.model.backbone_dim, path.name)
@@ -327,11 +334,11 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
                 continue
             enc.scale = sc
             add({"variant": path.name, "seed": None, "average_weight": 0.5, "char_scale": sc,
-                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets)})
+                 **score(enc, benchmark_dir, retrieval, pseeds, dev_sets, synonyms)})
 
 
 def _datasets(records: list[dict]) -> list[str]:
-    return [k for k in records[0] if ":" in k or k.startswith("heldout_")]
+    return [k for k in records[0] if ":" in k or k.startswith(("heldout_", "wordnet_"))]
 
 
 def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]:
