@@ -32,12 +32,14 @@ GROUPS = {"animals, plants": ("noun.animal", "noun.plant"),
 
 
 def training_strings(path: Path) -> set[str]:
-    import pyarrow.dataset as ds
-
+    """What the `train` flow's dev checks leave out for this training set: its train and validation strings."""
     from pearl_model.selection import seen_names
-    from pearl_model.training import examples_from_rows
+    from storage.datasets import Dataset
+    from storage.schemas import TRAINING_SET
+    from tasks.training import load_examples
 
-    return seen_names(examples_from_rows(ds.dataset(str(path), format="parquet").to_table().to_pylist()))
+    train_ex, val_ex, _ = load_examples(Dataset(str(path.parent.parent), "training_set", path.name, TRAINING_SET))
+    return seen_names(train_ex + val_ex)
 
 
 def lexname_of(wordnet) -> dict[str, set[str]]:
