@@ -225,7 +225,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
     if train_phrases:
         train_ex = subset(train_ex, train_phrases)
     retrieval = heldout_retrieval(ts)
-    synonyms = synonym_signal(TrainConfig(select_synonym_pairs=synonym_pairs), seen_names(train_ex))
+    synonyms = synonym_signal(synonym_pairs, seen_names(train_ex))
     pseeds = tuple(int(s) for s in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "char_encoder": char.version,
@@ -310,7 +310,6 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
 
     from pearl_model.export import PearlEncoder, load_pearl
     from pearl_model.selection import seen_names, synonym_signal
-    from pearl_model.training import TrainConfig
     from tasks.training import heldout_retrieval, load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -319,7 +318,7 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     ts = Dataset(storage_root, "training_set", training_set or latest_version(storage_root, "training_set"),
                  TRAINING_SET)
     retrieval = heldout_retrieval(ts)
-    synonyms = synonym_signal(TrainConfig(select_synonym_pairs=synonym_pairs), seen_names(load_examples(ts)[0]))
+    synonyms = synonym_signal(synonym_pairs, seen_names(load_examples(ts)[0]))
     pseeds = tuple(int(x) for x in probe_seeds.split(","))
     dev_sets = tuple(dev.split(",")) if dev else None
     setup = {"storage_root": storage_root, "training_set": ts.version, "probe_seeds": pseeds,

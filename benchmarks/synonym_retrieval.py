@@ -56,10 +56,10 @@ def main(models: list[str], training_set: Path = typer.Option(None, help="a trai
          out: Path = typer.Option(None)):
     from pearl_model.evaluation.synonym_retrieval import synonym_task, wordnet_name_pairs
     from pearl_model.loading import load_encoder
-    from pearl_model.synonyms import _load_reader, wordnet_dir
+    from pearl_model.synonyms import wordnet_reader
     from pearl_model.training import AliasRetrieval, alias_retrieval
 
-    wordnet = _load_reader(str(wordnet_dir()))[0]
+    wordnet = wordnet_reader()
     lexnames = lexname_of(wordnet)
     seen = training_strings(training_set) if training_set else set()
     filters = [("training strings left out", seen)] if training_set else []

@@ -136,6 +136,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     del model
     if not args.benchmark_dir:
         return
+    synonyms = synonym_signal(cfg.select_synonym_pairs, seen) if args.dev else None
     todo = [] if args.skip_pearl_benchmark else [("pearl", lambda: load_pearl(path, device=str(device)))]
     if args.benchmark_backbone:
         todo.append((args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device))))
@@ -147,7 +148,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
 
             out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
                                                          tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2),
-                                                         synonyms=synonym_signal(cfg, seen))
+                                                         synonyms=synonyms)
         if not args.dev or (args.test and name == "pearl"):  # the test sets: a report, never a choice
             rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
             out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)

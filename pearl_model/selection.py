@@ -161,16 +161,16 @@ def seen_names(examples) -> set[str]:
     return seen
 
 
-def synonym_signal(cfg, seen: set[str]):
-    """The WordNet synonym retrieval of a run (None: ``select_synonym_pairs`` 0, or no WordNet here,
-    with a warning)."""
-    if not cfg.select_synonym_pairs:
+def synonym_signal(pairs: int, seen: set[str]):
+    """The WordNet synonym retrieval of ``pairs`` pairs none of whose names are in ``seen`` (None:
+    ``pairs`` 0, or no WordNet here, with a warning)."""
+    if not pairs:
         return None
     from .evaluation.synonym_retrieval import wordnet_synonym_task
     from .synonyms import WordNetNotFoundError
 
     try:
-        return wordnet_synonym_task(cfg.select_synonym_pairs, exclude=seen)
+        return wordnet_synonym_task(pairs, exclude=seen)
     except WordNetNotFoundError as e:
         log.warning("no WordNet synonym dev signal: %s", e)
         return None
@@ -188,7 +188,7 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
 
     bench = benchmark_dir or default_benchmark_dir()
     datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
-    synonyms = synonym_signal(cfg, seen)
+    synonyms = synonym_signal(cfg.select_synonym_pairs, seen)
     if not datasets:
         if retrieval is None and synonyms is None:
             raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "

@@ -38,7 +38,7 @@ from typing import Iterable, Protocol, Sequence
 
 __all__ = [
     "DEFAULT_WORDNET_DIR", "LEXNAMES", "WordNetNotFoundError", "WordNetSynonyms", "SynonymSource",
-    "wordnet_dir", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
+    "wordnet_dir", "wordnet_reader", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
     "load_fasttext", "fasttext_vectors", "FastTextNeighbours", "is_trivial_variant", "edit_similarity",
     "CloseSynonyms", "REPLACEABLE_POS",
 ]
@@ -126,6 +126,12 @@ def _load_reader(root: str):
         raise PermissionError(f"NLTK refused to read WordNet in {root}: its files must be plain "
                               f"files owned by root or this user and not group/world writable "
                               f"({e})") from e
+
+
+def wordnet_reader(path: str | os.PathLike | None = None):
+    """The NLTK WordNet reader of :func:`wordnet_dir` (one per directory and process; not
+    thread-safe: :class:`WordNetSynonyms` holds a lock beside it)."""
+    return _load_reader(str(wordnet_dir(path).resolve()))[0]
 
 
 def _norm(lemma: str) -> str:

@@ -8,7 +8,7 @@ common and taxonomic names of animals and plants, disease and chemical names, pe
 places' other names. On 10,000 such pairs the backbone found 49.9% and the default model of the
 twelfth session 49.0% (the same -1.0 as its UMLS -1.6 and YAGO -0.8; README "Name variants").
 
-One pair per synset: a hash-chosen other name -> the synset's first name, retrieved among the
+One pair per synset: a seeded draw of another name -> the synset's first name, retrieved among the
 first names of all pairs chosen. A synset holding a name the training set has (``exclude``:
 its phrases, positives, negatives) is left out, so the signal does not reward having seen a pair
 in training; so is a pair whose query is spelt like another candidate (a tie it cannot win).
@@ -25,9 +25,9 @@ def wordnet_name_pairs(exclude: Iterable[str] = (), seed: int = 0, wordnet=None)
     """(other name, first name) of every noun synset with two or more names, none of them in
     ``exclude`` (compared casefolded), shuffled by ``seed``."""
     if wordnet is None:
-        from ..synonyms import _load_reader, wordnet_dir
+        from ..synonyms import wordnet_reader
 
-        wordnet = _load_reader(str(wordnet_dir()))[0]
+        wordnet = wordnet_reader()
     seen = {s.casefold() for s in exclude}
     rng = random.Random(seed)
     pairs = []
