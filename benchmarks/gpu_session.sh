@@ -39,29 +39,44 @@ else
     [ "${TEST:-1}" = 1 ] && train+=(--test)  # the kept model on the test sets, a report
 fi
 # TRAIN_ARGS: e.g. "--batch-size 128 --epochs 1 --full-max-steps 300", the CPU hour's budget; CONFIG:
-# other TrainConfig fields as JSON
+# other TrainConfig fields as JSON; VARIANTS: several such JSONs, one a line, trained side by side
 read -r -a extra <<<"${TRAIN_ARGS:-}"
-train+=("${extra[@]}" --config "${CONFIG:-{\}}")
-timeout "${TRAIN_S:-540}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
-    --steps 0 --naive-steps 0 --full "${train[@]}" --work /tmp/pearl-train-gpu \
-    --out "$OUT/train_throughput_cuda_full.json" >"$OUT/train.log" 2>&1
-echo "train (2 epochs, batch 512) + dev scores: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/train.log"
+train+=("${extra[@]}")
+train_run() {  # $1: a name for its files; $2: TrainConfig fields as JSON
+    rm -rf "/tmp/pearl-train-gpu$1"  # a warm machine keeps the last call's export
+    timeout "${TRAIN_S:-540}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* --char-encoder "$C"/ce/* \
+        --steps 0 --naive-steps 0 --full "${train[@]}" --config "$2" --work "/tmp/pearl-train-gpu$1" \
+        --out "$OUT/train_throughput_cuda_full$1.json" >"$OUT/train$1.log" 2>&1
+    echo "train$1 ($2) + dev scores: rc $? after $((SECONDS - t0)) s"; tail -3 "$OUT/train$1.log"
+}
+if [ -n "${VARIANTS:-}" ]; then
+    # VARIANTS: several TrainConfig JSONs, one a line, trained side by side on the one GPU (same seed:
+    # paired); the dev checks are CPU work, so each gets an equal share of the cores.
+    mapfile -t variants <<<"$VARIANTS"
+    export OMP_NUM_THREADS=$(( $(nproc) / ${#variants[@]} ))
+    for i in "${!variants[@]}"; do train_run "_$i" "${variants[$i]}" & done
+    wait
+else
+    train_run "" "${CONFIG:-{\}}"
+fi
 t0=$SECONDS
 [ "${PEARL_S:-80}" = 0 ] || timeout "${PEARL_S:-80}" python3 benchmarks/encode_throughput.py --model /tmp/pearl-train-gpu/model --device cuda \
     --phrases-file "$C/phrases.txt" --n 20000 --batch-size 1024 --repeats 2 --no-static \
     --short --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
 echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_pearl.log"
-python3 - "$OUT/train_throughput_cuda_full.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-f = d.get("full", {})
-print("pearl_loop", {k: d.get("pearl_loop", {}).get(k) for k in ("anchors_per_s", "peak_gpu_memory_mb")})
-print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb", "selected_step")})
-for r in f.get("selection", []):
-    print("selection", r["step"], round(r["select_worst"], 2), round(r["select_mean"], 2))
-for name, scores in d.get("dev", {}).items():
-    print(name, {k: round(v, 2) for k, v in scores.items()})
-for r in d.get("benchmark", []):
-    print("test", r.get("dataset"), r.get("metric"), r.get("seed"), round(r.get("value", 0), 2))
-print("benchmark_seconds", d.get("benchmark_seconds"))
+python3 - "$OUT"/train_throughput_cuda_full*.json <<'PY'
+import json, os, sys
+for path in filter(os.path.exists, sys.argv[1:]):  # a run its timeout stopped wrote none
+    print(path)
+    d = json.load(open(path))
+    f = d.get("full", {})
+    print("pearl_loop", {k: d.get("pearl_loop", {}).get(k) for k in ("anchors_per_s", "peak_gpu_memory_mb")})
+    print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb", "selected_step")})
+    for r in f.get("selection", []):
+        print("selection", r["step"], round(r["select_worst"], 2), round(r["select_mean"], 2))
+    for name, scores in d.get("dev", {}).items():
+        print(name, {k: round(v, 2) for k, v in scores.items()})
+    for r in d.get("benchmark", []):
+        print("test", r.get("dataset"), r.get("metric"), r.get("seed"), round(r.get("value", 0), 2))
+    print("benchmark_seconds", d.get("benchmark_seconds"))
 PY
