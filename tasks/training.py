@@ -29,8 +29,9 @@ from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 
 # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev;
 # -5: char_scale at export (and in the dev selection); -6: the settings hashed are TrainConfig.version_params();
-# -7: anchors, positives and negatives run as separate padded groups (same model up to float rounding)
-CODE_VERSION = "train-7"
+# -7: anchors, positives and negatives run as separate padded groups (same model up to float rounding);
+# -8: the dev selection's PPDB probe waits 20 epochs (evaluation.dev.DEV_PROBE_PATIENCE)
+CODE_VERSION = "train-8"
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 

@@ -127,6 +127,19 @@ def test_ppdb_validation_split_reports_the_probes_validation_accuracy(monkeypatc
         paraphrase.evaluate_ppdb(Lookup(), "x", split="dev")
 
 
+def test_dev_probe_waits_longer_than_the_test_protocol(monkeypatch):
+    from pearl_model.evaluation import dev, paraphrase
+
+    p1, p2 = [f"a{i}" for i in range(40)], [f"b{i}" for i in range(40)]
+    monkeypatch.setattr(paraphrase, "load_ppdb", lambda d, f: (p1, p2, [i % 2 for i in range(40)]))
+    seen = []
+    monkeypatch.setattr(paraphrase, "train_probe", lambda x, y, split, seed, **kw: (
+        seen.append(kw.get("patience", paraphrase.PATIENCE)), paraphrase.ProbeResult(0.5, 0.5, 1, 2))[1])
+    dev.run_dev_benchmark(Lookup(), "x", datasets=("ppdb_filtered",), seeds=(0,))
+    paraphrase.evaluate_ppdb(Lookup(), "x", filtered=True, seeds=(0,))
+    assert seen == [dev.DEV_PROBE_PATIENCE, paraphrase.PATIENCE] and dev.DEV_PROBE_PATIENCE > paraphrase.PATIENCE
+
+
 def test_table_reports_deltas_against_the_backbone_and_seed_spread():
     base = {"variant": "backbone", "seed": None, "a:dev": 50.0, "b:validation": 80.0, "heldout_alias_top1": 60.0}
     recs = [base] + [{"variant": "v", "seed": s, "average_weight": 0.5, "char_scale": 1.0, "steps": 10,

@@ -148,7 +148,7 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
         assert [r["step"] for r in log["history"]][-1] == 7
         assert all(np.isfinite(r["loss"]) for r in log["history"])
         assert [v["step"] for v in log["validation"]] == [0, 7]  # before training, after the epoch
-        # select_every (25 by default) > the 7 steps: one dev check, at the end, which is the export
+        # select_every (50 by default) > the 7 steps: one dev check, at the end, which is the export
         assert [r["step"] for r in log["selection"]] == [7] and man["stats"]["selected_step"] == 7
         assert "dev_bc5cdr:dev" in man["stats"] and "select_worst" in man["stats"]
         # the held-out aliases, scored among their 3 titles + 5 distractors at both points and exported
