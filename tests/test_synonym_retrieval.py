@@ -53,8 +53,11 @@ def test_pairs_map_another_name_to_the_first_and_leave_out_synsets_the_training_
         {"heart attack", "aspirin", "Salvia azurea", "cat"}  # any of a synset's names excludes it
 
 
-def test_a_query_spelt_like_another_candidate_is_left_out_and_gold_indexes_its_title():
-    task = SR.synonym_task([("true cat", "felid"), ("Cat", "true cat"), ("blue sage", "Salvia azurea")])
+def test_a_query_spelt_like_another_candidate_is_left_out_and_gold_indexes_its_title(caplog):
+    with caplog.at_level("INFO", logger=SR.__name__):
+        task = SR.synonym_task([("true cat", "felid"), ("Cat", "true cat"), ("blue sage", "Salvia azurea")])
+    assert "3 of 10000 pairs drawn (3 on offer), 1 left out as spelt like another candidate, 2 queries among " \
+           "3 first names" in caplog.text
     assert task.titles == ("felid", "true cat", "Salvia azurea")
     # "true cat" is itself a candidate name (of another synset): a tie at cosine 1 it cannot win
     assert list(zip(task.aliases, task.gold)) == [("Cat", 1), ("blue sage", 2)]

@@ -15,8 +15,11 @@ in training; so is a pair whose query is spelt like another candidate (a tie it 
 """
 from __future__ import annotations
 
+import logging
 import random
 from typing import Iterable
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PAIRS = 10000
 
@@ -50,6 +53,9 @@ def synonym_task(pairs: list[tuple[str, str]], max_pairs: int = DEFAULT_PAIRS):
     index = {t: i for i, t in enumerate(titles)}
     folded = {t.casefold(): i for i, t in enumerate(titles)}
     kept = [(q, index[t]) for q, t in chosen if folded.get(q.casefold(), index[t]) == index[t]]
+    log.info("WordNet synonym retrieval: %d of %d pairs drawn (%d on offer), %d left out as spelt like another "
+             "candidate, %d queries among %d first names", len(chosen), max_pairs, len(pairs),
+             len(chosen) - len(kept), len(kept), len(titles))
     if not kept:
         return None
     return AliasRetrieval(tuple(q for q, _ in kept), tuple(titles), tuple(g for _, g in kept))
