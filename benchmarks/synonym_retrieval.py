@@ -26,11 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 app = typer.Typer(add_completion=False)
 
-GROUPS = {"animals, plants": ("noun.animal", "noun.plant"),
-          "states, body, substances": ("noun.state", "noun.body", "noun.substance"),
-          "people, places, groups": ("noun.person", "noun.location", "noun.group")}
-
-
 def training_strings(path: Path) -> set[str]:
     """What the `train` flow's dev checks leave out for this training set: its train and validation strings."""
     from pearl_model.selection import seen_names
@@ -42,22 +37,14 @@ def training_strings(path: Path) -> set[str]:
     return seen_names(train_ex + val_ex)
 
 
-def lexname_of(wordnet) -> dict[str, set[str]]:
-    """first name -> the lexicographer files of the synsets it heads."""
-    out: dict[str, set[str]] = {}
-    for synset in wordnet.all_synsets("n"):
-        out.setdefault(synset.lemmas()[0].name().replace("_", " "), set()).add(synset.lexname())
-    return out
-
-
 @app.command()
 def main(models: list[str], training_set: Path = typer.Option(None, help="a training_set version directory"),
          pairs: int = 10000, seeds: str = "0,1,2", all_synsets: bool = False, backend: str = "auto",
          out: Path = typer.Option(None)):
-    from pearl_model.evaluation.synonym_retrieval import synonym_task, wordnet_name_pairs
+    from pearl_model.evaluation.synonym_retrieval import group_tasks, lexname_of, synonym_task, wordnet_name_pairs
     from pearl_model.loading import load_encoder
     from pearl_model.synonyms import wordnet_reader
-    from pearl_model.training import AliasRetrieval, alias_retrieval
+    from pearl_model.training import alias_retrieval
 
     wordnet = wordnet_reader()
     lexnames = lexname_of(wordnet)
@@ -70,10 +57,7 @@ def main(models: list[str], training_set: Path = typer.Option(None, help="a trai
         for seed in (int(s) for s in seeds.split(",")):
             task = synonym_task(wordnet_name_pairs(exclude, seed, wordnet), pairs)
             tasks[(label, seed, "all")] = task
-            for group, names in GROUPS.items():
-                keep = [i for i, g in enumerate(task.gold) if lexnames.get(task.titles[g], set()) & set(names)]
-                tasks[(label, seed, group)] = AliasRetrieval(tuple(task.aliases[i] for i in keep), task.titles,
-                                                             tuple(task.gold[i] for i in keep))
+            tasks |= {(label, seed, group): t for group, t in group_tasks(task, lexnames).items()}
     rows = []
     for spec in models:
         t0 = time.perf_counter()

@@ -21,11 +21,14 @@ class _Lemma:
 
 
 class _Synset:
-    def __init__(self, *names):
-        self.names = names
+    def __init__(self, *names, lexname="noun.Tops"):
+        self.names, self._lexname = names, lexname
 
     def lemmas(self):
         return [_Lemma(n) for n in self.names]
+
+    def lexname(self):
+        return self._lexname
 
 
 class _WordNet:
@@ -37,9 +40,11 @@ class _WordNet:
         return iter(self.synsets)
 
 
-TOY = _WordNet([_Synset("heart_attack", "myocardial_infarction", "coronary"), _Synset("dog"),
-                _Synset("aspirin", "acetylsalicylic_acid"), _Synset("Salvia_azurea", "blue_sage"),
-                _Synset("cat", "true_cat"), _Synset("true_cat", "felid")])
+TOY = _WordNet([_Synset("heart_attack", "myocardial_infarction", "coronary", lexname="noun.state"),
+                _Synset("dog", lexname="noun.animal"),
+                _Synset("aspirin", "acetylsalicylic_acid", lexname="noun.artifact"),
+                _Synset("Salvia_azurea", "blue_sage", lexname="noun.plant"),
+                _Synset("cat", "true_cat", lexname="noun.animal"), _Synset("true_cat", "felid", lexname="noun.animal")])
 
 
 def test_pairs_map_another_name_to_the_first_and_leave_out_synsets_the_training_set_holds():
@@ -105,3 +110,17 @@ def test_the_real_task_is_fixed_by_its_seed_and_excludes_what_it_is_told():
     without = SR.wordnet_synonym_task(300, exclude={gone.upper()})
     assert gone not in without.titles and task.aliases[0] not in without.aliases
     assert SR.wordnet_synonym_task(300, seed=1) != task
+
+
+def test_groups_keep_the_queries_whose_first_name_heads_a_synset_of_the_group_among_every_candidate():
+    task = SR.synonym_task(SR.wordnet_name_pairs(wordnet=TOY))
+    groups = SR.group_tasks(task, SR.lexname_of(TOY))
+    assert set(groups) == set(SR.GROUPS)
+    named = {g: {t.titles[i] for i in t.gold} for g, t in groups.items()}
+    assert named["states, body, substances"] == {"heart attack"}
+    assert named["animals, plants"] == {"Salvia azurea", "true cat"}  # "true cat" -> "cat": spelt like a candidate
+    assert named["people, places, groups"] == set()  # aspirin (noun.artifact) is in no group
+    assert all(t.titles == task.titles for t in groups.values())  # ranked among every candidate, as the whole task
+    for t in groups.values():
+        assert all(t.titles[g] in {task.titles[h] for q, h in zip(task.aliases, task.gold) if q == a}
+                   for a, g in zip(t.aliases, t.gold))  # each query keeps its own gold
