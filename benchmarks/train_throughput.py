@@ -108,7 +108,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     from pearl_model.encoder import PhraseEncoder
     from pearl_model.evaluation import run_benchmark
     from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import dev_selection, seen_names, synonym_signal
+    from pearl_model.selection import choose_average_weight, dev_selection, seen_names, synonym_signal
 
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
     original = T.backbone_state(model)
@@ -125,13 +125,17 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     res = T.train(model, train_ex, cfg, validation=val_ex, retrieval=retrieval,
                   checkpoint_dir=Path(args.work) / "checkpoints", reference=original, select=select)
     kept = res.kept
+    if kept and select is not None and len(cfg.average_weights) > 1:
+        kept = choose_average_weight(model, select, kept, cfg.average_weights, cfg.select_rule)
     out["full"] = {"steps": res.steps, "train_phrases": len(train_ex), "seconds": round(res.seconds, 1),
                    "anchors_per_s": round(res.anchors_per_s, 1), "peak_gpu_memory_mb": res.peak_memory_mb,
                    "config": cfg.version_params(), "selected_step": res.selected_step, "selection": res.selection,
+                   "average_weight": kept.get("average_weight", cfg.average_weights[0]),
                    "selection_baseline": baseline, "validation": res.validation, "history": res.history}
     save()
     path = export_pearl(model, Path(args.work) / "model", original_backbone_state=original,
-                        average_weight=cfg.average_weight, char_scale=kept.get("char_scale", cfg.char_scales[0]),
+                        average_weight=out["full"]["average_weight"],
+                        char_scale=kept.get("char_scale", cfg.char_scales[0]),
                         metadata={"training_set": Path(args.training_set).name, "backbone": args.backbone})
     del model
     if not args.benchmark_dir:

@@ -14,6 +14,7 @@ no benchmark dev split has: :mod:`.evaluation.synonym_retrieval`) are read; the 
 from __future__ import annotations
 
 import logging
+import re
 import statistics
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,8 +36,9 @@ def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS,
                synonyms=None) -> dict[str, float]:
     """x100 scores of ``encoder``: each dev dataset's primary metric (probe seeds averaged),
     its unit-vector clustering as ``<dataset>/l2``, ``heldout_alias_top1``/``_mrr`` (``retrieval``)
-    and ``wordnet_synonym_top1``/``_mrr`` (``synonyms``: an AliasRetrieval of WordNet names)."""
-    from .training import alias_retrieval
+    and ``<name>_top1``/``_mrr`` of each WordNet task (``synonyms``: :func:`synonym_signal`'s
+    name -> AliasRetrieval, or one AliasRetrieval, named ``wordnet_synonym``)."""
+    from .training import AliasRetrieval, alias_retrieval
 
     rows = run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(datasets), seeds=tuple(seeds)) \
         if datasets else []
@@ -44,9 +46,10 @@ def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS,
     out |= {f"{r['dataset']}/l2": r["value"] for r in rows if r["metric"] == "nmi_l2norm"}
     if retrieval is not None:
         out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
-    if synonyms is not None:
-        out |= {f"wordnet_synonym_{k.removeprefix('alias_')}": 100 * v
-                for k, v in alias_retrieval(encoder.encode, synonyms).items()}
+    if isinstance(synonyms, AliasRetrieval):
+        synonyms = {"wordnet_synonym": synonyms}
+    for name, task in (synonyms or {}).items():
+        out |= {f"{name}_{k.removeprefix('alias_')}": 100 * v for k, v in alias_retrieval(encoder.encode, task).items()}
     return out
 
 
@@ -132,8 +135,8 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
     if not scales or not all(s > 0 for s in scales):
         raise ValueError(f"char_scales must be one or more values > 0, got {list(char_scales)!r}")
 
-    def select(model) -> dict:
-        with exported_weights(model, original, average_weight):
+    def select(model, weight: float = average_weight) -> dict:
+        with exported_weights(model, original, weight):
             enc = ScaledVectors(PearlEncoder(model, name="selection"),
                                 model.backbone_dim if model.char_proj is not None else None)
             by_scale = {}
@@ -144,7 +147,7 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
         best = max(scales, key=lambda s: ranked[s])  # ties: the first listed
         worst, mean = ranked[best]
         return {**{f"dev_{k}": v for k, v in by_scale[best].items()}, "select_worst": worst, "select_mean": mean,
-                "char_scale": best,
+                "char_scale": best, "average_weight": weight,
                 **({"scores_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
 
     return select
@@ -161,19 +164,27 @@ def seen_names(examples) -> set[str]:
     return seen
 
 
-def synonym_signal(pairs: int, seen: set[str]):
-    """The WordNet synonym retrieval of ``pairs`` pairs none of whose names are in ``seen`` (None:
-    ``pairs`` 0, or no WordNet here, with a warning)."""
+def synonym_signal(pairs: int, seen: set[str], seed: int = 0) -> dict | None:
+    """The WordNet synonym retrieval of ``pairs`` pairs none of whose names are in ``seen``, as
+    ``wordnet_synonym`` and per group of names (``wordnet_<group>``: the same queries among the same
+    candidates, split by kind; a model can gain on the mean and lose the clinical names UMLS-10k
+    holds, README "Name variants"). None: ``pairs`` 0, or no WordNet here, with a warning."""
     if not pairs:
         return None
-    from .evaluation.synonym_retrieval import wordnet_synonym_task
-    from .synonyms import WordNetNotFoundError
+    from .evaluation.synonym_retrieval import group_tasks, lexname_of, wordnet_synonym_task
+    from .synonyms import WordNetNotFoundError, wordnet_reader
 
     try:
-        return wordnet_synonym_task(pairs, exclude=seen)
+        wordnet = wordnet_reader()
+        task = wordnet_synonym_task(pairs, exclude=seen, seed=seed, wordnet=wordnet)
     except WordNetNotFoundError as e:
         log.warning("no WordNet synonym dev signal: %s", e)
         return None
+    if task is None:
+        return None
+    groups = {f"wordnet_{re.sub(r'[^a-z]+', '_', group).strip('_')}": t
+              for group, t in group_tasks(task, lexname_of(wordnet)).items() if t.aliases}
+    return {"wordnet_synonym": task, **groups}
 
 
 def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
@@ -194,9 +205,30 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
             raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
                              "$PEARL_BENCHMARKS), held-out aliases in the training set or WordNet; none is here")
         log.warning("no benchmark directory (%s): the checkpoint is chosen on the retrieval signals alone", bench)
-    reference = load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device)
+    # each string encoded once: the WordNet groups share the whole task's candidates
+    reference = ScaledVectors(load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device), None,
+                              backbone)
     baseline = dev_scores(reference, bench, retrieval, datasets, synonyms=synonyms)
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
     del reference
-    return dev_selector(bench, original, cfg.average_weight, baseline, retrieval, datasets,
+    return dev_selector(bench, original, cfg.average_weights[0], baseline, retrieval, datasets,
                         cfg.char_scales, synonyms), baseline
+
+
+def choose_average_weight(model, select, kept: dict, weights: Sequence[float], rule: str) -> dict:
+    """The record of the weight the export uses: ``kept`` (the kept checkpoint scored at
+    ``weights[0]``) when it loses on no dev signal, else the first of the other ``weights`` that
+    loses on none, scored in order at the same checkpoint; none such: the best by :func:`rank`
+    (ties: the first listed). Why ordered, and why stop early: moving the backbone less keeps the
+    name variants and gives up benchmark gains (README "How far to move the backbone"), so the
+    weights go from the most gain to the least, and each check costs minutes on a CPU."""
+    records = [kept]
+    for w in weights[1:]:
+        if records[-1].get("select_worst", -1.0) >= 0:
+            break
+        records.append(select(model, w))
+        log.info("kept checkpoint at average_weight %s: worst %+.2f, mean %+.2f", w, records[-1]["select_worst"],
+                 records[-1]["select_mean"])
+    best = max(range(len(records)), key=lambda i: (rank(records[i], rule), -i))
+    return {**records[best], "average_weights_tried": {str(r["average_weight"]): [r["select_worst"], r["select_mean"]]
+                                                       for r in records}}

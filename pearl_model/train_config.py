@@ -7,6 +7,7 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PositiveFloat = Annotated[float, Field(gt=0)]
+UnitFloat = Annotated[float, Field(ge=0, le=1)]
 
 
 class TrainConfig(BaseModel):
@@ -59,10 +60,10 @@ class TrainConfig(BaseModel):
         0.0, ge=0, description="with distill_target vectors, also keep each anchor's norm (squared log ratio; 0: off)")
     sense_loss_weight: float = Field(
         0.0, ge=0, description="a training-only head for the WordNet supersense of OTHER noun phrases (0: off)")
-    average_weight: float = Field(
-        0.5, ge=0, le=1, description="the fine-tuned backbone's share when averaged with the original at export "
-                                     "(the paper's 0.5; on dev data 0.75 lost the WordNet name variants from "
-                                     "step 100 on 3 seeds of 3, 0.5 on none)")
+    average_weight: Union[UnitFloat, Annotated[tuple[UnitFloat, ...], Field(min_length=1)]] = Field(
+        (0.5, 0.375, 0.25), description="the fine-tuned backbone's share when averaged with the original at "
+        "export (the paper's 0.5); several: checkpoints are chosen at the first, and the kept one is exported at "
+        "the first that loses on no dev signal, tried in order (README \"How far to move the backbone\")")
     char_scale: Union[PositiveFloat, Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]] = Field(
         0.5, description="the character part of the exported vector x this (1: as trained); several: the dev "
                          "selection scores each checkpoint at each and keeps the best (ties: the first)")
@@ -103,6 +104,11 @@ class TrainConfig(BaseModel):
             raise ValueError("restarts > 1 needs select_every > 0: the dev checks are what says whether another "
                              "seed is needed and which run is kept")
         return self
+
+    @property
+    def average_weights(self) -> list[float]:
+        """The averaging weights: one, or the dev selection's candidates in order of preference."""
+        return list(self.average_weight) if isinstance(self.average_weight, tuple) else [self.average_weight]
 
     @property
     def char_scales(self) -> list[float]:

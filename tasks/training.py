@@ -30,16 +30,18 @@ from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev;
 # -5: char_scale at export (and in the dev selection); -6: the settings hashed are TrainConfig.version_params();
 # -7: anchors, positives and negatives run as separate padded groups (same model up to float rounding);
-# -8: the dev selection's PPDB probe waits 20 epochs (evaluation.dev.DEV_PROBE_PATIENCE)
-CODE_VERSION = "train-8"
+# -8: the dev selection's PPDB probe waits 20 epochs (evaluation.dev.DEV_PROBE_PATIENCE);
+# -9: the WordNet groups of names are dev signals of their own (selection.synonym_signal)
+CODE_VERSION = "train-9"
 HISTORY_FILE = "training_log.json"
 log = logging.getLogger(__name__)
 
 def check_train_config(cfg) -> None:
     """What a TrainConfig's own bounds cannot see: a warning for candidates nothing chooses among."""
-    if len(cfg.char_scales) > 1 and not cfg.select_every:
-        log.warning("char_scale lists %d candidates but select_every is 0: nothing chooses among them, the "
-                    "export uses the first (%s)", len(cfg.char_scales), cfg.char_scales[0])
+    for name, values in (("char_scale", cfg.char_scales), ("average_weight", cfg.average_weights)):
+        if len(values) > 1 and not cfg.select_every:
+            log.warning("%s lists %d candidates but select_every is 0: nothing chooses among them, the export "
+                        "uses the first (%s)", name, len(values), values[0])
 
 
 def check_holdout(alias_holdout_pairs: int, alias_holdout_titles: int) -> None:
@@ -181,7 +183,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     import torch
 
     from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import dev_selection, seen_names
+    from pearl_model.selection import choose_average_weight, dev_selection, seen_names
     from pearl_model.selection import rank as selection_rank
     from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
 
@@ -214,8 +216,11 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
         res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
                     checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
         kept = res.kept  # the exported checkpoint's
+        if kept and len(cfg.average_weights) > 1:
+            kept = choose_average_weight(model, select, kept, cfg.average_weights, cfg.select_rule)
         rank = selection_rank(kept, cfg.select_rule) if kept else (-1,)  # below any scored run
-        tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step, "select_worst": kept.get("select_worst"),
+        tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step,
+                      "average_weight": kept.get("average_weight"), "select_worst": kept.get("select_worst"),
                       "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
         if best is None or rank > best[0]:
             best = (rank, model, res, kept, cfg.seed + i)
@@ -241,9 +246,12 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": backbone,
             "params": params, "summary": summary}
     scale = summary["char_scale"] = kept.get("char_scale", cfg.char_scales[0])
+    weight = summary["average_weight"] = kept.get("average_weight", cfg.average_weights[0])
+    if "average_weights_tried" in kept:
+        summary["average_weights_tried"] = kept["average_weights_tried"]
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=cfg.average_weight, metadata=meta, char_scale=scale)
+                            average_weight=weight, metadata=meta, char_scale=scale)
         if retrieval is not None:  # what is promoted is the averaged model: score it too
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}

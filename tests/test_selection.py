@@ -56,3 +56,40 @@ def test_scaled_vectors_scale_only_the_character_part_and_encode_once():
     unit = enc.encode(["yy", "x"], normalize=True)
     assert np.allclose(np.linalg.norm(unit, axis=1), 1) and np.allclose(unit[1, 4:], 0)
     assert Lookup.calls == 1  # every later call came from the cache
+
+
+def _record(weight, worst, mean):
+    return {"average_weight": weight, "select_worst": worst, "select_mean": mean}
+
+
+@pytest.mark.parametrize("worst_by_weight, expected, scored", [
+    ({0.5: 0.1, 0.375: 0.2, 0.25: 0.3}, 0.5, []),              # the first loses nothing: no further check
+    ({0.5: -0.3, 0.375: 0.1, 0.25: 0.2}, 0.375, [0.375]),      # the first in order that loses nothing, then stop
+    ({0.5: -0.3, 0.375: -0.2, 0.25: -0.1}, 0.25, [0.375, 0.25]),  # none: the best worst change (rule worst's key)
+    ({0.5: -0.1, 0.375: -0.2, 0.25: -0.1}, 0.5, [0.375, 0.25]),   # a tie: the first listed
+])
+def test_the_averaging_weight_is_the_first_candidate_that_loses_on_no_dev_signal(worst_by_weight, expected, scored):
+    calls = []
+
+    def select(model, weight):
+        calls.append(weight)
+        assert model == "kept checkpoint"
+        return _record(weight, worst_by_weight[weight], 1.0)
+
+    kept = _record(0.5, worst_by_weight[0.5], 1.0)
+    chosen = S.choose_average_weight("kept checkpoint", select, kept, [0.5, 0.375, 0.25], "mean")
+    assert calls == scored and chosen["average_weight"] == expected
+    assert list(chosen["average_weights_tried"]) == [str(w) for w in [0.5] + scored]
+    assert chosen["average_weights_tried"][str(expected)] == [worst_by_weight[expected], 1.0]
+
+
+def test_the_weight_candidates_are_bounded_and_named_when_wrong():
+    from pydantic import ValidationError
+
+    from pearl_model.train_config import TrainConfig
+
+    assert TrainConfig(average_weight=[0.5, 0.25]).average_weights == [0.5, 0.25]
+    assert TrainConfig(average_weight=0.75).average_weights == [0.75]
+    for bad in ([0.5, 1.5], [], -0.1):
+        with pytest.raises(ValidationError, match="average_weight"):
+            TrainConfig(average_weight=bad)

@@ -124,3 +124,26 @@ def test_groups_keep_the_queries_whose_first_name_heads_a_synset_of_the_group_am
     for t in groups.values():
         assert all(t.titles[g] in {task.titles[h] for q, h in zip(task.aliases, task.gold) if q == a}
                    for a, g in zip(t.aliases, t.gold))  # each query keeps its own gold
+
+
+@pytest.mark.skipif(not (Path(wordnet_dir()) / "data.noun").is_file(), reason="WordNet 3.0 not installed")
+def test_the_selection_reads_the_whole_draw_and_each_group_of_names_as_its_own_criterion():
+    from pearl_model import selection as S
+
+    signals = S.synonym_signal(300, set())
+    assert signals["wordnet_synonym"] == SR.wordnet_synonym_task(300)  # the whole draw as before
+    groups = {k: t for k, t in signals.items() if k != "wordnet_synonym"}
+    assert set(groups) == {"wordnet_animals_plants", "wordnet_states_body_substances", "wordnet_people_places_groups"}
+    whole = signals["wordnet_synonym"]
+    pairs = set(zip(whole.aliases, whole.gold))
+    assert all(set(zip(t.aliases, t.gold)) <= pairs and t.titles == whole.titles for t in groups.values())
+    assert S.synonym_signal(300, set(), seed=1)["wordnet_synonym"] != whole
+
+    class Exact:  # a random direction per name: what is scored and named is under test here, not the score
+        def encode(self, phrases, **_):
+            v = np.stack([np.random.default_rng(abs(hash(p)) % 2**32).normal(size=64) for p in phrases])
+            return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    scores = S.dev_scores(Exact(), None, datasets=(), synonyms=signals)
+    assert {f"{k}_top1" for k in signals} <= set(S.criteria(scores))
+    assert not any(k.endswith("_mrr") for k in S.criteria(scores))

@@ -281,9 +281,11 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     ts = resolve_training_set(root)
     char = run_char_encoder(root, {"target": "word_vectors", "epochs": 2, "max_words": 0, "seed": 0},
                             word_vectors_of(ts))["fileset"]
-    cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, average_weight=0.5, seed=0,
+    cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, seed=0,
                       checkpoint_every=0, select_every=3, device="cpu",
-                      # without the benchmark, the selection also chooses the character part's scale
+                      # without the benchmark, the selection also chooses the character part's scale, and
+                      # the averaging weight among candidates
+                      average_weight=0.5 if with_benchmark else [0.5, 0.25],
                       char_scale=1.0 if with_benchmark else [0.5, 2.0])
     out = plan_model(ts, char, tiny_backbone, cfg)
     bench = str(BENCH) if with_benchmark else str(tmp_path / "no-benchmark")
@@ -304,6 +306,17 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
         assert best["dev_heldout_alias_top1"] == best["scores_by_scale"][str(best["char_scale"])]["heldout_alias_top1"]
         exported = FileSet(root, "models", out.version)
         with exported.fs.open(f"{exported.path}/pearl_model.json") as fh:
-            assert json.load(fh)["char_scale"] == best["char_scale"] == man["stats"]["char_scale"]
+            config = json.load(fh)
+        assert config["char_scale"] == best["char_scale"] == man["stats"]["char_scale"]
+        tried = man["stats"]["average_weights_tried"]
+        assert tried["0.5"] == [best["select_worst"], best["select_mean"]]  # the checks' weight: the kept record
+        if best["select_worst"] < 0:  # the next candidate was scored at the same checkpoint
+            assert set(tried) == {"0.5", "0.25"}
+            winner = max(tried, key=lambda w: (tried[w][0], tried[w][1], w == "0.5"))
+        else:
+            assert set(tried) == {"0.5"}
+            winner = "0.5"
+        assert config["average_weight"] == man["stats"]["average_weight"] == float(winner)
     else:
         assert "scores_by_scale" not in best and man["stats"]["char_scale"] == 1.0
+        assert man["stats"]["average_weight"] == 0.5 and "average_weights_tried" not in man["stats"]
