@@ -61,9 +61,9 @@ class TrainConfig(BaseModel):
     sense_loss_weight: float = Field(
         0.0, ge=0, description="a training-only head for the WordNet supersense of OTHER noun phrases (0: off)")
     average_weight: Union[UnitFloat, Annotated[tuple[UnitFloat, ...], Field(min_length=1)]] = Field(
-        (0.5, 0.375, 0.25), description="the fine-tuned backbone's share when averaged with the original at "
-        "export (the paper's 0.5); several: checkpoints are chosen at the first, and the kept one is exported at "
-        "the first that loses on no dev signal, tried in order (README \"How far to move the backbone\")")
+        (0.5, 0.25), description="the fine-tuned backbone's share when averaged with the original at export "
+        "(the paper's 0.5); several: checkpoints are chosen at the first, and the kept one is exported at the "
+        "first that loses on no dev signal, tried in order (README \"How far to move the backbone\")")
     char_scale: Union[PositiveFloat, Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]] = Field(
         0.5, description="the character part of the exported vector x this (1: as trained); several: the dev "
                          "selection scores each checkpoint at each and keeps the best (ties: the first)")
