@@ -6,8 +6,8 @@
 
 An export holds ``w0 * fine-tuned + (1 - w0) * original`` (``average_weight`` w0 in its
 pearl_model.json), so the backbone at any other weight w is ``original + (w / w0) * (export -
-original)``: exact, no checkpoint needed, and w above w0 (towards the fine-tuned weights) is the
-same line extended. Each weight is scored on the dev signals a run's checks read (CoNLL-2003 and
+original)``: the fine-tuned weights are recovered once (w = 1) and every weight is then averaged
+as the export does (`pearl_model.export.average_state_dicts`), exact, no checkpoint needed. Each weight is scored on the dev signals a run's checks read (CoNLL-2003 and
 BC5CDR dev, PPDB-filtered validation, the held-out aliases, WordNet synonyms: all of them and per
 group of names, `pearl_model.selection.synonym_signal`), plus each WordNet signal's mean over
 more draws (``<name>/draws``; one draw moves a group's change by a few tenths). The original
@@ -94,7 +94,7 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
          export_to: Path = typer.Option(None), rule: str = "mean"):
     from pearl_model.encoder import PhraseEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
-    from pearl_model.export import PearlEncoder, load_pearl
+    from pearl_model.export import PearlEncoder, average_state_dicts, load_pearl
     from pearl_model.network import read_config
     from pearl_model.loading import load_encoder
     from pearl_model.selection import choose_average_weight, selection_score, synonym_signal
@@ -114,8 +114,8 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
         raise typer.BadParameter("--export-weight and --export-to go together")
     if export_weight is not None and not 0 <= export_weight <= 1:
         raise typer.BadParameter(f"--export-weight must be in [0, 1], got {export_weight}")
-    if any(w < 0 for w in ws):
-        raise typer.BadParameter(f"weights must be >= 0, got {ws}")
+    if any(not 0 <= w <= 1 for w in ws):
+        raise typer.BadParameter(f"weights must be in [0, 1], got {ws}")
     bench = default_benchmark_dir()
     ts = Dataset(str(training_set.parent.parent), "training_set", training_set.name, TRAINING_SET)
     retrieval = heldout_retrieval(ts)
@@ -129,9 +129,9 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
     if set(original) != set(exported):
         raise SystemExit(f"{spec}'s weights do not match {model}'s backbone: "
                          f"{sorted(set(original) ^ set(exported))[:5]}")
+    fine_tuned = backbone_at(exported, original, w0, 1.0)  # once; every weight is then the export's own average
     if export_weight is not None:
-        export_at(pearl, backbone_at(exported, original, w0, 1.0), original, export_weight, config, model,
-                  export_to)
+        export_at(pearl, fine_tuned, original, export_weight, config, model, export_to)
         print(f"exported at weight {export_weight}: {export_to}", flush=True)
     if not ws:
         return
@@ -142,7 +142,7 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
     print(f"backbone: {time.perf_counter() - t0:.0f} s {rows['backbone']}", flush=True)
     for w in ws:
         t0 = time.perf_counter()
-        pearl.backbone.load_state_dict(backbone_at(exported, original, w0, w))
+        pearl.backbone.load_state_dict(average_state_dicts(fine_tuned, original, w))
         rows[str(w)] = scores(PearlEncoder(pearl, name=f"w={w}"), bench, retrieval, signals, more_draws)
         print(f"w={w}: {time.perf_counter() - t0:.0f} s {rows[str(w)]}", flush=True)
 
