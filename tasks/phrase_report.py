@@ -1,7 +1,8 @@
 """Counts and distributions of a phrase-mining run, read back from its datasets.
 
 Artifacts: `phrase-counts` (sentences in = parsed + filtered + failed; occurrences found =
-kept + filtered; phrases distinct = kept + below min_freq), `phrase-lexical-types` (ours
+kept + filtered; phrases distinct = kept + filtered by reason: below min_freq, and with
+`parser: pmi` below the NPMI threshold), `phrase-lexical-types` (ours
 beside the paper's mix), `phrase-entity-types`, and `phrase-datasets` (markdown with the
 versions and a bar chart inline).
 """
@@ -23,12 +24,18 @@ class PhraseCountsDoNotReconcile(AssertionError):
 _MINING_COUNTERS = ("sentences_in", "sentences_parsed", "sentences_failed", "occurrences_found", "occurrences_kept")
 
 
+def by_reason(counts: dict, prefix: str) -> dict:
+    """The counters named `<prefix><reason>`, by reason."""
+    return {k.removeprefix(prefix): v for k, v in counts.items() if k.startswith(prefix)}
+
+
 def phrase_counts(stats: Dataset, phrases: Dataset) -> dict:
     mining = {**dict.fromkeys(_MINING_COUNTERS, 0), **stats.manifest()["stats"]}
     check_stats(mining)
     reduce = phrases.manifest()["stats"]
     rows = phrases.manifest()["rows"]
-    if reduce["phrases_kept"] != rows or reduce["distinct_phrases"] != rows + reduce["phrases_filtered_below_min_freq"]:
+    dropped = sum(by_reason(reduce, "phrases_filtered_").values())
+    if reduce["phrases_kept"] != rows or reduce["distinct_phrases"] != rows + dropped:
         raise PhraseCountsDoNotReconcile(f"phrases: {rows} rows written, reduce stats say {reduce}")
     if reduce["occurrences_in"] != mining["occurrences_kept"]:
         raise PhraseCountsDoNotReconcile(
@@ -41,15 +48,16 @@ def counts_table(counts: dict) -> list[dict]:
     rows = [{"group": "sentences", "what": "in", "count": m["sentences_in"]},
             {"group": "sentences", "what": "parsed", "count": m["sentences_parsed"]},
             {"group": "sentences", "what": "parse failed", "count": m["sentences_failed"]}]
-    rows += [{"group": "sentences filtered", "what": k.removeprefix("sentences_filtered_"), "count": v}
-             for k, v in m.items() if k.startswith("sentences_filtered_")]
+    rows += [{"group": "sentences filtered", "what": k, "count": v}
+             for k, v in by_reason(m, "sentences_filtered_").items()]
     rows += [{"group": "occurrences", "what": "found", "count": m["occurrences_found"]},
              {"group": "occurrences", "what": "kept", "count": m["occurrences_kept"]}]
-    rows += [{"group": "occurrences filtered", "what": k.removeprefix("occurrences_filtered_"), "count": v}
-             for k, v in m.items() if k.startswith("occurrences_filtered_")]
+    rows += [{"group": "occurrences filtered", "what": k, "count": v}
+             for k, v in by_reason(m, "occurrences_filtered_").items()]
     rows += [{"group": "phrases", "what": "distinct", "count": p["distinct_phrases"]},
-             {"group": "phrases", "what": "kept (frequency >= min_freq)", "count": p["phrases_kept"]},
-             {"group": "phrases", "what": "below min_freq", "count": p["phrases_filtered_below_min_freq"]}]
+             {"group": "phrases", "what": "kept (frequency >= min_freq)", "count": p["phrases_kept"]}]
+    rows += [{"group": "phrases filtered", "what": k, "count": v}
+             for k, v in by_reason(p, "phrases_filtered_").items()]
     return rows
 
 
@@ -95,11 +103,12 @@ def datasets_markdown(datasets: list[Dataset], counts: dict, png: bytes | None, 
     m, p = counts["mining"], counts["phrases"]
     lines = ["# Phrase datasets written by this run", "", "| dataset | version | rows | location |", "|---|---|---|---|"]
     lines += [f"| {d.name} | `{d.version}` | {d.manifest()['rows']} | `{d.url}` |" for d in datasets]
-    filtered = sum(v for k, v in m.items() if k.startswith("sentences_filtered_"))
+    filtered = sum(by_reason(m, "sentences_filtered_").values())
+    dropped = by_reason(p, "phrases_filtered_")
     lines += ["", f"Sentences in **{m['sentences_in']}** = parsed **{m['sentences_parsed']}** + filtered "
               f"**{filtered}** + failed **{m['sentences_failed']}**; phrases seen "
-              f"**{p['distinct_phrases']}** = kept **{p['phrases_kept']}** + below min_freq "
-              f"**{p['phrases_filtered_below_min_freq']}**."]
+              f"**{p['distinct_phrases']}** = kept **{p['phrases_kept']}** + filtered "
+              f"**{sum(dropped.values())}** ({', '.join(f'{k} {v}' for k, v in dropped.items())})."]
     if examples:
         lines += ["", "Most frequent phrases:", "", "| phrase | label | frequency |", "|---|---|---|"]
         lines += [f"| {r['phrase']} | {r['label']} | {r['frequency']} |" for r in examples]

@@ -8,6 +8,7 @@ import pytest
 
 from pearl_model.phrases.pmi import lexical_type, npmi, pmi_words
 from tasks import phrase_occurrences as occ_stage
+from tasks import phrase_report
 from tasks import phrases as phrase_stage
 from tests.test_phrase_stages import params, sentences_dataset
 
@@ -62,12 +63,12 @@ def run_pmi(root: str, texts: list[str], min_npmi: float, min_freq: int = 2):
     phrases = phrase_stage.plan_phrases(out.occurrences, rp, totals)
     stats = [phrase_stage.write_bucket(out.occurrences, b, phrases, rp, totals) for b in range(p["phrase_buckets"])]
     man = phrase_stage.commit_phrases(phrases, out.occurrences, rp, stats, totals)
-    return phrases, man, totals
+    return phrases, man, totals, out
 
 
 def test_planted_collocations_are_found_and_chance_pairs_are_not(tmp_path):
     texts = planted_corpus()
-    phrases, man, totals = run_pmi(str(tmp_path), texts, min_npmi=0.5)
+    phrases, man, totals, out = run_pmi(str(tmp_path), texts, min_npmi=0.5)
     kept = {r["phrase_key"]: r for r in phrases.read().to_pylist()}
     assert "kuala lumpur" in kept and "stock exchange" in kept
     assert kept["kuala lumpur"]["entity_type"] in ("GPE", "LOC", "FAC", "ORG", "OTHER")
@@ -83,6 +84,13 @@ def test_planted_collocations_are_found_and_chance_pairs_are_not(tmp_path):
     # every word was counted, the totals keep the frequent ones
     words = sum(len(pmi_words(t)) for t in texts)
     assert totals.manifest()["stats"]["total_words"] == words
+    # the flow's report reconciles the phrases the NPMI filter dropped
+    counts = phrase_report.phrase_counts(out.stats, phrases)
+    table = phrase_report.counts_table(counts)
+    assert {"group": "phrases filtered", "what": "pmi", "count": s["phrases_filtered_pmi"]} in table
+    assert s["phrases_filtered_pmi"] > 0
+    md = phrase_report.datasets_markdown([phrases], counts, None, [])
+    assert f"kept **{s['phrases_kept']}** + filtered **{s['distinct_phrases'] - s['phrases_kept']}**" in md
 
 
 def test_a_corpus_too_small_for_the_thresholds_says_what_passed(tmp_path):
