@@ -23,6 +23,8 @@ from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
 
 CODE_VERSION = "phrase-occurrences-2"
+# Parser "pmi"'s candidates changed without the spaCy rules changing: only its datasets move.
+PARSER_CODE_VERSIONS = {"pmi": "pmi-candidates-2"}
 # phrase_occurrences rows per sentence kept (sample + ovos with the spaCy rules: 531,334 / 55,011 = 9.7;
 # parser "pmi" offers every candidate n-gram: 41 on 600 sentences, benchmarks/pmi_phrases.py)
 OCCURRENCE_ROWS_PER_SENTENCE = {"pmi": 40}
@@ -124,11 +126,16 @@ def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params
     return {"chunk": chunk.index, "reused": False, **stats}
 
 
+def code_version(params: dict) -> str:
+    extra = PARSER_CODE_VERSIONS.get(params["parser"])
+    return f"{CODE_VERSION}+{extra}" if extra else CODE_VERSION
+
+
 def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
     inputs = {"sentences": sentences.version}
 
     def ds(name: str, schema: pa.Schema) -> Dataset:
-        return Dataset(sentences.root, name, dataset_version(name, CODE_VERSION, params, inputs), schema)
+        return Dataset(sentences.root, name, dataset_version(name, code_version(params), params, inputs), schema)
 
     return OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS),
                              ds("pmi_word_counts", PMI_WORD_COUNTS) if params["parser"] == "pmi" else None)
@@ -141,8 +148,8 @@ def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> 
     check_stats(totals)
     inputs = {"sentences": sentences.version}
     for d in out.datasets()[:-1]:  # the stats last: their commit marks the stage done
-        d.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
-    return out.stats.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=totals)
+        d.commit(code_version=code_version(params), params=params, inputs=inputs, stats=totals)
+    return out.stats.commit(code_version=code_version(params), params=params, inputs=inputs, stats=totals)
 
 
 def mining_totals_from_parts(stats: Dataset) -> dict:

@@ -111,3 +111,24 @@ def test_single_words_are_candidates_only_where_a_parse_would_keep_one():
     assert "consumed" not in singles  # it has an object
     multi = {doc.text[c.start:c.end] for c in candidates(doc, 4)}
     assert "national budget" in multi and "the national budget" not in multi  # no stop word at an edge
+
+
+def test_symbols_end_an_ngram_as_punctuation_does():
+    from pearl_model.phrases.pmi import candidates
+    from pearl_model.phrases.spacy_rules import load_spacy
+
+    nlp = load_spacy(disable=("parser", "lemmatizer"))
+    doc = nlp("The square measured 10 cm × 10 cm and cost $ 5 at Sight & Sound in blackboard bold \u2060\u2060.")
+    spans = {doc.text[c.start:c.end] for c in candidates(doc, 6)}
+    assert "10 cm" in spans and "Sight & Sound" in spans
+    assert not any(ch in span for span in spans for ch in ("×", "$", "\u2060", "."))
+    assert "& Sound" not in spans and "Sight &" not in spans
+
+
+def test_a_change_to_the_pmi_candidates_versions_only_the_pmi_datasets(tmp_path, monkeypatch):
+    sentences = sentences_dataset(str(tmp_path), [["A sentence."]])
+    spacy_p, pmi_p = params(), params(parser="pmi")
+    before = {n: occ_stage.plan_outputs(sentences, p).occurrences.version for n, p in (("spacy", spacy_p), ("pmi", pmi_p))}
+    monkeypatch.setitem(occ_stage.PARSER_CODE_VERSIONS, "pmi", "pmi-candidates-next")
+    assert occ_stage.plan_outputs(sentences, spacy_p).occurrences.version == before["spacy"]
+    assert occ_stage.plan_outputs(sentences, pmi_p).occurrences.version != before["pmi"]

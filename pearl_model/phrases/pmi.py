@@ -2,7 +2,8 @@
 
 The map side (``PmiCandidates``, a ``ConstituencyParser``) runs spaCy's tagger and NER only, no
 dependency parse, and offers every candidate n-gram of a sentence as an occurrence: runs of 1
-to ``max_words`` tokens with no punctuation inside, not starting or ending with a stop word
+to ``max_words`` tokens with no punctuation or symbol inside (a token with no letter or digit,
+"$", "×", "=", an invisible format character, ends a run; "&" may join words inside), not starting or ending with a stop word
 (a leading preposition is allowed: "in New York" is a PP), and single tokens only where the
 dependency rules would keep one as a phrase of its own (``stands_alone``: a bare noun with no
 modifier or determiner before it and no noun after it, a verb with no object after it, an
@@ -68,17 +69,24 @@ def stands_alone(tokens: Sequence, i: int) -> bool:
     return t.pos_ == "ADV"
 
 
+def is_word(token) -> bool:
+    # spaCy's is_punct leaves symbols out ("$", "×", "="), and math markup leaves format characters.
+    return any(c.isalnum() for c in token.text)
+
+
 def candidates(doc, max_words: int) -> list[Constituent]:
     """Every candidate n-gram of a spaCy doc as a character span (see the module docstring)."""
     out = []
     tokens = list(doc)
     for i, first in enumerate(tokens):
-        if first.is_punct or first.is_space or (first.is_stop and first.pos_ != "ADP"):
+        if not is_word(first) or (first.is_stop and first.pos_ != "ADP"):
             continue
         for j in range(i, min(i + max_words, len(tokens))):
             last = tokens[j]
-            if last.is_punct or last.is_space:
-                break  # no punctuation inside an n-gram
+            if last.text == "&":
+                continue  # joins names ("Arts & Sciences"), never ends one
+            if not is_word(last):
+                break  # no punctuation or symbol inside an n-gram
             span = tokens[i:j + 1]
             if last.is_stop or (len(span) == 1 and not stands_alone(tokens, i)):
                 continue
