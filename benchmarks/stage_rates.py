@@ -517,11 +517,21 @@ def run_stages(r: Runner, p: dict) -> dict:
 
     buckets = range(phrase_params["phrase_buckets"])
     reduce_params = {k: phrase_params[k] for k in REDUCE_KEYS if k in phrase_params}
+    totals = None
+    if mined.word_counts is not None:  # parser "pmi": the word counts reduced first (phrases_stage)
+        with r.stage("pmi_word_totals", "sentences") as st:
+            word_params = {"min_freq": reduce_params["min_freq"]}
+            totals = r.flow("tasks.phrases:plan_word_totals_task", mined.word_counts, word_params)
+            r.map("tasks.phrases:word_totals_bucket_task", [(mined.word_counts, b, totals, word_params)
+                                                            for b in buckets], "phrase_buckets")
+            r.flow("tasks.phrases:commit_word_totals_task", totals, mined.word_counts, word_params)
+            st["units"] = pages.sentences.manifest()["rows"]
+            r.outputs(totals)
     with r.stage("phrases", "phrases") as st:
-        phrases = r.flow("tasks.phrases:plan_phrases_task", mined.occurrences, reduce_params)
-        bucket_stats = r.map("tasks.phrases:phrase_bucket_task", [(mined.occurrences, b, phrases, reduce_params)
+        phrases = r.flow("tasks.phrases:plan_phrases_task", mined.occurrences, reduce_params, totals)
+        bucket_stats = r.map("tasks.phrases:phrase_bucket_task", [(mined.occurrences, b, phrases, reduce_params, totals)
                                                                   for b in buckets], "phrase_buckets")
-        r.flow("tasks.phrases:commit_phrases_task", phrases, mined.occurrences, reduce_params, bucket_stats)
+        r.flow("tasks.phrases:commit_phrases_task", phrases, mined.occurrences, reduce_params, bucket_stats, totals)
         st["units"] = phrases.manifest()["rows"]
         r.outputs(phrases)
 
@@ -701,7 +711,8 @@ def scaling_table(runs: list[dict]) -> str:
 # reads the mined occurrences, which grow with the sentences; the later stages work on the
 # distinct phrases.
 DRIVERS = {"raw_pages": "sentences", "pages": "sentences", "aliases": "sentences", "corpus_report": "sentences",
-           "phrase_occurrences": "sentences", "phrases": "sentences", "phrase_report": "phrases",
+           "phrase_occurrences": "sentences", "pmi_word_totals": "sentences", "phrases": "sentences",
+           "phrase_report": "phrases",
            "word_vectors": "corpus_words", "augmentations": "phrases", "phrase_embeddings": "phrases",
            "negatives": "phrases", "training_set": "phrases"}
 

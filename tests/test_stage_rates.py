@@ -17,8 +17,6 @@ spec.loader.exec_module(sr)
 
 # raw_pages_stage's parallel path for a multistream dump: replicated inputs are plain dumps
 MULTISTREAM_ONLY = {"plan_multistream_task", "raw_partition_task", "commit_multistream_task"}
-# the word-count reduce of `parser: pmi`; the measured build uses the default parser
-PMI_ONLY = {"plan_word_totals_task", "word_totals_bucket_task", "commit_word_totals_task"}
 
 
 def _flow_tasks() -> dict:
@@ -30,7 +28,7 @@ def _flow_tasks() -> dict:
     for stage in set(re.findall(r"\b(\w+_stage)\(", source)):
         fn = getattr(bc, stage)
         found |= {name: fn.__globals__[name] for name in re.findall(r"\b(\w+_task)\b", inspect.getsource(fn))}
-    return {k: v for k, v in found.items() if k not in MULTISTREAM_ONLY | PMI_ONLY}
+    return {k: v for k, v in found.items() if k not in MULTISTREAM_ONLY}
 
 
 def test_every_task_corpus_stages_calls_is_run_and_nothing_else():
@@ -158,3 +156,16 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
     assert all(s["units"] > 0 for s in run["stages"])
     assert "context" in run["params"]["positive_params"]["augmentations"]["kinds"]  # the flow's default
     assert c["augmentations"] > 0 and c["training_set"] == c["phrases"] > 0
+
+
+def test_a_small_pmi_run_reduces_the_word_counts_before_the_phrases(tmp_path):
+    """parser "pmi" as the flow runs it (phrases_stage): pmi_word_totals between mining and phrases."""
+    made = sr.replicate_inputs(["sample"], 60, 1, tmp_path / "in")
+    run = sr.run_in_subprocess(made["paths"], 1, str(tmp_path / "store"),
+                               {"pages_per_partition": 10, "sentences_per_chunk": 500, "parser": "pmi"}, 0.05,
+                               timeout=900)
+    stages = [s["stage"] for s in run["stages"]]
+    assert stages[stages.index("phrase_occurrences"):stages.index("phrases") + 1] == [
+        "phrase_occurrences", "pmi_word_totals", "phrases"]
+    assert run["params"]["phrase_params"]["parser"] == "pmi"
+    assert run["counts"]["training_set"] == run["counts"]["phrases"] > 0
