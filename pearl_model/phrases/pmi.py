@@ -3,11 +3,12 @@
 The map side (``PmiCandidates``, a ``ConstituencyParser``) runs spaCy's tagger and NER only, no
 dependency parse, and offers every candidate n-gram of a sentence as an occurrence: runs of 1
 to ``max_words`` tokens with no punctuation or symbol inside (a token with no letter or digit,
-"$", "×", "=", an invisible format character, ends a run; "&" may join words inside), not starting or ending with a stop word
-(a leading preposition is allowed: "in New York" is a PP), and single tokens only where the
-dependency rules would keep one as a phrase of its own (``stands_alone``: a bare noun with no
-modifier or determiner before it and no noun after it, a verb with no object after it, an
-adverb, a predicative adjective), not every content word of the corpus.
+"$", "×", "=", an invisible format character, ends a run; "&" may join words inside), not
+starting or ending with a stop word (a leading preposition is allowed: "in New York" is a PP),
+and single tokens only where the dependency rules would keep one as a phrase of its own
+(``stands_alone``: a bare noun with no modifier or determiner before it and no noun after it,
+a verb with no object after it, an adverb, a predicative adjective), not every content word of
+the corpus.
 Each sentence also gives its ``words`` for the corpus-wide counts PMI needs. The reduce side
 keeps a multi-word n-gram when it is frequent (``min_freq``, as every phrase) and its
 normalised PMI is at least ``min_npmi`` (``npmi``); single words are kept by frequency alone.
