@@ -146,10 +146,10 @@ def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> 
         return out.stats.manifest()
     totals = mining_totals_from_parts(out.stats)
     check_stats(totals)
-    inputs = {"sentences": sentences.version}
+    inputs, code = {"sentences": sentences.version}, code_version(params)
     for d in out.datasets()[:-1]:  # the stats last: their commit marks the stage done
-        d.commit(code_version=code_version(params), params=params, inputs=inputs, stats=totals)
-    return out.stats.commit(code_version=code_version(params), params=params, inputs=inputs, stats=totals)
+        d.commit(code_version=code, params=params, inputs=inputs, stats=totals)
+    return out.stats.commit(code_version=code, params=params, inputs=inputs, stats=totals)
 
 
 def mining_totals_from_parts(stats: Dataset) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pearl_model.phrases.labels import ENTITY_TYPES, LEXICAL_TYPES, PAPER_LEXICAL_SHARE
-from pearl_model.phrases.mining import check_stats
+from pearl_model.phrases.mining import by_reason, check_stats
 from storage.datasets import Dataset
 from tasks.figures import markdown_image, png_bytes, pyplot
 
@@ -22,11 +22,6 @@ class PhraseCountsDoNotReconcile(AssertionError):
 
 # Counters a mining run has even when no chunk was mined (a run over no sentences sums to {}).
 _MINING_COUNTERS = ("sentences_in", "sentences_parsed", "sentences_failed", "occurrences_found", "occurrences_kept")
-
-
-def by_reason(counts: dict, prefix: str) -> dict:
-    """The counters named `<prefix><reason>`, by reason."""
-    return {k.removeprefix(prefix): v for k, v in counts.items() if k.startswith(prefix)}
 
 
 def phrase_counts(stats: Dataset, phrases: Dataset) -> dict:

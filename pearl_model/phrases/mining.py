@@ -132,12 +132,16 @@ def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRec
     return out, stats
 
 
+def by_reason(counts: dict, prefix: str) -> dict:
+    """The counters named `<prefix><reason>`, by reason."""
+    return {k.removeprefix(prefix): v for k, v in counts.items() if k.startswith(prefix)}
+
+
 def check_stats(stats: dict) -> None:
     """Raise if the counts of `mine` (or a sum of them) do not add up."""
     s = Counter(stats)
-    sentences = s["sentences_parsed"] + s["sentences_failed"] + sum(
-        v for k, v in s.items() if k.startswith("sentences_filtered_"))
-    occurrences = s["occurrences_kept"] + sum(v for k, v in s.items() if k.startswith("occurrences_filtered_"))
+    sentences = s["sentences_parsed"] + s["sentences_failed"] + sum(by_reason(s, "sentences_filtered_").values())
+    occurrences = s["occurrences_kept"] + sum(by_reason(s, "occurrences_filtered_").values())
     if sentences != s["sentences_in"] or occurrences != s["occurrences_found"]:
         raise AssertionError(f"mining counts do not reconcile: {dict(s)}")
 
