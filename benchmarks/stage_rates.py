@@ -82,7 +82,8 @@ SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wi
 # --- Prefect tasks without a Prefect run --------------------------------------------------
 # The modules of the tasks corpus_stages runs.
 STAGE_MODULES = ("tasks.raw_pages.sequential", "tasks.pages", "tasks.aliases", "tasks.corpus_report",
-                 "tasks.phrase_occurrences", "tasks.phrases", "tasks.phrase_report", "tasks.word_vectors",
+                 "tasks.phrase_occurrences", "tasks.phrases", "tasks.phrase_types", "tasks.phrase_report",
+                 "tasks.word_vectors",
                  "tasks.augmentations", "tasks.negatives", "tasks.training_set")
 
 
@@ -147,6 +148,12 @@ def _warm_imports() -> None:
 # Model loading before a stage (per worker; lru_caches of the task modules), not timed in it.
 def _warm_mining(params: dict) -> None:
     from tasks.phrase_occurrences import backends
+
+    backends(params)
+
+
+def _warm_typing(params: dict) -> None:
+    from pearl_model.phrases.mining import backends
 
     backends(params)
 
@@ -505,7 +512,7 @@ def run_stages(r: Runner, p: dict) -> dict:
 
     phrase_params = phrase_params | {"phrase_buckets": phrase_params["phrase_buckets"]
                                      or phrase_bucket_count(pages.sentences.manifest()["rows"])}
-    mining_params = {k: phrase_params[k] for k in MINING_KEYS}
+    mining_params = {k: phrase_params[k] for k in MINING_KEYS if k in phrase_params}
     r.warm(_warm_mining, mining_params, here=True)  # plan-phrase-occurrences loads them here too
     with r.stage("phrase_occurrences", "sentences") as st:
         mined, chunks = r.flow("tasks.phrase_occurrences:plan_occurrences_task", pages.sentences, mining_params)
@@ -534,6 +541,21 @@ def run_stages(r: Runner, p: dict) -> dict:
         r.flow("tasks.phrases:commit_phrases_task", phrases, mined.occurrences, reduce_params, bucket_stats, totals)
         st["units"] = phrases.manifest()["rows"]
         r.outputs(phrases)
+    if mining_params.get("ner_scope") == "examples":  # phrase_types_stage: NER on the kept phrases' examples
+        untyped, n = phrases, phrase_params["phrase_buckets"]
+        r.warm(_warm_typing, mining_params, here=True)
+        with r.stage("phrase_types", "phrases") as st:
+            plan = r.flow("tasks.phrase_types:plan_types_task", untyped, pages.sentences, mining_params, n)
+            r.map("tasks.phrase_types:requests_task", [(untyped, b, plan) for b in buckets], "phrase_buckets")
+            r.flow("tasks.phrase_types:commit_typing_step_task", plan.requests, untyped, pages.sentences, mining_params)
+            r.map("tasks.phrase_types:votes_task", [(g, plan, mining_params, pages.sentences)
+                                                    for g in range(len(plan.starts))], "phrase_buckets")
+            r.flow("tasks.phrase_types:commit_typing_step_task", plan.votes, untyped, pages.sentences, mining_params)
+            r.map("tasks.phrase_types:types_task", [(untyped, b, plan) for b in buckets], "phrase_buckets")
+            r.flow("tasks.phrase_types:commit_types_task", plan, untyped, pages.sentences, mining_params)
+            phrases = plan.phrases
+            st["units"] = phrases.manifest()["rows"]
+            r.outputs(plan.requests, plan.votes, phrases)
 
     with r.stage("phrase_report", "phrases") as st:
         r.flow("tasks.phrase_report:phrase_report_task", mined.occurrences, mined.stats, phrases)
@@ -712,7 +734,7 @@ def scaling_table(runs: list[dict]) -> str:
 # distinct phrases.
 DRIVERS = {"raw_pages": "sentences", "pages": "sentences", "aliases": "sentences", "corpus_report": "sentences",
            "phrase_occurrences": "sentences", "pmi_word_totals": "sentences", "phrases": "sentences",
-           "phrase_report": "phrases",
+           "phrase_types": "phrases", "phrase_report": "phrases",
            "word_vectors": "corpus_words", "augmentations": "phrases", "phrase_embeddings": "phrases",
            "negatives": "phrases", "training_set": "phrases"}
 
@@ -720,8 +742,10 @@ HINTS = {
     "raw_pages": "a multistream dump (read in parallel, as assumed here); a plain .xml.bz2 is one core",
     "pages": "more cores (wikitext cleaning + sentence splitting, per part)",
     "corpus_report": "little: one pass in the flow process",
-    "phrase_occurrences": "more cores (spaCy parse + NER, per chunk); ner=none; parser: pmi (~1.3x per core: "
+    "phrase_occurrences": "more cores (spaCy parse + NER, per chunk); ner_scope: examples (no NER here: it runs "
+                          "on the kept phrases' examples, phrase_types); parser: pmi (~1.3x per core: "
                           "benchmarks/results/pmi_phrases_sample_ovos.json)",
+    "phrase_types": "examples_per_phrase (NER on that many sentences per kept phrase)",
     "phrase_report": "little: one pass in the flow process",
     "augmentations": "the E5 cosine check of replacement words (min_cosine) runs the encoder: a GPU (its share "
                      "of the time is not measured here)",

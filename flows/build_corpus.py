@@ -27,6 +27,7 @@ from tasks.negatives import block_bucket_count, negatives_report_task, negatives
 from tasks.pages import alias_bucket_count, pages_stage
 from tasks.phrase_occurrences import occurrences_stage, phrase_bucket_count
 from tasks.phrase_report import phrase_report_task
+from tasks.phrase_types import phrase_types_stage
 from tasks.phrases import phrases_stage
 from tasks.raw_pages import raw_pages_stage
 from tasks.raw_pages.sequential import check_input_complete_task
@@ -51,6 +52,8 @@ def corpus_stages(source: Union[str, list[str]], storage_root: str, read: ReadCo
     buckets = phrases.phrase_buckets or phrase_bucket_count(page_manifests["sentences"]["rows"], phrases.parser)
     mined = occurrences_stage(text.sentences, phrases.mining_params(buckets))
     found, phrase_manifest = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), buckets)
+    if phrases.ner_scope == "examples":  # the mining pass ran no NER: type the kept phrases now
+        found, phrase_manifest = phrase_types_stage(found, text.sentences, phrases.mining_params(buckets), buckets)
     report = phrase_report_task(mined.occurrences, mined.stats, found)
 
     vectors = word_vectors_task(text.sentences, word_vectors.params())

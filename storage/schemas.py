@@ -147,6 +147,27 @@ PHRASES = pa.schema(
     ]
 )
 
+# ner_scope "examples": each example sentence of a kept phrase, routed to the group of sentences
+# parts holding it (tasks/phrase_types.py), so one task parses a group's requested sentences once.
+EXAMPLE_REQUESTS = bucketed(pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),  # group of sentences parts
+        pa.field("sentence_id", pa.int64(), nullable=False),
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("phrase_bucket", pa.int32(), nullable=False),  # the untyped_phrases part it came from
+    ]
+), "bucket")
+
+# The entity types the parser + NER gave a requested phrase's occurrences in its example sentences.
+EXAMPLE_ENTITY_VOTES = bucketed(pa.schema(
+    [
+        pa.field("bucket", pa.int32(), nullable=False),  # phrase bucket
+        pa.field("phrase_key", pa.string(), nullable=False),
+        pa.field("entity_type", pa.string(), nullable=False),  # OntoNotes type or OTHER
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+), "bucket")
+
 # fastText vectors trained on the corpus sentences: synonym neighbours for positives,
 # and a target for the character encoder. The n-gram buckets' vectors (out-of-vocabulary
 # words) are a (bucket, dim) float32 .npy beside the parts, WORD_VECTORS_NGRAMS, listed in
@@ -260,6 +281,9 @@ ALL = {
     "pmi_word_counts": PMI_WORD_COUNTS,
     "pmi_word_totals": PMI_WORD_TOTALS,
     "phrases": PHRASES,
+    "untyped_phrases": PHRASES,  # ner_scope "examples": phrases before tasks/phrase_types.py types them
+    "example_requests": EXAMPLE_REQUESTS,
+    "example_entity_votes": EXAMPLE_ENTITY_VOTES,
     "word_vectors": WORD_VECTORS,
     "augmentations": AUGMENTATIONS,
     "phrase_embeddings": PHRASE_EMBEDDINGS,

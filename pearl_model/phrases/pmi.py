@@ -104,14 +104,15 @@ class PmiCandidates:
 
     name = "pmi"
 
-    def __init__(self, model: str | None = None, batch_size: int = 256, max_words: int = 8):
-        from .spacy_rules import DEFAULT_SPACY_MODEL, entities, load_spacy
+    def __init__(self, model: str | None = None, batch_size: int = 256, max_words: int = 8, entities: bool = True):
+        """``entities=False``: the tagger only (NER is over half of the pipeline's time)."""
+        from .spacy_rules import DEFAULT_SPACY_MODEL, entities as doc_entities, load_spacy
 
         self.model, self.batch_size, self.max_words = model or DEFAULT_SPACY_MODEL, batch_size, max_words
-        self.nlp = load_spacy(self.model, disable=("parser", "lemmatizer"))
-        if "ner" not in self.nlp.pipe_names or not ({"tagger", "morphologizer"} & set(self.nlp.pipe_names)):
+        self.nlp = load_spacy(self.model, disable=("parser", "lemmatizer") if entities else ("parser", "lemmatizer", "ner"))
+        if (entities and "ner" not in self.nlp.pipe_names) or not ({"tagger", "morphologizer"} & set(self.nlp.pipe_names)):
             raise ModelMissing(f"spaCy pipeline {self.model!r} needs a tagger and an NER for parser 'pmi'")
-        self._entities = entities
+        self._entities = doc_entities
 
     def parse(self, texts: Sequence[str]) -> Iterator[ParsedSentence]:
         with warnings.catch_warnings():

@@ -1,0 +1,251 @@
+"""Stage 5b (``ner_scope: examples``): `untyped_phrases` -> `phrases`, entity types from example sentences.
+
+The mining pass of such a run parses with no NER (over half of spaCy's time, and mining is the
+bottleneck of a full-Wikipedia build), so the phrase reducer's types are all OTHER. This stage
+types each kept phrase as the mining pass would have, on its ``examples_per_phrase`` example
+sentences only: the parser and NER run on those sentences, each occurrence of the phrase there
+is one vote (the per-occurrence type of `mine`), and the majority is its type (no vote: OTHER).
+A full-Wikipedia build then runs NER on ~3 sentences per kept phrase (~11M for 3.8M phrases)
+instead of 150M.
+
+Three map steps, each reading what the one before wrote by bucket:
+1. requests, per phrase bucket: each example sentence id to the group of sentences parts
+   holding it (the parts' sentence_id ranges come from their Parquet footers; parts whose ranges
+   overlap share a component, and a group is a run of components);
+2. votes, per group: the group's requested sentences read once, parsed with NER, one vote per
+   occurrence of a phrase requested in that sentence, bucketed by phrase;
+3. types, per phrase bucket: the majority vote becomes the entity type and the label.
+
+Counts: requests = matched + unmatched (an example sentence the parse no longer yields the
+phrase in, or not found); phrases = typed by a vote + without one.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pearl_model.phrases import labels
+from pearl_model.phrases.entity_types import majority_entity_type
+from pearl_model.phrases.mining import backends, check_stats, mine
+from storage.datasets import Dataset, dataset_version
+from storage.schemas import EXAMPLE_ENTITY_VOTES, EXAMPLE_REQUESTS, PHRASES
+
+CODE_VERSION = "phrase-types-1"
+
+
+@dataclass(frozen=True)
+class TypingPlan:
+    requests: Dataset
+    votes: Dataset
+    phrases: Dataset
+    starts: tuple[int, ...]  # the smallest sentence id of each group (ascending)
+    group_files: tuple[tuple[str, ...], ...]  # the sentences part files of each group
+
+
+def id_range(path: str, fs) -> tuple[int, int] | None:
+    """(min, max) sentence_id of one sentences part, from its footer when it has statistics."""
+    meta = pq.read_metadata(path, filesystem=fs)
+    col = meta.schema.to_arrow_schema().get_field_index("sentence_id")
+    stats = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
+    if stats and all(s is not None and s.has_min_max for s in stats):
+        return min(s.min for s in stats), max(s.max for s in stats)
+    ids = pq.read_table(path, columns=["sentence_id"], filesystem=fs)["sentence_id"]
+    return (pc.min(ids).as_py(), pc.max(ids).as_py()) if len(ids) else None
+
+
+def group_parts(ranges: list[tuple[str, int, int]], groups: int) -> tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]:
+    """Parts (file, min id, max id) -> at most ``groups`` runs of whole components of overlapping
+    ranges, as (each run's smallest id, each run's files): an id routes to the last run starting
+    at or below it, the only one that can hold it."""
+    components: list[list] = []  # [lo, hi, files]
+    for file, lo, hi in sorted(ranges, key=lambda r: (r[1], r[2])):
+        if components and lo <= components[-1][1]:
+            components[-1][1] = max(components[-1][1], hi)
+            components[-1][2].append(file)
+        else:
+            components.append([lo, hi, [file]])
+    n = min(groups, len(components))
+    starts, files = [], []
+    for c, (lo, _, fs) in enumerate(components):
+        if c * n // len(components) == len(starts):
+            starts.append(lo)
+            files.append([])
+        files[-1].extend(fs)
+    return tuple(starts), tuple(tuple(f) for f in files)
+
+
+def plan_types(untyped: Dataset, sentences: Dataset, params: dict, buckets: int) -> TypingPlan:
+    def ds(name: str, schema: pa.Schema) -> Dataset:
+        return Dataset(untyped.root, name, dataset_version(name, CODE_VERSION, params, _inputs(untyped, sentences)),
+                       schema)
+
+    ranges = [(f, *r) for f in sentences.part_files() if (r := id_range(f, sentences.fs)) is not None]
+    starts, files = group_parts(ranges, buckets)
+    return TypingPlan(ds("example_requests", EXAMPLE_REQUESTS), ds("example_entity_votes", EXAMPLE_ENTITY_VOTES),
+                      ds("phrases", PHRASES), starts, files)
+
+
+def write_requests(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
+    """Step 1: one phrase bucket's example sentence ids, each to the group that holds it."""
+    out = plan.requests
+    if out.has_part(bucket):
+        return {"bucket": bucket, "reused": True, **(out.part_metadata(bucket) or {})}
+    t = untyped.read_part(bucket, columns=["phrase_key", "example_sentence_ids"])
+    ids = pc.list_flatten(t["example_sentence_ids"])
+    keys = t["phrase_key"].take(pc.list_parent_indices(t["example_sentence_ids"]))
+    group = np.searchsorted(np.asarray(plan.starts, dtype=np.int64), ids.to_numpy(), side="right") - 1
+    routed = group >= 0
+    table = pa.table({"bucket": pa.array(group[routed], pa.int32()), "sentence_id": ids.filter(pa.array(routed)),
+                      "phrase_key": keys.filter(pa.array(routed)),
+                      "phrase_bucket": pa.array(np.full(int(routed.sum()), bucket), pa.int32())})
+    stats = {"requests": int(routed.sum()), "requests_unroutable": int((~routed).sum())}
+    out.write_part(bucket, table, metadata=stats)
+    return {"bucket": bucket, "reused": False, **stats}
+
+
+def votes_of(texts: list[str], wanted: list[set[str]], params: dict) -> tuple[list[Counter], dict]:
+    """Per sentence, the entity types the mining pass with NER gives its wanted phrases' occurrences."""
+    parser, ner = backends(params)
+    occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
+                              min_words=params["min_words"], max_words=params["max_words"], language=params["language"])
+    check_stats(stats)
+    found: list[Counter] = [Counter() for _ in texts]
+    for o in occurrences:
+        if o.key in wanted[o.index]:
+            found[o.index][(o.key, o.entity_type)] += 1
+    return found, {"sentences_parsed": stats["sentences_parsed"]}
+
+
+def write_votes(group: int, plan: TypingPlan, params: dict, fs) -> dict:
+    """Step 2: one group's requested sentences parsed with NER; their votes by phrase bucket."""
+    out = plan.votes
+    if out.has_part(group):
+        return {"group": group, "reused": True, **(out.part_metadata(group) or {})}
+    req = plan.requests.read_bucket(group, ["sentence_id", "phrase_key", "phrase_bucket"])
+    wanted_ids = pa.array(sorted(set(req["sentence_id"].to_pylist())), pa.int64())
+    pieces = [pq.read_table(f, columns=["sentence_id", "text"], filesystem=fs,
+                            filters=pc.field("sentence_id").isin(wanted_ids)) for f in plan.group_files[group]]
+    sents = pa.concat_tables(pieces) if pieces else pa.table({"sentence_id": pa.array([], pa.int64()),
+                                                              "text": pa.array([], pa.string())})
+    position = {sid: i for i, sid in enumerate(sents["sentence_id"].to_pylist())}
+    wanted: list[set[str]] = [set() for _ in position]
+    for sid, key in zip(req["sentence_id"].to_pylist(), req["phrase_key"].to_pylist()):
+        if sid in position:
+            wanted[position[sid]].add(key)
+    found, parse_stats = votes_of(sents["text"].to_pylist(), wanted, params)
+    votes: Counter = Counter()
+    matched = 0
+    for sid, key, pb in zip(*(req[c].to_pylist() for c in ("sentence_id", "phrase_key", "phrase_bucket"))):
+        hits = {et: n for (k, et), n in found[position[sid]].items() if k == key} if sid in position else {}
+        matched += bool(hits)
+        for et, n in hits.items():
+            votes[(pb, key, et)] += n
+    rows = [{"bucket": pb, "phrase_key": key, "entity_type": et, "count": n} for (pb, key, et), n in votes.items()]
+    stats = {"requests_matched": matched, "requests_unmatched": req.num_rows - matched,
+             "example_sentences": len(position), "votes": sum(votes.values()), **parse_stats}
+    out.write_part(group, pa.Table.from_pylist(rows, schema=EXAMPLE_ENTITY_VOTES), metadata=stats)
+    return {"group": group, "reused": False, **stats}
+
+
+def typed(rows: list[dict], votes: dict[str, Counter]) -> tuple[list[dict], dict]:
+    """Untyped phrases with the majority vote of their examples as entity type (none: OTHER)."""
+    out, n_typed = [], 0
+    for r in rows:
+        v = votes.get(r["phrase_key"])
+        et = majority_entity_type(v) if v else labels.OTHER
+        n_typed += bool(v)
+        lab = labels.label(r["lexical_type"], et)
+        out.append({**r, "entity_type": et, "label": lab, "label_id": labels.label_id(lab)})
+    return out, {"phrases_typed_by_examples": n_typed, "phrases_without_example_vote": len(rows) - n_typed}
+
+
+def write_types(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
+    """Step 3: one phrase bucket typed."""
+    out = plan.phrases
+    if out.has_part(bucket):
+        return {"bucket": bucket, "reused": True, **(out.part_metadata(bucket) or {})}
+    v = plan.votes.read_bucket(bucket, ["phrase_key", "entity_type", "count"])
+    votes: dict[str, Counter] = defaultdict(Counter)
+    for key, et, n in zip(*(v[c].to_pylist() for c in ("phrase_key", "entity_type", "count"))):
+        votes[key][et] += n
+    rows, stats = typed(untyped.read_part(bucket).to_pylist(), votes)
+    out.write_part(bucket, pa.Table.from_pylist(rows, schema=PHRASES), metadata=stats)
+    return {"bucket": bucket, "reused": False, **stats}
+
+
+def _inputs(untyped: Dataset, sentences: Dataset) -> dict:
+    return {"untyped_phrases": untyped.version, "sentences": sentences.version}
+
+
+def commit_step(out: Dataset, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
+    """Commit the requests or the votes (the next step reads them by bucket), their parts' counts summed."""
+    if out.is_complete():
+        return out.manifest()
+    return out.commit(code_version=CODE_VERSION, params=params, inputs=_inputs(untyped, sentences),
+                      stats=dict(out.metadata_totals()))
+
+
+def commit_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
+    if plan.phrases.is_complete():
+        return plan.phrases.manifest()
+    requests, votes = plan.requests.manifest()["stats"], plan.votes.manifest()["stats"]
+    if requests["requests"] != votes["requests_matched"] + votes["requests_unmatched"]:
+        raise AssertionError(f"example requests do not reconcile: {requests} against {votes}")
+    totals = plan.phrases.metadata_totals()
+    stats = dict(untyped.manifest().get("stats") or {}) | requests | votes | {
+        k: totals[k] for k in ("phrases_typed_by_examples", "phrases_without_example_vote")}
+    return plan.phrases.commit(code_version=CODE_VERSION, params=params, inputs=_inputs(untyped, sentences),
+                               stats=stats, extra={"labels": labels.vocabulary()})
+
+
+from prefect import task, unmapped  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+
+
+@task(name="plan-phrase-types", cache_policy=NONE)
+def plan_types_task(untyped: Dataset, sentences: Dataset, params: dict, buckets: int) -> TypingPlan:
+    plan = plan_types(untyped, sentences, params, buckets)
+    if not plan.phrases.is_complete():
+        backends(params)  # a missing model fails here, before any work is mapped
+    return plan
+
+
+@task(name="example-requests", task_run_name="example-requests-{bucket}", cache_policy=NONE, retries=1)
+def requests_task(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
+    return write_requests(untyped, bucket, plan)
+
+
+@task(name="example-votes", task_run_name="example-votes-{group}", cache_policy=NONE, retries=1)
+def votes_task(group: int, plan: TypingPlan, params: dict, sentences: Dataset) -> dict:
+    return write_votes(group, plan, params, sentences.fs)
+
+
+@task(name="phrase-types", task_run_name="phrase-types-{bucket}", cache_policy=NONE, retries=1)
+def types_task(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
+    return write_types(untyped, bucket, plan)
+
+
+@task(name="commit-phrase-types-step", cache_policy=NONE)
+def commit_typing_step_task(out: Dataset, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
+    return commit_step(out, untyped, sentences, params)
+
+
+@task(name="commit-phrase-types", cache_policy=NONE)
+def commit_types_task(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
+    return commit_types(plan, untyped, sentences, params)
+
+
+def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, buckets: int) -> tuple[Dataset, dict]:
+    """The stage in its flow: untyped_phrases -> phrases, entity types from example sentences."""
+    plan = plan_types_task(untyped, sentences, params, buckets)
+    requests_task.map(unmapped(untyped), range(buckets), unmapped(plan)).result()
+    commit_typing_step_task(plan.requests, untyped, sentences, params)
+    votes_task.map(range(len(plan.starts)), unmapped(plan), unmapped(params), unmapped(sentences)).result()
+    commit_typing_step_task(plan.votes, untyped, sentences, params)
+    types_task.map(unmapped(untyped), range(buckets), unmapped(plan)).result()
+    return plan.phrases, commit_types_task(plan, untyped, sentences, params)
