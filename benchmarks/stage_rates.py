@@ -711,7 +711,7 @@ def scaling_table(runs: list[dict]) -> str:
     """Per worker count: the largest replicate against the smallest, stage by stage."""
     rows = []
     for w in sorted({r["workers"] for r in runs}):
-        mine = sorted((r for r in runs if r["workers"] == w), key=lambda r: r["replicate"])
+        mine = sorted((r for r in runs if r["workers"] == w), key=run_size)
         if len(mine) < 2:
             continue
         a, b = mine[0], mine[-1]
@@ -721,7 +721,7 @@ def scaling_table(runs: list[dict]) -> str:
             per_unit = secs / units if secs and units else None
             rss_a = max(sa["peak_rss_mb_per_worker"] or [sa["peak_rss_mb_driver"]])
             rss_b = max(sb["peak_rss_mb_per_worker"] or [sb["peak_rss_mb_driver"]])
-            rows.append([w, f"{a['replicate']}->{b['replicate']}", sa["stage"], _fmt(units, 2), _fmt(secs, 2),
+            rows.append([w, f"{run_size(a)}->{run_size(b)}", sa["stage"], _fmt(units, 2), _fmt(secs, 2),
                          _fmt(per_unit, 2), f"{_fmt(rss_a, 0)} -> {_fmt(rss_b, 0)}", _fmt(rss_b / rss_a, 2)])
     return markdown(rows, ["workers", "replicate", "stage", "units x", "wall x", "s per unit x",
                            "peak RSS MB (worker; flow process if none)", "RSS x"])
@@ -782,6 +782,11 @@ def _core_s(step: dict, basis: str) -> float:
     return step["cpu_s"] if basis == "cpu" else step["wall_s"] * step["cores"]
 
 
+def run_size(run: dict) -> int:
+    """How much input a run read: copies x pages taken (runs of one --max-pages: the copies)."""
+    return run["replicate"] * (run.get("max_pages") or 1)
+
+
 def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, phrases: float | None = None,
                    raw_pages: str = "multistream", basis: str = "cpu", min_s: float = 2.0,
                    buckets: int | None = None) -> dict:
@@ -813,10 +818,10 @@ def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, p
 
     enwiki = {**ENWIKI, **(enwiki or {})}
     runs = results["runs"]
-    big, small = max(r["replicate"] for r in runs), min(r["replicate"] for r in runs)
-    base = next(r for r in runs if r["replicate"] == small)["counts"]
-    top = sorted((r for r in runs if r["replicate"] == big), key=lambda r: r["workers"])
-    pairs = [(next((s for s in runs if s["replicate"] == small and s["workers"] == r["workers"]), None), r)
+    big, small = max(map(run_size, runs)), min(map(run_size, runs))
+    base = next(r for r in runs if run_size(r) == small)["counts"]
+    top = sorted((r for r in runs if run_size(r) == big), key=lambda r: r["workers"])
+    pairs = [(next((s for s in runs if run_size(s) == small and s["workers"] == r["workers"]), None), r)
              for r in top]
     params = copy.deepcopy(top[0]["params"])
     if buckets is not None:
@@ -914,9 +919,9 @@ def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, p
     unclean = [s for s in out if not s["clean"]]
     notes = [
         SOURCES_NOTE,
-        f"measured: replicate {big} ({top[0]['counts']['pages']} pages, {top[0]['counts']['sentences']} sentences, "
+        f"measured: size {big} ({top[0]['counts']['pages']} pages, {top[0]['counts']['sentences']} sentences, "
         f"{top[0]['counts']['phrases']} phrases) with {', '.join(str(r['workers']) for r in top)} workers, the "
-        f"slower per core; marginal: against replicate {small}, on {basis} time; ratios of replicate {small}: "
+        f"slower per core; marginal: against size {small}, on {basis} time; ratios of size {small}: "
         f"{base['sentences'] / base['pages']:.1f} sentences per page, {phrases_per_sentence:.3f} phrases per "
         f"sentence, {words_per_sentence:.1f} words per sentence",
         f"raw_pages and pages scale with the sentences: by pages (23M) at the rate they would take {by_pages:.2f} h, "
@@ -930,14 +935,14 @@ def project_stages(results: dict, cores: int = 64, enwiki: dict | None = None, p
         "left out: Prefect's API overhead per task run, and model loading (load_s; once per worker)",
     ]
     if unclean:
-        notes.append(f"not measured cleanly (under {min_s:g} s at replicate {big}; their hours are timer noise "
+        notes.append(f"not measured cleanly (under {min_s:g} s at size {big}; their hours are timer noise "
                      "times the scale-up, read them as 'small' or rerun on a larger input): "
                      + ", ".join(f"{s['stage']} ({s['measured_s']:.2f} s)" for s in unclean))
     if memory:
         notes.append("memory: buckets do not grow with the corpus, so what one task holds does (parts and chunks "
                      "keep their size); " + "; ".join(memory))
     if any(s["flat_steps"] for s in out):
-        notes.append("steps whose time did not grow between the replicates (marginal 0): " + "; ".join(
+        notes.append("steps whose time did not grow between the sizes (marginal 0): " + "; ".join(
             f"{s['stage']}: {', '.join(s['flat_steps'])}" for s in out if s["flat_steps"]))
     clean = [s for s in out if s["clean"]] or out
     return {"cores": cores, "basis": basis, "enwiki": {**enwiki, **full}, "replicates": [small, big], "stages": out,
@@ -1018,7 +1023,9 @@ def run(
     source: list[str] = typer.Option(["sample"], help="input(s), read in order: 'sample', a dump, JSON lines"),
     workers: str = typer.Option("1,2", help="comma-separated worker counts"),
     replicate: str = typer.Option("1,4", help="comma-separated copies of the input"),
-    max_pages: Optional[int] = typer.Option(100, help="pages taken from the input(s) before replicating"),
+    max_pages: str = typer.Option("100", help="pages taken from the input(s) before replicating; comma-separated: "
+                                             "a run per count (distinct real pages as the larger size, where copies "
+                                             "would pass every phrase of a copied page through min_freq)"),
     pages_per_partition: int = typer.Option(10, help="small parts, so that every worker has parts to extract"),
     sentences_per_chunk: int = typer.Option(500, help="small chunks, so that every worker has sentences to mine"),
     param: list[str] = typer.Option([], help="more build-corpus parameters, key=JSON (e.g. phrase_buckets=16)"),
@@ -1043,13 +1050,15 @@ def run(
         out.write_text(json.dumps(results, indent=2, default=str))
 
     with tempfile.TemporaryDirectory(prefix="stage_rates_") as tmp:
-        for n in [int(x) for x in replicate.split(",")]:
-            made = replicate_inputs(source, max_pages, n, Path(tmp) / f"input-r{n}")
-            results["setup"].setdefault("inputs", {})[str(n)] = made["pages"]
+        page_counts = [int(x) for x in max_pages.split(",")] if max_pages.lower() != "all" else [None]
+        for m, n in [(m, n) for m in page_counts for n in [int(x) for x in replicate.split(",")]]:
+            made = replicate_inputs(source, m, n, Path(tmp) / f"input-p{m}-r{n}")
+            results["setup"].setdefault("inputs", {})[f"{m}x{n}" if len(page_counts) > 1 else str(n)] = made["pages"]
             for w in [int(x) for x in workers.split(",")]:
-                typer.echo(f"\n## workers={w} replicate={n}: {sum(x['pages_written'] for x in made['pages'])} pages")
-                one = {"workers": w, "replicate": n,
-                       **run_in_subprocess(made["paths"], w, f"{tmp}/store-w{w}-r{n}", overrides, interval)}
+                typer.echo(f"\n## workers={w} max_pages={m} replicate={n}: "
+                           f"{sum(x['pages_written'] for x in made['pages'])} pages")
+                one = {"workers": w, "replicate": n, **({"max_pages": m} if len(page_counts) > 1 else {}),
+                       **run_in_subprocess(made["paths"], w, f"{tmp}/store-w{w}-p{m}-r{n}", overrides, interval)}
                 results["runs"].append(one)
                 save()  # each run kept as it ends: an hour's work
                 typer.echo(run_table(one))

@@ -1,6 +1,9 @@
 """ner_scope "examples": a mining pass without NER, then entity types from the kept phrases' example sentences."""
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -119,3 +122,22 @@ def test_the_default_scope_leaves_dataset_versions_as_they_were():
     assert "ner_scope" not in PhrasesConfig().mining_params(8)
     assert PhrasesConfig(ner_scope="examples").mining_params(8)["ner_scope"] == "examples"
     assert PhrasesConfig(ner_scope="examples").reduce_params()["ner_scope"] == "examples"
+
+
+def test_the_scope_comparison_counts_agreement_by_frequency_band():
+    spec = importlib.util.spec_from_file_location(
+        "entity_typing_scope", Path(__file__).resolve().parents[1] / "benchmarks" / "entity_typing_scope.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    compare = module.compare
+    full = [{"phrase_key": "a", "entity_type": "ORG", "frequency": 2},
+            {"phrase_key": "b", "entity_type": "GPE", "frequency": 50},
+            {"phrase_key": "c", "entity_type": "OTHER", "frequency": 60},
+            {"phrase_key": "d", "entity_type": "DATE", "frequency": 500}]
+    examples = [{**full[0]}, {**full[1], "entity_type": "ORG"}, {**full[2]}]  # "d" not in the examples run
+    result = compare(full, examples)
+    assert result["shared"] == 3 and result["overall"]["agreement"] == round(2 / 3, 4)
+    assert result["by_frequency"]["2-3"] == {"phrases": 1, "agreement": 1.0, "typed_share_all": 1.0,
+                                             "typed_share_examples": 1.0}
+    assert result["by_frequency"]["10-99"]["agreement"] == 0.5
+    assert result["disagreements"] == {"GPE -> ORG": 1}
