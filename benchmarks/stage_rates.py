@@ -1034,6 +1034,11 @@ def run(
     out: Path = typer.Option(Path("benchmarks/results/stage_rates.json")),
 ) -> None:
     """Measure every stage per (workers, replicate); print the tables and the projection."""
+    import signal
+
+    # A stopped run (kill, a session's end) must end its `one` process group too, which runs in a
+    # session of its own: SIGTERM's default ends this process without run_in_subprocess's cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     overrides = {"pages_per_partition": pages_per_partition, "sentences_per_chunk": sentences_per_chunk,
                  **parse_overrides(param)}

@@ -140,6 +140,15 @@ def test_projection_scales_by_the_driver_over_the_cores_a_step_can_use():
     assert on_cpu["stages"][1]["hours_rate"] == pytest.approx(aug["hours_rate"])
 
 
+def test_runs_of_more_distinct_pages_are_the_larger_size():
+    # --max-pages 2000,6000 with one copy: sizes 2000 and 6000, the marginal between them; listed
+    # larger first, so the order of the runs does not decide
+    big, small = (dict(_run(1, 1, n, n // 2, n / 10, n / 100, 1.0), max_pages=m) for n, m in ((3000, 6000), (1000, 2000)))
+    proj = sr.project_stages({"runs": [big, small]}, cores=64, enwiki={"sentences": 1e6, "pages": 1e4}, basis="wall")
+    assert proj["replicates"] == [2000, 6000]
+    assert proj["stages"][0]["hours_marginal"] == pytest.approx(1e6 * 0.1 / 64 / 3600)
+
+
 def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
     """The benchmark runs the stages itself, so a change of the flow's wiring (a task given a new
     input, as augmentations got the sentences for context positives) must show here, not in an
