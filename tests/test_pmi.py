@@ -132,3 +132,57 @@ def test_a_change_to_the_pmi_candidates_versions_only_the_pmi_datasets(tmp_path,
     monkeypatch.setitem(occ_stage.PARSER_CODE_VERSIONS, "pmi", "pmi-candidates-next")
     assert occ_stage.plan_outputs(sentences, spacy_p).occurrences.version == before["spacy"]
     assert occ_stage.plan_outputs(sentences, pmi_p).occurrences.version != before["pmi"]
+
+
+def test_the_pos_lookup_gives_the_attribute_rulers_pos_on_every_token():
+    # The ruler's Matcher pass replaced by a lookup of its own rules: every token's POS, and so every
+    # candidate, as with the ruler (the words its exceptions name: "n't", "'s", "have", "that")
+    import warnings
+
+    from pearl_model.phrases.pmi import PmiCandidates, TagPos, candidates
+    from tests.test_phrase_stages import SENTENCES_TEXT
+
+    texts = [t for t in SENTENCES_TEXT if t] + [
+        "She didn't say that it's the one they have seen, but those were not there.",
+        "I'm sure there are some who'd have done it , and  that  was that.",
+        "What did he do?  Who's there?\tNobody knows which one."]
+    fast = PmiCandidates(entities=False)
+    assert fast._pos is not None and "attribute_ruler" not in fast.nlp.pipe_names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast.nlp.enable_pipe("attribute_ruler")  # the same pipeline with its ruler back
+        try:
+            ruled = list(fast.nlp.pipe(texts))
+        finally:
+            fast.nlp.disable_pipe("attribute_ruler")
+        looked = [fast._pos.annotate(d) for d in fast.nlp.pipe(texts)]
+    assert [[t.pos_ for t in d] for d in looked] == [[t.pos_ for t in d] for d in ruled]
+    assert {t.pos_ for d in ruled for t in d} >= {"AUX", "PART", "PRON", "VERB", "NOUN", "SPACE"}
+    assert [candidates(d, 8) for d in looked] == [candidates(d, 8) for d in ruled]
+
+
+def test_the_pos_lookup_declines_rules_it_cannot_settle():
+    from pearl_model.phrases.pmi import TagPos
+
+    class Ruler:
+        def __init__(self, patterns):
+            self.patterns = patterns
+
+    class Nlp:
+        pipe_names = ["tok2vec", "tagger", "attribute_ruler"]
+
+        def __init__(self, patterns):
+            self.ruler = Ruler(patterns)
+
+        def get_pipe(self, name):
+            return self.ruler
+
+    tag = {"patterns": [[{"TAG": "NN"}]], "attrs": {"POS": "NOUN"}}
+    dep = {"patterns": [[{"DEP": "expl"}, {"LOWER": "is"}]], "attrs": {"POS": "VERB"}}  # never without a parser
+    assert TagPos.of(Nlp([tag, dep])).rules == [({"tag_": "NN"}, "NOUN")]
+    not_dep = {"patterns": [[{"TAG": "DT", "DEP": {"NOT_IN": ["det"]}}]], "attrs": {"POS": "PRON"}}  # "" is not det
+    assert TagPos.of(Nlp([tag, not_dep])).rules[-1] == ({"tag_": "DT"}, "PRON")
+    assert TagPos.of(Nlp([tag, {"patterns": [[{"TAG": {"REGEX": "^N"}}]], "attrs": {"POS": "NOUN"}}])) is None
+    assert TagPos.of(Nlp([tag, {"patterns": [[{"TAG": "NN"}, {"TAG": "NN"}]], "attrs": {"POS": "NOUN"}}])) is None
+    Nlp.pipe_names = ["tok2vec", "tagger", "parser", "attribute_ruler"]
+    assert TagPos.of(Nlp([tag])) is None  # with a parser, DEP tests could match: keep the ruler
