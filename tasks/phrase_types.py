@@ -100,24 +100,25 @@ def write_requests(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
     keys = t["phrase_key"].take(pc.list_parent_indices(t["example_sentence_ids"]))
     group = np.searchsorted(np.asarray(plan.starts, dtype=np.int64), ids.to_numpy(), side="right") - 1
     routed = group >= 0
-    table = pa.table({"bucket": pa.array(group[routed], pa.int32()), "sentence_id": ids.filter(pa.array(routed)),
-                      "phrase_key": keys.filter(pa.array(routed)),
+    mask = pa.array(routed)
+    table = pa.table({"bucket": pa.array(group[routed], pa.int32()), "sentence_id": ids.filter(mask),
+                      "phrase_key": keys.filter(mask),
                       "phrase_bucket": pa.array(np.full(int(routed.sum()), bucket), pa.int32())})
     stats = {"requests": int(routed.sum()), "requests_unroutable": int((~routed).sum())}
     out.write_part(bucket, table, metadata=stats)
     return {"bucket": bucket, "reused": False, **stats}
 
 
-def votes_of(texts: list[str], wanted: list[set[str]], params: dict) -> tuple[list[Counter], dict]:
-    """Per sentence, the entity types the mining pass with NER gives its wanted phrases' occurrences."""
+def votes_of(texts: list[str], wanted: list[set[str]], params: dict) -> tuple[list[dict[str, Counter]], dict]:
+    """Per sentence and wanted phrase, the entity types the mining pass with NER gives its occurrences."""
     parser, ner = backends(params)
     occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
                               min_words=params["min_words"], max_words=params["max_words"], language=params["language"])
     check_stats(stats)
-    found: list[Counter] = [Counter() for _ in texts]
+    found: list[dict[str, Counter]] = [defaultdict(Counter) for _ in texts]
     for o in occurrences:
         if o.key in wanted[o.index]:
-            found[o.index][(o.key, o.entity_type)] += 1
+            found[o.index][o.key][o.entity_type] += 1
     return found, {"sentences_parsed": stats["sentences_parsed"]}
 
 
@@ -141,7 +142,7 @@ def write_votes(group: int, plan: TypingPlan, params: dict, fs) -> dict:
     votes: Counter = Counter()
     matched = 0
     for sid, key, pb in zip(*(req[c].to_pylist() for c in ("sentence_id", "phrase_key", "phrase_bucket"))):
-        hits = {et: n for (k, et), n in found[position[sid]].items() if k == key} if sid in position else {}
+        hits = found[position[sid]].get(key, {}) if sid in position else {}
         matched += bool(hits)
         for et, n in hits.items():
             votes[(pb, key, et)] += n

@@ -64,9 +64,6 @@ def make_ner(name: str, **options) -> EntityRecognizer | None:
     raise ValueError(f"unknown NER backend {name!r}: choose one of {NER_BACKENDS}")
 
 
-NER_SCOPES = ("all", "examples")
-
-
 def deferred_ner(params: dict) -> bool:
     """Whether a run's entity types come from its phrases' example sentences, not the mining pass."""
     return params.get("ner_scope", "all") == "examples"
