@@ -69,13 +69,16 @@ COPY requirements-data.txt ./
 RUN pip install --no-deps -r requirements-data.txt
 
 # The project itself, owned by root: the worker can read it, not change it.
-COPY README.md prefect.yaml ./
+COPY README.md LICENSE prefect.yaml ./
 COPY flows/ flows/
 COPY tasks/ tasks/
 COPY storage/ storage/
 COPY pearl_model/ pearl_model/
 COPY pearl_cli/ pearl_cli/
+# The distribution installs pearl_model and pearl_cli; flows/, tasks/ and storage/ run from /app
+# (scripts/setup.sh does the same for a checkout's .venv).
 RUN pip install --no-deps -e . \
+    && python -c "import sysconfig; open(sysconfig.get_paths()['purelib'] + '/pearl-pipeline-checkout.pth', 'w').write('/app\\n')" \
     && mkdir data && chown pearl:pearl data \
     && python -c "import flows.build_corpus, flows.train, flows.evaluate, flows.retrain" \
     && python -c "import prefect, torch; print('prefect', prefect.__version__, 'torch', torch.__version__)"

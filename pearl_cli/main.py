@@ -17,6 +17,7 @@ resolve `current`, and encodes with `pearl_model`, which itself never imports `s
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import io
 import json
 import os
@@ -31,6 +32,18 @@ from pearl_model.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.onnx_backend import BACKENDS
 
 app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pearl-pipeline {importlib.metadata.version('pearl-pipeline')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the installed pearl-pipeline version and exit")) -> None:
+    """PEARL phrase embeddings."""
 models_app = typer.Typer(add_completion=False, help="The model registry: list, show, promote, roll back.")
 app.add_typer(models_app, name="models")
 BACKBONE = typer.Option("current", "--backbone", "-b", "--model",
@@ -46,26 +59,32 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _registry(storage_root: Optional[str]):
-    from storage.registry import ModelRegistry
+def _registry_module():
+    try:
+        import storage.registry
+    except ImportError:  # installed from a wheel: the registry is the pipeline's, in its checkout
+        _fail("the model registry (`current`, `pearl models`) needs the pipeline's checkout "
+              "(bash scripts/setup.sh there); or pass --model DIR or a backbone name")
+    return storage.registry
 
-    return ModelRegistry(storage_root or "data")
+
+def _registry(storage_root: Optional[str]):
+    return _registry_module().ModelRegistry(storage_root or "data")
 
 
 def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
     """(the spec to load, how to name it): `current` becomes the current model's directory."""
     if backbone == "current":
-        from storage.registry import NoCurrentModel, RegistryError
-
+        registry = _registry_module()
         try:
             model = _registry(storage_root).current_model()
             path = str(model.local_copy())
             typer.secho(f"model: current = {model.version} ({path})", err=True)
             return path, f"current: {model.version}"
-        except NoCurrentModel as e:
+        except registry.NoCurrentModel as e:
             typer.secho(f"{e}; using the backbone {DEFAULT_BACKBONE}", fg="yellow", err=True)
             return DEFAULT_BACKBONE, DEFAULT_BACKBONE
-        except (RegistryError, OSError) as e:
+        except (registry.RegistryError, OSError) as e:
             _fail(f"cannot open the current model: {e}")
     return backbone, backbone
 
@@ -280,7 +299,7 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
 def models_show(version: Optional[str] = typer.Argument(None, help="a model version (default: the current one)"),
                 storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """A registry entry as JSON (the current pointer and its history when no version is given)."""
-    from storage.registry import RegistryError
+    RegistryError = _registry_module().RegistryError  # noqa: N806
 
     reg = _registry(storage_root)
     try:
@@ -297,7 +316,7 @@ def models_promote(version: str = typer.Argument(..., help="a registered model v
                    reason: str = typer.Option("promoted by hand", help="recorded in the pointer's history"),
                    storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """Make a registered model current (no gate: an operator's decision)."""
-    from storage.registry import RegistryError
+    RegistryError = _registry_module().RegistryError  # noqa: N806
 
     reg = _registry(storage_root)
     try:
@@ -312,7 +331,7 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
                     reason: Optional[str] = typer.Option(None, help="recorded in the pointer's history"),
                     storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """Point `current` back at the previous model (or at --to)."""
-    from storage.registry import RegistryError
+    RegistryError = _registry_module().RegistryError  # noqa: N806
 
     try:
         ptr = _registry(storage_root).rollback(to, reason)

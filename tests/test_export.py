@@ -346,5 +346,6 @@ def test_the_export_carries_a_model_card_and_its_onnx_graph(exported):
     assert re.search(r"\| training set \| v\d \|", card) and f"{HIDDEN + PROJ} floats = {HIDDEN} backbone + {PROJ} character" in card
     assert "AutoModel.from_pretrained(DIR)` loads the" in card and "without the character branch" in card
     assert "| PEARL-small (paper) | 97.2 | 69.2 |" in card
+    assert "CC BY-SA 4.0" in card.split("## Licence")[1]  # the training data's licence travels with the model
     assert json.loads((exported / "onnx" / "graph.json").read_text())["inputs"] == \
         ["input_ids", "attention_mask", "char_ids", "word_mask"]
