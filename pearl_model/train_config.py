@@ -46,8 +46,8 @@ class TrainConfig(BaseModel):
     freeze_embeddings: bool = Field(True, description="keep the backbone's embedding matrix as it is")
     freeze_layers: Optional[int] = Field(
         None, ge=0, description="keep the lowest N transformer layers as they are (none: the lower half; 0: "
-                                "train all). On dev data the lower half frozen kept BC5CDR's chemical/disease "
-                                "split for 3 seeds of 3, at 1.4x less per anchor")
+                                "train all). On dev data the lower half frozen keeps BC5CDR's chemical/disease "
+                                "split, at less time per anchor (docs/research/recipe-freezing.md)")
     distill_weight: float = Field(10.0, ge=0, description="weight of the term that keeps the anchors where the "
                                                           "original backbone put them (0: off)")
     distill_temperature: float = Field(0.05, gt=0, description="the layout target's softmax temperature")
@@ -63,7 +63,7 @@ class TrainConfig(BaseModel):
     average_weight: Union[UnitFloat, Annotated[tuple[UnitFloat, ...], Field(min_length=1)]] = Field(
         (0.5, 0.25), description="the fine-tuned backbone's share when averaged with the original at export "
         "(the paper's 0.5); several: checkpoints are chosen at the first, and the kept one is exported at the "
-        "first that loses on no dev signal, tried in order (README \"How far to move the backbone\")")
+        "first that loses on no dev signal, tried in order (docs/research/recipe-averaging.md)")
     char_scale: Union[PositiveFloat, Annotated[tuple[PositiveFloat, ...], Field(min_length=1)]] = Field(
         0.5, description="the character part of the exported vector x this (1: as trained); several: the dev "
                          "selection scores each checkpoint at each and keeps the best (ties: the first)")

@@ -129,9 +129,9 @@ class WordVectorsConfig(_Stage):
 class PositivesConfig(_Stage):
     """augmentations: the cached positives."""
     cached_kinds: Optional[list[Literal["wordnet", "fasttext", "alias", "paraphrase", "context"]]] = Field(
-        None, min_length=1, description="the cached kinds written; none: wordnet, paraphrase and context. Left out by default, on "
-                          "labelled samples of the sample + ovos corpus: fastText neighbours (2 of 100 right) and "
-                          "aliases (63 of 100 with the anchor filters); README \"Positives\"")
+        None, min_length=1, description="the cached kinds written; none: wordnet, paraphrase and context. fastText neighbours and "
+                          "aliases are left out by default: on labelled samples of the sample + ovos corpus too few "
+                          "of them are right (docs/research/data-positives-precision.md)")
     positives_per_kind: int = Field(3, ge=1, description="cached positives kept per phrase and kind")
     fasttext_threshold: float = Field(0.75, ge=-1, le=1, description="fastText neighbours at least this similar "
                                                                      "become synonyms")

@@ -1,4 +1,4 @@
-"""The floors' import rules (DESIGN.md), read from the source: flows over tasks over pearl_model
+"""The floors' import rules (docs/design.md), read from the source: flows over tasks over pearl_model
 and storage, the CLI above them all; no stage imports another stage; the library imports
 neither storage, tasks nor flows; storage imports nothing of the project."""
 from __future__ import annotations

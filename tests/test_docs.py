@@ -1,0 +1,192 @@
+"""The documentation site: it builds with --strict; its generated reference pages hold every
+setting, every dataset column and every public name; a broken link, a missing results file or a
+setting without a description fails the build; and the README's two commands are what CI runs."""
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel, Field
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = ROOT / "docs" / "hooks"
+sys.path.insert(0, str(HOOKS))
+
+import api_reference  # noqa: E402
+import config_reference  # noqa: E402
+import datasets_reference  # noqa: E402
+import research_nav  # noqa: E402
+
+
+def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = mkdocs_build(ROOT / "mkdocs.yml", out)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
+    return out
+
+
+def article(site: Path, page: str) -> str:
+    text = (site / page / "index.html").read_text(encoding="utf-8")
+    return text[text.index("<article"):text.index("</article>")]
+
+
+def section(page_html: str, anchor: str) -> str:
+    """The HTML from the heading with id `anchor` to the next heading of the same level."""
+    match = re.search(rf'<h(\d) id="{re.escape(anchor)}"', page_html)
+    assert match, f"no heading #{anchor}"
+    end = re.compile(rf"<h{match.group(1)}[ >]").search(page_html, match.end())
+    return page_html[match.start():end.start() if end else None]
+
+
+# --- the generated reference pages --------------------------------------------------------------
+
+def test_configuration_page_holds_every_field_of_every_model(site):
+    page = article(site, "reference/configuration")
+    for _, parameter, model in config_reference.models():
+        rows = section(page, parameter)
+        for name, field in model.model_fields.items():
+            assert f"<td><code>{name}</code></td>" in rows, f"{model.__name__}.{name} missing from the page"
+        assert len(re.findall(r"<tr>", rows)) == len(model.model_fields) + 1  # + the header row
+
+
+def test_configuration_page_shows_defaults_and_bounds():
+    text = config_reference.render()
+    assert re.search(r"\| `batch_size` \| `int` \| `512` \| ≥ 2 \|", text)
+    assert re.search(r"\| `alias_min_anchor_share` \| `float` \| `0.5` \| ≥ 0, ≤ 1 \|", text)
+
+
+def test_a_field_without_a_description_fails_the_generator():
+    class Settings(BaseModel):
+        described: int = Field(1, description="has one")
+        bare: int = 2
+
+    with pytest.raises(config_reference.MissingDescription, match="bare"):
+        config_reference.render_model(Settings, "### Settings")
+
+
+def test_datasets_page_holds_every_dataset_and_column(site):
+    from storage.schemas import ALL
+
+    page = article(site, "reference/datasets")
+    for dataset, schema in ALL.items():
+        rows = section(page, dataset)
+        for field in schema:
+            assert f"<td><code>{field.name}</code></td>" in rows, f"{dataset}.{field.name} missing"
+
+
+def test_datasets_page_reads_the_schemas_comments():
+    above, columns, entries = datasets_reference.source_notes(datasets_reference.SOURCE.read_text())
+    assert above["TRAINING_SET"].startswith("What the training flow reads")  # past the _POSITIVE helper
+    assert columns["NEGATIVES"]["score"] == "edit_sim - min-max-normalised cosine"
+    assert entries["untyped_phrases"][0] == "PHRASES"
+
+
+def test_api_page_documents_every_public_name(site):
+    page = html.unescape(article(site, "reference/api"))
+    source = (ROOT / "docs" / "reference" / "api.md").read_text(encoding="utf-8")
+    for name, module in api_reference.public_names().items():
+        assert f"::: pearl_model.{name}\n" in source, f"docs/reference/api.md has no ::: pearl_model.{name}"
+        assert f'id="{module}.{name}"' in page, f"pearl_model.{name} not rendered"
+
+
+def test_api_blocks_name_public_names_only():
+    from mkdocs.exceptions import PluginError
+
+    assert api_reference.resolve("::: pearl_model.load_encoder\n").startswith("::: pearl_model.")
+    with pytest.raises(PluginError, match="not_public"):
+        api_reference.resolve("::: pearl_model.not_public\n")
+
+
+def test_every_research_page_is_in_the_nav(site):
+    nav = (site / "index.html").read_text(encoding="utf-8")
+    for page in sorted((ROOT / "docs" / "research").glob("*.md")):
+        target = "research/" if page.name == "index.md" else f"research/{page.stem}/"
+        assert f'href="{target}"' in nav, f"{page.name} missing from the nav"
+
+
+def test_research_nav_is_the_files_present_titled_by_their_headings(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    (tmp_path / "research").mkdir()
+    (tmp_path / "research" / "index.md").write_text("# Research\n")
+    (tmp_path / "research" / "speed-b.md").write_text("```\n# not this\n```\n# Speed B\n")
+    (tmp_path / "research" / "data-a.md").write_text("# Data A\n\ntext\n")
+    assert research_nav.research_nav(tmp_path) == [
+        "research/index.md", {"Data A": "research/data-a.md"}, {"Speed B": "research/speed-b.md"}]
+    (tmp_path / "research" / "eval-c.md").write_text("no heading\n")
+    with pytest.raises(PluginError, match="eval-c.md"):
+        research_nav.research_nav(tmp_path)
+
+
+# --- what fails the build -----------------------------------------------------------------------
+
+class _AnyTag(yaml.SafeLoader):
+    """mkdocs.yml's python/name and !relative tags read as None: only plain keys are wanted."""
+
+
+_AnyTag.add_multi_constructor("", lambda loader, suffix, node: None)
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A throwaway MkDocs project with the site's hooks and link validation, no nav."""
+    real = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_AnyTag)
+    config = {"site_name": "tiny", "docs_dir": "docs", "validation": real["validation"],
+              "hooks": [str(ROOT / h) for h in real["hooks"]]}
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    (tmp_path / "docs" / "other.md").write_text("# Other\n\n## Known\n", encoding="utf-8")
+
+    def build(index: str) -> subprocess.CompletedProcess:
+        (tmp_path / "docs" / "index.md").write_text(index, encoding="utf-8")
+        return mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
+
+    return build
+
+
+def test_the_tiny_project_builds_when_nothing_is_wrong(tiny):
+    result = tiny("# Home\n\nSee [other](other.md#known).\n")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("index, error", [
+    ("# Home\n\nSee [gone](missing.md).\n", "missing.md"),
+    ("# Home\n\nSee [other](other.md#unknown-anchor).\n", "unknown-anchor"),
+    ('# Home\n\nScore {{ value("no-such-results.json", "x") }}.\n', "no-such-results.json"),
+])
+def test_the_build_fails(tiny, index, error):
+    result = tiny(index)
+    assert result.returncode != 0
+    assert error in result.stderr
+
+
+# --- CI runs what the README says ---------------------------------------------------------------
+
+def test_readme_gives_the_two_commands_in_a_bash_block():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", readme, re.S | re.M)
+    lines = {line.strip() for block in blocks for line in block.splitlines()}
+    assert {"bash scripts/run.sh", "bash scripts/test.sh"} <= lines
+
+
+def test_ci_builds_the_docs_strictly_and_runs_the_tests():
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.strip().startswith("#")]
+    assert "exec bash scripts/test.sh" in ci or "bash scripts/test.sh" in ci
+    assert "bash scripts/docs.sh build" in ci
+    docs_sh = (ROOT / "scripts" / "docs.sh").read_text()
+    assert re.search(r"^\s*build\).*mkdocs build --strict", docs_sh, re.M)
+    assert "'.[test,docs]'" in (ROOT / "scripts" / "setup.sh").read_text()  # setup installs mkdocs
