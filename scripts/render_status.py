@@ -35,7 +35,7 @@ def template() -> str:
     row = lambda label, base: f"| {label} | " + " | ".join(  # noqa: E731
         f'{{{{ value("{QUALITY}", {base + [key]!r}, ".1f") }}}}' for _, key in DATASETS) + " |"
     return "\n".join([
-        "Test sets of the [PEARL benchmark](docs/research/index.md) (x100), the default `train` recipe on the",
+        "Test sets of the [PEARL benchmark](docs/research/eval-benchmark.md) (x100), the default `train` recipe on the",
         "sample + offline lead-section corpus, on CPU, against its backbone (multilingual-e5-small):",
         "",
         head, rule,
