@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from .benepar_parser import BeneparParser
 from .entity_types import occurrence_type
+from .hf_ner import TransformersNer
+from .pmi import PmiCandidates
 from .screening import screen
+from .spacy_rules import SpacyDependencyParser
 from .spans import ConstituencyParser, EntityRecognizer, ModelMissing
 
 PARSERS = ("spacy", "benepar", "pmi")
@@ -35,18 +39,10 @@ def phrase_key(text: str) -> str:
 def make_parser(name: str, **options) -> ConstituencyParser:
     """A parser backend by name; options go to its constructor (model=..., batch_size=...)."""
     if name == "spacy":
-        from .spacy_rules import SpacyDependencyParser
-
         return SpacyDependencyParser(**options)
-    if name == "benepar":
-        try:
-            from .benepar_parser import BeneparParser
-        except ImportError as exc:
-            raise ModelMissing(f"the benepar parser needs `pip install benepar==0.2.0` ({exc})") from None
+    if name == "benepar":  # ModelMissing where benepar or its model is not installed
         return BeneparParser(**options)
     if name == "pmi":
-        from .pmi import PmiCandidates
-
         return PmiCandidates(**options)
     raise ValueError(f"unknown parser {name!r}: choose one of {PARSERS}")
 
@@ -58,8 +54,6 @@ def make_ner(name: str, **options) -> EntityRecognizer | None:
     if name == "none":
         return _NoEntities()
     if name == "transformers":
-        from .hf_ner import TransformersNer
-
         return TransformersNer(**options)
     raise ValueError(f"unknown NER backend {name!r}: choose one of {NER_BACKENDS}")
 
