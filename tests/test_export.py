@@ -307,7 +307,7 @@ def test_library_modules_import_no_pipeline_code():
             "m.split('.')[0] in ('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
     # st_module: its own imports (a subprocess importing sentence-transformers takes ~10 s)
-    tree = ast.parse((Path(__file__).parents[1] / "pearl_model" / "st_module.py").read_text())
+    tree = ast.parse((Path(__file__).parents[1] / "pearl_model" / "inference" / "st_module.py").read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in names if m.split(".")[0] in ("prefect", "tasks", "flows", "storage")], names

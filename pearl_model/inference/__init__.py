@@ -1,1 +1,1 @@
-"""Encoding phrases: backbones, the PEARL network and model, the ONNX/OpenVINO engines, exports, static and baseline encoders, ``load_encoder``."""
+"""Encoding phrases: backbones, the PEARL network and model, ONNX/OpenVINO engines, exports, static encoders."""

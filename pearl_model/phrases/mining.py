@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from .benepar_parser import BeneparParser
 from .entity_types import occurrence_type
 from .hf_ner import TransformersNer
 from .pmi import PmiCandidates
 from .screening import screen
 from .spacy_rules import SpacyDependencyParser
 from .spans import ConstituencyParser, EntityRecognizer, ModelMissing
+
+# benepar_parser is imported where that parser is made: its trees come through nltk (a second to
+# import), which the other backends and the stages that only key phrases never need.
 
 PARSERS = ("spacy", "benepar", "pmi")
 NER_BACKENDS = ("spacy", "transformers", "none")
@@ -40,7 +42,11 @@ def make_parser(name: str, **options) -> ConstituencyParser:
     """A parser backend by name; options go to its constructor (model=..., batch_size=...)."""
     if name == "spacy":
         return SpacyDependencyParser(**options)
-    if name == "benepar":  # ModelMissing where benepar or its model is not installed
+    if name == "benepar":
+        try:
+            from .benepar_parser import BeneparParser
+        except ImportError as exc:
+            raise ModelMissing(f"the benepar parser needs `pip install benepar==0.2.0` ({exc})") from None
         return BeneparParser(**options)
     if name == "pmi":
         return PmiCandidates(**options)

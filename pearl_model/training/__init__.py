@@ -1,1 +1,1 @@
-"""Training PEARL: the loop and its settings, checkpoints, the dev selection of a checkpoint, the character encoder's training."""
+"""Training PEARL: the loop, its settings, checkpoints, the dev selection of a checkpoint, the character encoder."""

@@ -12,6 +12,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+
 import torch
 from safetensors.torch import load_file, save_file
 

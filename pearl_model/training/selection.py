@@ -9,7 +9,7 @@ with the original) on the dev splits and its held-out aliases, and keeps the bes
 largest (ties: the larger mean change); with rule ``mean``, among the checkpoints at or above the
 backbone on every dev signal the one with the largest mean change (none such: as ``worst``).
 Only dev splits, the corpus's own held-out aliases and WordNet's synonyms (name variants, which
-no benchmark dev split has: :mod:`.evaluation.synonym_retrieval`) are read; the test splits never are.
+no benchmark dev split has: :mod:`pearl_model.evaluation.synonym_retrieval`) are read; the test splits never are.
 """
 from __future__ import annotations
 
