@@ -37,7 +37,7 @@ import numpy as np
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pearl_model.selection import ScaledVectors  # noqa: E402
+from pearl_model.training.selection import ScaledVectors  # noqa: E402
 from storage.buckets import stable_hash  # noqa: E402
 from storage.datasets import Dataset, latest_version  # noqa: E402
 from storage.files import FileSet  # noqa: E402
@@ -121,7 +121,7 @@ def score(encoder, benchmark_dir: str, retrieval, probe_seeds: tuple[int, ...],
           datasets: tuple[str, ...] | None = None, synonyms=None) -> dict:
     """Dev scores (x100, probe seeds averaged), held-out alias and WordNet synonym retrieval of one encoder."""
     from pearl_model.evaluation.dev import DEV_SPLITS
-    from pearl_model.selection import dev_scores
+    from pearl_model.training.selection import dev_scores
 
     t0 = time.perf_counter()
     out = dev_scores(encoder, benchmark_dir, retrieval, datasets or tuple(DEV_SPLITS), probe_seeds, synonyms)
@@ -161,7 +161,7 @@ def _results(out: Path, setup: dict):
 
 def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=None, synonyms=None) -> None:
     if ("backbone", None, None, None, None) not in done:
-        from pearl_model.encoder import PhraseEncoder
+        from pearl_model.inference.encoder import PhraseEncoder
 
         enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
         add({"variant": "backbone", "seed": None, **score(ScaledVectors(enc, None, "backbone"), benchmark_dir,
@@ -206,9 +206,10 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         synonym_pairs: int = typer.Option(10000, help="WordNet synonym pairs scored (0: not)")) -> None:
     import torch
 
-    from pearl_model.export import PearlEncoder, export_pearl, load_pearl
-    from pearl_model.selection import seen_names, synonym_signal
-    from pearl_model.training import TrainConfig, backbone_state, build_model, train
+    from pearl_model.inference.export import PearlEncoder, export_pearl, load_pearl
+    from pearl_model.training.selection import seen_names, synonym_signal
+    from pearl_model.training.config import TrainConfig
+    from pearl_model.training.loop import backbone_state, build_model, train
     from tasks.training import heldout_retrieval, load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -308,8 +309,8 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     export directory (``<variant>@<seed>[-<anchors>]``), beside a backbone record."""
     import torch
 
-    from pearl_model.export import PearlEncoder, load_pearl
-    from pearl_model.selection import seen_names, synonym_signal
+    from pearl_model.inference.export import PearlEncoder, load_pearl
+    from pearl_model.training.selection import seen_names, synonym_signal
     from tasks.training import heldout_retrieval, load_examples
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -7,13 +7,13 @@
 An export holds ``w0 * fine-tuned + (1 - w0) * original`` (``average_weight`` w0 in its
 pearl_model.json), so the backbone at any other weight w is ``original + (w / w0) * (export -
 original)``: the fine-tuned weights are recovered once (w = 1) and every weight is then averaged
-as the export does (`pearl_model.export.average_state_dicts`), exact, no checkpoint needed. Each weight is scored on the dev signals a run's checks read (CoNLL-2003 and
+as the export does (`pearl_model.inference.export.average_state_dicts`), exact, no checkpoint needed. Each weight is scored on the dev signals a run's checks read (CoNLL-2003 and
 BC5CDR dev, PPDB-filtered validation, the held-out aliases, WordNet synonyms: all of them and per
-group of names, `pearl_model.selection.synonym_signal`), plus each WordNet signal's mean over
+group of names, `pearl_model.training.selection.synonym_signal`), plus each WordNet signal's mean over
 more draws (``<name>/draws``; one draw moves a group's change by a few tenths). The original
 backbone is scored the same way, in the same run; every change is paired (the same pairs, the
 same probes). The last line says which weight the `train` flow's rule would export, the
-``--weights`` being its candidates in that order (`pearl_model.selection.choose_average_weight`).
+``--weights`` being its candidates in that order (`pearl_model.training.selection.choose_average_weight`).
 Dev data only: the test splits are never read.
 
 ``--export-weight W --export-to DIR`` also writes the model with its backbone at weight W (the
@@ -56,7 +56,7 @@ def export_at(pearl, fine_tuned: dict, original: dict, weight: float, config: di
     """Write ``pearl`` with ``fine_tuned`` averaged at ``weight`` and the export's character scale."""
     import torch
 
-    from pearl_model.export import export_pearl
+    from pearl_model.inference.export import export_pearl
 
     scale = float(config.get("char_scale", 1.0))
     with torch.no_grad():  # the loaded head holds the scaled character part: undo it, export_pearl redoes it
@@ -77,7 +77,7 @@ def export_at(pearl, fine_tuned: dict, original: dict, weight: float, config: di
 def scores(encoder, bench, retrieval, signals: dict, more_draws: list) -> dict[str, float]:
     """The `train` flow's dev scores (``signals``: its WordNet draw and groups), and each WordNet
     signal's mean over that draw and ``more_draws`` as ``<name>/draws`` (outside the criteria)."""
-    from pearl_model.selection import ScaledVectors, dev_scores
+    from pearl_model.training.selection import ScaledVectors, dev_scores
 
     encoder = ScaledVectors(encoder, None, encoder.name)  # each string encoded once: the groups share candidates
     out = dev_scores(encoder, bench, retrieval, synonyms=signals)
@@ -92,12 +92,12 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
          weights: str = "0.5,0.375,0.25", pairs: int = 10000, draws: str = "0,1,2",
          out: Path = typer.Option(None), export_weight: float = typer.Option(None),
          export_to: Path = typer.Option(None), rule: str = "mean"):
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
-    from pearl_model.export import PearlEncoder, average_state_dicts, load_pearl
-    from pearl_model.network import read_config
-    from pearl_model.loading import load_encoder
-    from pearl_model.selection import choose_average_weight, selection_score, synonym_signal
+    from pearl_model.inference.export import PearlEncoder, average_state_dicts, load_pearl
+    from pearl_model.inference.network import read_config
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.training.selection import choose_average_weight, selection_score, synonym_signal
     from storage.datasets import Dataset
     from storage.schemas import TRAINING_SET
     from tasks.training import heldout_retrieval

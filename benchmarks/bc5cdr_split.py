@@ -32,7 +32,7 @@ def main(states: list[Path] = typer.Argument(None, help="safetensors holding bac
     from sklearn.cluster import KMeans
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.evaluation.data import load_entities
 
     torch.set_num_threads(threads)

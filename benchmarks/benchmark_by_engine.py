@@ -27,7 +27,7 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
          out: Path = typer.Option(Path("benchmarks/results/benchmark_by_engine_cpu.json"))) -> None:
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.scores import primary_scores
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     results = json.loads(out.read_text()) if out.exists() else {"setup": {}, "engines": {}}
     for engine in engines.split(","):

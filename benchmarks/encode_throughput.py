@@ -7,8 +7,8 @@
 Everything encodes the same real phrases (the built corpus's phrases with --corpus-root, else
 YAGO/UMLS mentions and PPDB phrases from the PEARL benchmark, or --phrases-file) with the same
 batch size, after one warm-up pass; the best of --repeats runs counts. Rows: our encode() with
-each backend (pearl_model.onnx_backend), sentence-transformers as a user runs it (fp32
-PyTorch), and the static model2vec distillation of the same model (pearl_model.static). Each
+each backend (pearl_model.inference.onnx_backend), sentence-transformers as a user runs it (fp32
+PyTorch), and the static model2vec distillation of the same model (pearl_model.inference.static). Each
 row's min/mean cosine is to our PyTorch fp32 vectors; peak RSS is the process's after the row.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def gpu_parts(enc, batch_size: int, repeats: int) -> dict:
     import numpy as np
     import torch
 
-    from pearl_model.encoder import torch_runner
+    from pearl_model.inference.encoder import torch_runner
 
     pearl = not hasattr(enc, "featurize")  # a PEARL export: its batcher, the whole network
     featurize = (lambda b: enc.model.batcher(b, allow_blank=True)) if pearl else enc.featurize
@@ -111,7 +111,7 @@ PHRASES: list[str] = []  # the run's phrases (gpu_parts times halves of encode()
 
 def gpu_rows(enc, row, batch_size: int) -> None:
     """encode()'s GPU path with each of its parts undone in turn: what each one is worth."""
-    from pearl_model.encoder import GPU_BATCH_SIZE, CudaRunner
+    from pearl_model.inference.encoder import GPU_BATCH_SIZE, CudaRunner
 
     def variant(name: str, bs: int, **attrs) -> None:
         def fn(p):
@@ -133,7 +133,7 @@ def sentence_transformer(enc, spec: str, device: str):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers import models as st_models
 
-    from pearl_model.export import is_pearl_export
+    from pearl_model.inference.export import is_pearl_export
 
     if is_pearl_export(spec):  # the export's own module: prefix built in
         return SentenceTransformer(spec, device=device, trust_remote_code=True), ""
@@ -148,9 +148,9 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     import psutil
     import torch
 
-    from pearl_model.loading import load_encoder
-    from pearl_model.onnx_backend import BACKENDS, backend_packages, engine_available
-    from pearl_model.static import StaticEncoder, distill_static
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.inference.onnx_backend import BACKENDS, backend_packages, engine_available
+    from pearl_model.inference.static import StaticEncoder, distill_static
 
     if phrases_file:
         phrases = [p for p in phrases_file.read_text(encoding="utf-8").splitlines() if p.strip()][:n]
@@ -168,7 +168,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         results["gpu"] = torch.cuda.get_device_name(0)
     cuda = device.startswith("cuda")
     if cuda:  # the reference is fp32, as on the CPU; encode()'s GPU default computes in bf16
-        from pearl_model.encoder import CudaRunner
+        from pearl_model.inference.encoder import CudaRunner
 
         with patched(CudaRunner, cast="fp32"):
             ref = enc.encode(phrases, batch_size=batch_size, backend="torch", show_progress=False)

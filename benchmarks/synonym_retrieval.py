@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False)
 
 def training_strings(path: Path) -> set[str]:
     """What the `train` flow's dev checks leave out for this training set: its train and validation strings."""
-    from pearl_model.selection import seen_names
+    from pearl_model.training.selection import seen_names
     from storage.datasets import Dataset
     from storage.schemas import TRAINING_SET
     from tasks.training import load_examples
@@ -42,9 +42,9 @@ def main(models: list[str], training_set: Path = typer.Option(None, help="a trai
          pairs: int = 10000, seeds: str = "0,1,2", all_synsets: bool = False, backend: str = "auto",
          out: Path = typer.Option(None)):
     from pearl_model.evaluation.synonym_retrieval import group_tasks, lexname_of, synonym_task, wordnet_name_pairs
-    from pearl_model.loading import load_encoder
-    from pearl_model.synonyms import wordnet_reader
-    from pearl_model.training import alias_retrieval
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.pairs.synonyms import wordnet_reader
+    from pearl_model.evaluation.alias_retrieval import alias_retrieval
 
     wordnet = wordnet_reader()
     lexnames = lexname_of(wordnet)

@@ -31,8 +31,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pearl_model import training as T  # noqa: E402
-from pearl_model.model import collate  # noqa: E402
+from pearl_model.evaluation.alias_retrieval import AliasRetrieval  # noqa: E402
+from pearl_model.training import loop as T  # noqa: E402
+from pearl_model.inference.model import collate  # noqa: E402
 
 log = logging.getLogger("train_throughput")
 
@@ -105,10 +106,10 @@ def naive_loop(args, examples, device) -> dict:
 
 
 def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
-    from pearl_model.encoder import PhraseEncoder
+    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.evaluation import run_benchmark
-    from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import choose_average_weight, dev_selection, seen_names, synonym_signal
+    from pearl_model.inference.export import export_pearl, load_pearl
+    from pearl_model.training.selection import choose_average_weight, dev_selection, seen_names, synonym_signal
 
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
     original = T.backbone_state(model)
@@ -117,7 +118,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
                         select_every=args.select_every if args.dev else 0, **json.loads(args.config))
     retrieval = None
     if args.heldout_retrieval:  # made by --write-heldout-retrieval where the corpus is
-        retrieval = T.AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
+        retrieval = AliasRetrieval(**{k: tuple(v) for k, v in json.loads(args.heldout_retrieval.read_text()).items()})
     # with --dev the checkpoint is chosen on dev data every select_every steps, as the `train` flow does
     seen = seen_names(train_ex + val_ex)
     select, baseline = dev_selection(args.backbone, cfg, original, retrieval, str(device), args.benchmark_dir,
@@ -148,7 +149,7 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
         t0 = time.perf_counter()
         if args.dev:  # dev data and held-out aliases: what a recipe may be judged on
             from pearl_model.evaluation.dev import DEV_SPLITS
-            from pearl_model.selection import dev_scores
+            from pearl_model.training.selection import dev_scores
 
             out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
                                                          tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2),

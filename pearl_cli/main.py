@@ -28,8 +28,8 @@ from typing import BinaryIO, List, Optional, TextIO
 
 import typer
 
-from pearl_model.backbones import DEFAULT_BACKBONE, BackboneError
-from pearl_model.onnx_backend import BACKENDS
+from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
+from pearl_model.inference.onnx_backend import BACKENDS
 
 app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.")
 
@@ -90,8 +90,8 @@ def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
 
 
 def _encoder(backbone: str, backend: str = "auto"):
-    from pearl_model.export import PearlExportError
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.export import PearlExportError
+    from pearl_model.inference.loading import load_encoder
 
     try:
         return load_encoder(backbone, backend=getattr(backend, "value", backend))
@@ -262,7 +262,7 @@ def distill(
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
     """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
-    from pearl_model.static import distill_static
+    from pearl_model.inference.static import distill_static
 
     spec, label = _resolve(model, storage_root)
     try:

@@ -13,15 +13,15 @@ import importlib
 
 # public name -> the module that defines it
 _PUBLIC = {
-    "load_encoder": "pearl_model.loading",
-    "PhraseEncoder": "pearl_model.encoder",
-    "PearlModel": "pearl_model.model",
-    "PearlEncoder": "pearl_model.export",
-    "load_pearl": "pearl_model.export",
-    "export_pearl": "pearl_model.export",
-    "StaticEncoder": "pearl_model.static",
-    "TrainConfig": "pearl_model.train_config",
-    "train": "pearl_model.training",
+    "load_encoder": "pearl_model.inference.loading",
+    "PhraseEncoder": "pearl_model.inference.encoder",
+    "PearlModel": "pearl_model.inference.model",
+    "PearlEncoder": "pearl_model.inference.export",
+    "load_pearl": "pearl_model.inference.export",
+    "export_pearl": "pearl_model.inference.export",
+    "StaticEncoder": "pearl_model.inference.static",
+    "TrainConfig": "pearl_model.training.config",
+    "train": "pearl_model.training.loop",
     "run_benchmark": "pearl_model.evaluation",
 }
 __all__ = sorted(_PUBLIC)

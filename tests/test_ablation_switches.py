@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model import training as T  # noqa: E402
+from pearl_model.training import loop as T  # noqa: E402
 from pearl_model.evaluation import data  # noqa: E402
 from pearl_model.evaluation.dev import DEV_SPLITS, run_dev_benchmark  # noqa: E402
-from pearl_model.export import PearlEncoder, export_pearl, load_pearl  # noqa: E402
+from pearl_model.inference.export import PearlEncoder, export_pearl, load_pearl  # noqa: E402
 from tests.test_training import cfg, make_model, parts, toy_examples  # noqa: E402,F401  (parts: a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

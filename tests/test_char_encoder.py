@@ -1,4 +1,4 @@
-"""Tests of the LOVE-style character encoder (pearl_model.char_encoder).
+"""Tests of the LOVE-style character encoder (pearl_model.training.char_encoder).
 
 The target matrix is synthetic but has the structure a character model can learn: words
 are 2-3 distinct syllables out of 40 random ones, and a word's vector is the normalised sum
@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from pearl_model.augment import CHAR_OPS, augment
-from pearl_model.char_encoder import (
-    BOW, EOW, PAD, UNK, CharEncoder, CharVocab, heldout_cosine, load, misspelling_rank,
-    phrase_vector, phrase_vectors, rank_summary, save, train_char_encoder, word_vectors,
-)
+from pearl_model.pairs.augment import CHAR_OPS, augment
+from pearl_model.training.char_encoder import (BOW, EOW, PAD, UNK, CharEncoder, CharVocab, heldout_cosine, load,
+                                               misspelling_rank, phrase_vector, phrase_vectors, rank_summary,
+                                               train_char_encoder, word_vectors)
+from pearl_model.inference.network import save_char_encoder as save
 
 torch.set_num_threads(1)
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from pearl_model import char_encoder as ce
+from pearl_model.training import char_encoder as ce
 from storage.datasets import Dataset
 from storage.schemas import WORD_VECTORS
 from tasks import char_encoder as stage

@@ -150,7 +150,7 @@ def test_encode_without_a_current_model_says_so_and_uses_the_backbone(tmp_path, 
         seen.append(spec)
         raise Stop
 
-    monkeypatch.setattr("pearl_model.encoder.PhraseEncoder.from_backbone", fake_from_backbone)
+    monkeypatch.setattr("pearl_model.inference.encoder.PhraseEncoder.from_backbone", fake_from_backbone)
     r = CliRunner().invoke(app, ["encode", "banana", "--storage-root", str(tmp_path / "empty")])
     assert isinstance(r.exception, Stop) and seen == ["the-default"]
     assert "nothing has been promoted yet" in r.output and "using the backbone the-default" in r.output

@@ -1,9 +1,9 @@
-"""pearl_model.context: the phrase-in-context positive cut from a sentence."""
+"""pearl_model.pairs.context: the phrase-in-context positive cut from a sentence."""
 from __future__ import annotations
 
 import pytest
 
-from pearl_model.context import MASK, context_positive
+from pearl_model.pairs.context import MASK, context_positive
 
 SENTENCE = "In 1921 the old bridge over the river was rebuilt by the city council of Riga after the war ."
 

@@ -1,4 +1,4 @@
-"""pearl_model.encoder: the encode() contract, on a tiny random model and on real E5."""
+"""pearl_model.inference.encoder: the encode() contract, on a tiny random model and on real E5."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model.backbones import BackboneInfo  # noqa: E402
-from pearl_model.encoder import PhraseEncoder, cosine_matrix  # noqa: E402
+from pearl_model.inference.backbones import BackboneInfo  # noqa: E402
+from pearl_model.inference.encoder import PhraseEncoder, cosine_matrix  # noqa: E402
 
 WORDS = ["the", "new", "york", "times", "post", "review", "bank", "river", "of", "a", "city", "red", "car"]
 
@@ -93,7 +93,7 @@ def test_real_e5_ranks_a_paraphrase_above_an_unrelated_phrase(e5):
 def test_accelerator_runner_bf16_weights_match_fp32(tiny):
     """The GPU path's runner (bf16 copy of the weights, results left as tensors) computes the same
     vectors as fp32 within bf16 rounding; run here on the CPU, which has bf16 matmuls too."""
-    from pearl_model.encoder import CudaRunner, encode_batches
+    from pearl_model.inference.encoder import CudaRunner, encode_batches
 
     phrases = ["the new york times", "a red car", "bank of the river", "york", "the city review"]
     featurize = lambda b: tiny.tokenizer(b, padding=True, truncation=True, max_length=16,  # noqa: E731
@@ -111,7 +111,7 @@ def test_accelerator_runner_bf16_weights_match_fp32(tiny):
 def test_tensor_results_are_gathered_in_order_across_flushes(monkeypatch):
     """Runners that return tensors (the GPU path) get the caller's order and normalisation,
     also when results are flushed to the host in several goes and tokenised by several threads."""
-    import pearl_model.encoder as E
+    import pearl_model.inference.encoder as E
 
     monkeypatch.setattr(E, "GPU_FLUSH_BATCHES", 3)
     rng = np.random.default_rng(0)
@@ -135,7 +135,7 @@ def test_tensor_results_are_gathered_in_order_across_flushes(monkeypatch):
 
 
 def test_default_batch_size_is_larger_on_a_gpu():
-    from pearl_model.encoder import default_batch_size
+    from pearl_model.inference.encoder import default_batch_size
 
     assert default_batch_size(torch.device("cuda:0")) > default_batch_size(torch.device("cpu")) == 128
 
@@ -143,7 +143,7 @@ def test_default_batch_size_is_larger_on_a_gpu():
 def test_fast_tokenizer_gives_what_the_transformers_call_gives(tiny):
     from concurrent.futures import ThreadPoolExecutor
 
-    from pearl_model.network import FastTokenizer
+    from pearl_model.inference.network import FastTokenizer
 
     texts = ["the new york times", " ".join(WORDS * 3), "unknownword here", "", "a  red\tcar"]
     for m in (4, 16):
@@ -162,7 +162,7 @@ def test_fast_tokenizer_gives_what_the_transformers_call_gives(tiny):
 
 
 def test_fast_tokenizer_on_real_e5(e5):
-    from pearl_model.network import FastTokenizer
+    from pearl_model.inference.network import FastTokenizer
 
     texts = ["query: naïve Bayes classifier", "query: 東京 tower", "query: " + "very long phrase " * 200, "query: "]
     ref = e5.tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="pt")

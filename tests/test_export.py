@@ -1,4 +1,4 @@
-"""pearl_model.export / st_module: weight averaging, export -> load round trip, sentence-transformers."""
+"""pearl_model.inference.export / st_module: weight averaging, export -> load round trip, sentence-transformers."""
 from __future__ import annotations
 
 import copy
@@ -12,12 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model.backbones import BackboneInfo  # noqa: E402
-from pearl_model.char_encoder import CharEncoder, CharVocab  # noqa: E402
-from pearl_model.encoder import PhraseEncoder  # noqa: E402
-from pearl_model.export import (PearlEncoder, PearlExportError, average_state_dicts, export_pearl,  # noqa: E402
-                                is_pearl_export, load_pearl)
-from pearl_model.model import PearlModel  # noqa: E402
+from pearl_model.inference.backbones import BackboneInfo  # noqa: E402
+from pearl_model.training.char_encoder import CharEncoder, CharVocab  # noqa: E402
+from pearl_model.inference.encoder import PhraseEncoder  # noqa: E402
+from pearl_model.inference.export import (PearlEncoder, PearlExportError, average_state_dicts,  # noqa: E402
+                                          export_pearl, is_pearl_export, load_pearl)
+from pearl_model.inference.model import PearlModel  # noqa: E402
 from pearl_model.phrases.labels import LABELS  # noqa: E402
 
 torch.set_num_threads(1)
@@ -168,7 +168,7 @@ def test_char_scale_scales_the_character_part_only_and_keeps_the_type_logits(mod
 
 
 def test_selection_scores_the_model_as_exported_with_its_char_scale(model, original):
-    from pearl_model.selection import exported_weights
+    from pearl_model.training.selection import exported_weights
 
     before = {k: v.clone() for k, v in model.state_dict().items()}
     d = model.backbone_dim
@@ -180,7 +180,7 @@ def test_selection_scores_the_model_as_exported_with_its_char_scale(model, origi
 
 
 def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best(model, original, monkeypatch):
-    from pearl_model import selection as S
+    from pearl_model.training import selection as S
 
     with S.exported_weights(model, original.state_dict(), 0.5, char_scale=0.25) as inside:
         want = inside.encode(PHRASES, normalize=False)  # what the export at 0.25 gives
@@ -257,11 +257,11 @@ def test_missing_or_foreign_directories_fail_clearly(exported, tmp_path):
 def test_export_is_atomic_and_refuses_to_clobber(model, exported, tmp_path, monkeypatch):
     with pytest.raises(FileExistsError):
         export_pearl(model, exported)
-    import pearl_model.char_encoder as char_io
+    import pearl_model.inference.export as export_module
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
-    monkeypatch.setattr(char_io, "save", boom)
+    monkeypatch.setattr(export_module, "save_char_encoder", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         export_pearl(model, tmp_path / "half")
     assert not (tmp_path / "half").exists() and not list(tmp_path.iterdir())
@@ -274,7 +274,7 @@ def test_export_is_atomic_and_refuses_to_clobber(model, exported, tmp_path, monk
 # --- where the pipeline and the CLI pick it up -------------------------------------------
 
 def test_evaluation_and_cli_load_an_export(exported, model, tmp_path):
-    from pearl_model.loading import load_encoder
+    from pearl_model.inference.loading import load_encoder
 
     enc = load_encoder(str(exported))  # what the evaluate flow, the report and the CLI call
     assert isinstance(enc, PearlEncoder) and enc.name == str(exported)
@@ -303,11 +303,11 @@ def test_library_modules_import_no_pipeline_code():
     import sys
     from pathlib import Path
 
-    code = ("import sys, pearl_model.export; bad = [m for m in sys.modules if "
+    code = ("import sys, pearl_model.inference.export; bad = [m for m in sys.modules if "
             "m.split('.')[0] in ('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
     # st_module: its own imports (a subprocess importing sentence-transformers takes ~10 s)
-    tree = ast.parse((Path(__file__).parents[1] / "pearl_model" / "st_module.py").read_text())
+    tree = ast.parse((Path(__file__).parents[1] / "pearl_model" / "inference" / "st_module.py").read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert not [m for m in names if m.split(".")[0] in ("prefect", "tasks", "flows", "storage")], names

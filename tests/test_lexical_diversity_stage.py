@@ -70,6 +70,6 @@ def test_measure_and_report_on_toy_vectors(tmp_path):
                                   "aliases": ["myocardial infarction"]}
     md = diversity_markdown({"toy": got}, s.setup, k=1)
     assert "| toy | 100.0 | 100.0 |" in md and "*myocardial infarction*" in md
-    from pearl_model.baselines import CharNgramJaccard
+    from pearl_model.inference.baselines import CharNgramJaccard
 
     assert gives_vectors(Synonyms()) and not gives_vectors(CharNgramJaccard(n=3))

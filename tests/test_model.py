@@ -1,4 +1,4 @@
-"""pearl_model.model: PearlModel on a tiny random BERT and a tiny random CharEncoder."""
+"""pearl_model.inference.model: PearlModel on a tiny random BERT and a tiny random CharEncoder."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model.backbones import BackboneInfo  # noqa: E402
-from pearl_model.char_encoder import CharEncoder, CharVocab, phrase_vectors  # noqa: E402
-from pearl_model.encoder import PhraseEncoder  # noqa: E402
-from pearl_model.model import Batcher, PearlModel, collate, mean_pool  # noqa: E402
+from pearl_model.inference.backbones import BackboneInfo  # noqa: E402
+from pearl_model.training.char_encoder import CharEncoder, CharVocab, phrase_vectors  # noqa: E402
+from pearl_model.inference.encoder import PhraseEncoder  # noqa: E402
+from pearl_model.inference.model import Batcher, PearlModel, collate, mean_pool  # noqa: E402
 from pearl_model.phrases.labels import LABELS  # noqa: E402
 
 torch.set_num_threads(1)
@@ -123,7 +123,7 @@ def test_encode_unit_vectors_in_input_order(model):
 def test_gpu_runner_casts_only_the_backbone(model):
     """The GPU path's bf16 copy covers the backbone; the character branch and heads stay float32
     (the forward joins them in float32). Run on the CPU here, which has bf16 matmuls too."""
-    from pearl_model.encoder import CudaRunner, encode_batches
+    from pearl_model.inference.encoder import CudaRunner, encode_batches
 
     runner = CudaRunner(model, torch.device("cpu"), pool=False)
     assert runner.params["backbone.embeddings.word_embeddings.weight"].dtype == torch.bfloat16
@@ -193,6 +193,6 @@ def test_mean_pool_ignores_masked_positions():
 def test_model_module_imports_no_pipeline_code():
     import subprocess
     import sys
-    code = ("import sys, pearl_model.model; bad = [m for m in sys.modules if m.split('.')[0] in "
+    code = ("import sys, pearl_model.inference.model; bad = [m for m in sys.modules if m.split('.')[0] in "
             "('prefect', 'tasks', 'flows', 'storage')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

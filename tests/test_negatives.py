@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from rapidfuzz import fuzz
 from rapidfuzz.distance import Indel, Levenshtein
 
-from pearl_model import negatives as N
+from pearl_model.pairs import negatives as N
 
 # ---------------------------------------------------------------- a real-looking phrase corpus
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pearl_model import negatives as neg
+from pearl_model.pairs import negatives as neg
 from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset
 from storage.schemas import PHRASES
@@ -96,7 +96,7 @@ def test_embeddings_are_unit_vectors_of_every_phrase(result):
 
 
 def test_the_encoding_stages_share_one_encoder_per_backbone_in_a_worker(monkeypatch):
-    from pearl_model import loading
+    from pearl_model.inference import loading
     from tasks import augmentations, negatives
 
     monkeypatch.setattr(loading, "load_encoder", lambda spec, cache_dir=None: object())

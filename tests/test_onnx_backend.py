@@ -1,4 +1,4 @@
-"""pearl_model.onnx_backend: ONNX Runtime gives PyTorch's vectors; graphs are cached, rebuilt when stale."""
+"""pearl_model.inference.onnx_backend: ONNX Runtime gives PyTorch's vectors; graphs are cached, rebuilt when stale."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from pearl_model.export import export_pearl, load_pearl  # noqa: E402
-from pearl_model.onnx_backend import OnnxGraphError, resolve_backend  # noqa: E402
+from pearl_model.inference.export import export_pearl, load_pearl  # noqa: E402
+from pearl_model.inference.onnx_backend import OnnxGraphError, resolve_backend  # noqa: E402
 from tests.test_encoder import WORDS, tiny  # noqa: E402,F401  (fixture)
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
 
@@ -36,7 +36,7 @@ def test_backbone_onnx_gives_torchs_vectors_and_caches_its_graph(tiny):
 
 
 def test_auto_takes_openvino_bf16_on_a_bf16_cpu_else_onnx_else_torch(monkeypatch):
-    import pearl_model.onnx_backend as ob
+    import pearl_model.inference.onnx_backend as ob
 
     assert resolve_backend("auto", "cpu") == "onnx"  # the suite's pin (conftest)
     monkeypatch.setenv("PEARL_BACKEND", "openvino-int8")
@@ -124,7 +124,7 @@ def test_openvino_gives_torchs_vectors_from_the_same_cached_graph(model, tmp_pat
 
 
 def test_a_backend_whose_engine_is_missing_names_the_package(monkeypatch):
-    import pearl_model.onnx_backend as ob
+    import pearl_model.inference.onnx_backend as ob
 
     monkeypatch.setattr(ob, "engine_available", lambda engine: engine != "openvino")
     with pytest.raises(ImportError, match=r"pip install openvino=="):
@@ -135,7 +135,7 @@ def test_a_backend_whose_engine_is_missing_names_the_package(monkeypatch):
 def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights_change(model, tmp_path):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
-    from pearl_model.onnx_backend import calibration_phrases
+    from pearl_model.inference.onnx_backend import calibration_phrases
 
     path = export_pearl(model, tmp_path / "m")
     loaded = load_pearl(path, device="cpu")
@@ -160,7 +160,7 @@ def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_pat
     """OpenVINO runs two batches at once (`OnnxRunner.submit`): every batch's vectors land on its
     own phrases, also across several collections of pending batches."""
     pytest.importorskip("openvino")
-    import pearl_model.encoder as E
+    import pearl_model.inference.encoder as E
 
     monkeypatch.setattr(E, "GPU_FLUSH_BATCHES", 2)
     loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")

@@ -16,7 +16,7 @@ import sentencepiece as spm
 import torch
 from transformers import BertConfig, BertModel, T5Config, T5ForConditionalGeneration, T5TokenizerFast
 
-from pearl_model.paraphrase import T5Paraphraser, clean_candidates, normalize
+from pearl_model.pairs.paraphrase import T5Paraphraser, clean_candidates, normalize
 from pearl_model.phrases.spans import ModelMissing
 
 ADJ = ["new", "old", "big", "small", "red", "quiet", "famous", "local", "early", "modern", "public", "green"]

@@ -1,11 +1,11 @@
-"""pearl_model.selection: the score a checkpoint is chosen by, and scoring weights as exported."""
+"""pearl_model.training.selection: the score a checkpoint is chosen by, and scoring weights as exported."""
 from __future__ import annotations
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from pearl_model import selection as S  # noqa: E402
+from pearl_model.training import selection as S  # noqa: E402
 
 
 def test_selection_score_is_the_worst_and_mean_change_over_the_criteria():
@@ -86,7 +86,7 @@ def test_the_averaging_weight_is_the_first_candidate_that_loses_on_no_dev_signal
 def test_the_weight_candidates_are_bounded_and_named_when_wrong():
     from pydantic import ValidationError
 
-    from pearl_model.train_config import TrainConfig
+    from pearl_model.training.config import TrainConfig
 
     assert TrainConfig(average_weight=[0.5, 0.25]).average_weights == [0.5, 0.25]
     assert TrainConfig(average_weight=0.75).average_weights == [0.75]

@@ -7,7 +7,7 @@ import pytest
 
 from pearl_model.phrases.labels import label_id
 from pearl_model.phrases.senses import NO_SENSE, NOUN_SENSES, SENSE_IDS, head_word, phrase_sense
-from pearl_model.synonyms import LEXNAMES, wordnet_dir
+from pearl_model.pairs.synonyms import LEXNAMES, wordnet_dir
 
 
 class Lexicon:
@@ -46,7 +46,7 @@ def test_the_senses_are_wordnets_noun_lexicographer_files():
 
 @pytest.mark.skipif(not (Path(wordnet_dir()) / "data.noun").is_file(), reason="WordNet 3.0 not installed")
 def test_wordnet_supersenses_of_chemicals_and_diseases():
-    from pearl_model.synonyms import WordNetSynonyms
+    from pearl_model.pairs.synonyms import WordNetSynonyms
 
     wn = WordNetSynonyms()
     assert wn.noun_lexname("diseases") == "noun.state"  # through morphy

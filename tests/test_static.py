@@ -1,4 +1,4 @@
-"""pearl_model.static: model2vec distillation of a backbone or a PEARL export, loadable in both libraries."""
+"""pearl_model.inference.static: model2vec distillation of a backbone or a PEARL export, loadable in both libraries."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("model2vec")
 
-from pearl_model.export import export_pearl  # noqa: E402
-from pearl_model.static import StaticEncoder, distill_static, is_static_model  # noqa: E402
+from pearl_model.inference.export import export_pearl  # noqa: E402
+from pearl_model.inference.static import StaticEncoder, distill_static, is_static_model  # noqa: E402
 from tests.test_cli import model_dir  # noqa: E402,F401  (fixture: a tiny saved backbone)
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 
 from pearl_model.evaluation import synonym_retrieval as SR  # noqa: E402
-from pearl_model.synonyms import wordnet_dir  # noqa: E402
+from pearl_model.pairs.synonyms import wordnet_dir  # noqa: E402
 
 
 class _Lemma:
@@ -71,7 +71,7 @@ def test_a_query_spelt_like_another_candidate_is_left_out_and_gold_indexes_its_t
 
 
 def test_dev_scores_add_the_synonym_top1_and_selection_compares_it():
-    from pearl_model import selection as S
+    from pearl_model.training import selection as S
 
     task = SR.synonym_task([("heart attack", "myocardial infarction"), ("aspirin", "acetylsalicylic acid")])
     right = {"heart attack": [1, 0, 0], "myocardial infarction": [1, 0.1, 0], "aspirin": [0, 1, 0],
@@ -93,8 +93,8 @@ def test_dev_scores_add_the_synonym_top1_and_selection_compares_it():
 
 
 def test_seen_names_are_what_training_teaches_but_context_sentences():
-    from pearl_model.selection import seen_names
-    from pearl_model.training import Example
+    from pearl_model.training.selection import seen_names
+    from pearl_model.training.loop import Example
 
     ex = Example("heart attack", 0, cached={"wordnet": ("heart onslaught",), "context": ("He had a heart attack .",)},
                  negatives=("heart disease",))
@@ -128,7 +128,7 @@ def test_groups_keep_the_queries_whose_first_name_heads_a_synset_of_the_group_am
 
 @pytest.mark.skipif(not (Path(wordnet_dir()) / "data.noun").is_file(), reason="WordNet 3.0 not installed")
 def test_the_selection_reads_the_whole_draw_and_each_group_of_names_as_its_own_criterion():
-    from pearl_model import selection as S
+    from pearl_model.training import selection as S
 
     signals = S.synonym_signal(300, set())
     assert signals["wordnet_synonym"] == SR.wordnet_synonym_task(300)  # the whole draw as before

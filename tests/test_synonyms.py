@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from spacy.lang.en.stop_words import STOP_WORDS
 
-from pearl_model import synonyms as syn
-from pearl_model.synonyms import (LEXNAMES, FastTextNeighbours, WordNetNotFoundError,
-                                  WordNetSynonyms, fasttext_vectors, is_trivial_variant, load_fasttext,
-                                  phrase_synonym_variants, save_fasttext, train_fasttext)
+from pearl_model.pairs import synonyms as syn
+from pearl_model.pairs.synonyms import (LEXNAMES, FastTextNeighbours, WordNetNotFoundError, WordNetSynonyms,
+                                        fasttext_vectors, is_trivial_variant, load_fasttext, phrase_synonym_variants,
+                                        save_fasttext, train_fasttext)
 
 WN_DIR = syn.wordnet_dir()
 pytestmark = pytest.mark.skipif(not (WN_DIR / "data.noun").is_file(),
@@ -286,7 +286,7 @@ def test_spelling_neighbours_dropped():
     """A neighbour spelt like the word ("existing" -> "exiting") is dropped with max_edit_similarity."""
     from gensim.models import KeyedVectors
 
-    from pearl_model.synonyms import edit_similarity
+    from pearl_model.pairs.synonyms import edit_similarity
     words = ["existing", "exiting", "existent", "current", "present"]
     rng = np.random.default_rng(0)
     base = rng.normal(size=16)

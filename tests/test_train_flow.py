@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model import selection  # noqa: E402
+from pearl_model.training import selection  # noqa: E402
 from pearl_model.evaluation import data  # noqa: E402
-from pearl_model.train_config import TrainConfig  # noqa: E402
+from pearl_model.training.config import TrainConfig  # noqa: E402
 from storage.datasets import Dataset  # noqa: E402
 from storage.schemas import ALIASES, AUGMENTATIONS, HELDOUT_ALIASES, TRAINING_SET, WORD_VECTORS  # noqa: E402
 
@@ -124,7 +124,7 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.train import train
-    from pearl_model.export import load_pearl
+    from pearl_model.inference.export import load_pearl
     from storage.files import FileSet
 
     root = str(tmp_path / "store")

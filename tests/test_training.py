@@ -1,4 +1,4 @@
-"""pearl_model.training on a tiny random BERT + tiny CharEncoder (CPU, seconds)."""
+"""pearl_model.training.loop on a tiny random BERT + tiny CharEncoder (CPU, seconds)."""
 from __future__ import annotations
 
 import json
@@ -11,12 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from pearl_model.backbones import BackboneInfo  # noqa: E402
-from pearl_model.char_encoder import CharEncoder, CharVocab  # noqa: E402
-from pearl_model.encoder import PhraseEncoder  # noqa: E402
-from pearl_model.model import PearlModel  # noqa: E402
-from pearl_model import training as T  # noqa: E402
-from pearl_model.checkpoints import SELECTED_WEIGHTS  # noqa: E402
+from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval  # noqa: E402
+from pearl_model.inference.backbones import BackboneInfo  # noqa: E402
+from pearl_model.training.char_encoder import CharEncoder, CharVocab  # noqa: E402
+from pearl_model.inference.encoder import PhraseEncoder  # noqa: E402
+from pearl_model.inference.model import PearlModel  # noqa: E402
+from pearl_model.training import loop as T  # noqa: E402
+from pearl_model.training.checkpoints import SELECTED_WEIGHTS  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -288,17 +289,17 @@ def test_alias_retrieval_top1_and_mrr():
     def encode(texts):
         return np.array([vecs[t] for t in texts], dtype=np.float32)
 
-    task = T.AliasRetrieval(("a0", "a1", "a2"), ("T0", "T1", "T2"), (0, 1, 2))
+    task = AliasRetrieval(("a0", "a1", "a2"), ("T0", "T1", "T2"), (0, 1, 2))
     # a0 finds T0 first; a1 ranks T1 second (T2 closer); a2: T0 (0.9) > T1 (0.78) > T2 (0.1): third
-    assert T.alias_retrieval(encode, task) == pytest.approx({"alias_top1": 1 / 3, "alias_mrr": (1 + 1 / 2 + 1 / 3) / 3})
-    assert T.alias_retrieval(encode, T.AliasRetrieval((), ("T0",), ())) == {}
+    assert alias_retrieval(encode, task) == pytest.approx({"alias_top1": 1 / 3, "alias_mrr": (1 + 1 / 2 + 1 / 3) / 3})
+    assert alias_retrieval(encode, AliasRetrieval((), ("T0",), ())) == {}
     with pytest.raises(ValueError, match="index of its title"):
-        T.AliasRetrieval(("a0",), ("T0",), (1,))
+        AliasRetrieval(("a0",), ("T0",), (1,))
 
 
-def tiny_retrieval() -> T.AliasRetrieval:
+def tiny_retrieval() -> AliasRetrieval:
     titles = ("new york times", "river bank", "green house", "north lake", "old market", "blue sky")
-    return T.AliasRetrieval(("the times", "bank of the river", "a green house"), titles, (0, 1, 2))
+    return AliasRetrieval(("the times", "bank of the river", "a green house"), titles, (0, 1, 2))
 
 
 def test_held_out_alias_retrieval_is_logged_before_training_after_each_epoch_and_kept_on_resume(parts, tmp_path):
@@ -310,7 +311,7 @@ def test_held_out_alias_retrieval_is_logged_before_training_after_each_epoch_and
     # the scores are the model's: recomputed with its encode() after training, they match the last record
     model = make_model(parts)
     T.train(model, exs, cfg(epochs=2), retrieval=tiny_retrieval())
-    last = T.alias_retrieval(model.encode, tiny_retrieval())
+    last = alias_retrieval(model.encode, tiny_retrieval())
     assert last["alias_mrr"] == pytest.approx(res.validation[-1]["val_alias_mrr"], abs=1e-6)
 
     # retrieval alone (no validation phrases) still gives the validation points
@@ -414,7 +415,7 @@ def test_selection_survives_an_interruption_and_ties_go_to_the_earlier_step(part
 
 
 def test_selection_rule_mean_keeps_the_largest_gain_among_checkpoints_that_lose_nothing(parts):
-    from pearl_model.selection import rank
+    from pearl_model.training.selection import rank
 
     # step 2 has the best worst change, step 4 loses nothing and gains most on average, step 6 gains
     # more but loses on one signal

@@ -136,7 +136,7 @@ def test_held_out_aliases_never_appear_in_the_training_set(root):
 
 
 def test_a_context_positive_keeps_its_sentence_id_and_is_drawn_as_a_cached_kind(root):
-    from pearl_model.training import examples_from_rows
+    from pearl_model.training.loop import examples_from_rows
 
     phrases = ds(root, "phrases", PHRASES, [[phrase("Apple")]])
     aug = ds(root, "augmentations", AUGMENTATIONS, [[

@@ -51,7 +51,7 @@ def test_vectors_match_the_model_and_are_reproducible(root):
     assert man["rows"] == len(words) == man["stats"]["vocabulary"]
     assert "automobile" in words and "ada's" in words and "market" in words
     assert vectors.shape == (len(words), 16)
-    from pearl_model.synonyms import train_fasttext
+    from pearl_model.pairs.synonyms import train_fasttext
 
     model = train_fasttext(SentenceCorpus(sentences), vector_size=16, window=3, min_count=2, epochs=5, seed=0,
                            bucket=2**16)  # the table sized to 80 sentences: the smallest

@@ -24,6 +24,9 @@ import numpy as np
 from .common import encode_unique, row
 from .data import DatasetMissing
 
+# scikit-learn is imported where a score is computed: the package is imported for its dataset
+# names and scores by light code (stage reports, the model card).
+
 TASK = "text_classification"
 DATASET = "classification"
 

@@ -19,6 +19,9 @@ import numpy as np
 from .common import encode_unique, l2_normalize, row
 from .data import ENTITY_TYPES, load_entities
 
+# scikit-learn is imported where a score is computed: the package is imported for its dataset
+# names and scores by light code (stage reports, the model card).
+
 TASK = "entity_clustering"
 
 

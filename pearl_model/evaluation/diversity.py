@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..synonyms import _is_stop
+from pearl_model.pairs.synonyms import _is_stop
 from .common import encode_unique, row
 
 TASK = "lexical_diversity"

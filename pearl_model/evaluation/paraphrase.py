@@ -25,6 +25,9 @@ import numpy as np
 from .common import encode_unique, row
 from .data import load_ppdb
 
+# torch is imported where a score is computed: the package is imported for its dataset
+# names and scores by light code (stage reports, the model card).
+
 TASK = "paraphrase_classification"
 HIDDEN, LR, BATCH = 256, 1e-4, 200
 MAX_EPOCHS, MIN_EPOCHS, PATIENCE = 100, 3, 5

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from . import DATASETS
+
 
 def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float | None, str]]:
     """(model, dataset) -> (mean, std over seeds or None, metric) of each dataset's primary
@@ -24,6 +26,4 @@ def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float
 
 def in_table_order(datasets) -> list[str]:
     """The paper's Table 1 column order; datasets it does not have follow, sorted."""
-    from . import DATASETS
-
     return [d for d in DATASETS if d in datasets] + sorted(d for d in datasets if d not in DATASETS)

@@ -19,6 +19,10 @@ import logging
 import random
 from typing import Iterable
 
+from pearl_model.pairs.synonyms import wordnet_reader
+
+from .alias_retrieval import AliasRetrieval
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PAIRS = 10000
@@ -34,8 +38,6 @@ def wordnet_name_pairs(exclude: Iterable[str] = (), seed: int = 0, wordnet=None)
     """(other name, first name) of every noun synset with two or more names, none of them in
     ``exclude`` (compared casefolded), shuffled by ``seed``."""
     if wordnet is None:
-        from ..synonyms import wordnet_reader
-
         wordnet = wordnet_reader()
     seen = {s.casefold() for s in exclude}
     rng = random.Random(seed)
@@ -52,8 +54,6 @@ def wordnet_name_pairs(exclude: Iterable[str] = (), seed: int = 0, wordnet=None)
 def synonym_task(pairs: list[tuple[str, str]], max_pairs: int = DEFAULT_PAIRS):
     """An AliasRetrieval of the first ``max_pairs`` pairs whose query is not another candidate's
     name; None when none is left."""
-    from ..training import AliasRetrieval
-
     chosen = pairs[:max_pairs]
     titles = list(dict.fromkeys(t for _, t in chosen))
     index = {t: i for i, t in enumerate(titles)}
@@ -83,8 +83,6 @@ def lexname_of(wordnet) -> dict[str, set[str]]:
 def group_tasks(task, lexnames: dict[str, set[str]], groups: dict[str, tuple[str, ...]] = GROUPS) -> dict:
     """group -> the queries of ``task`` whose first name heads a synset of that group (among all
     of ``task``'s candidates, so a group's score is comparable with the whole task's)."""
-    from ..training import AliasRetrieval
-
     out = {}
     for group, files in groups.items():
         keep = [i for i, g in enumerate(task.gold) if lexnames.get(task.titles[g], set()) & set(files)]

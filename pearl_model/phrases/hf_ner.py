@@ -13,6 +13,8 @@ from typing import Mapping, Sequence
 from .labels import ONTONOTES_TYPES, ontonotes_type
 from .spans import Entity, ModelMissing, ParsedSentence
 
+# transformers is imported where the NER model is loaded: mining imports this module for every backend.
+
 # Strategies that group word pieces into entity spans; "none" returns one row per token.
 AGGREGATIONS = ("simple", "first", "average", "max")
 # What a hub id looks like ("name" or "owner/name"); anything else is taken as a path.

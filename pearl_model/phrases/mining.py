@@ -15,8 +15,14 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from .entity_types import occurrence_type
+from .hf_ner import TransformersNer
+from .pmi import PmiCandidates
 from .screening import screen
+from .spacy_rules import SpacyDependencyParser
 from .spans import ConstituencyParser, EntityRecognizer, ModelMissing
+
+# benepar_parser is imported where that parser is made: its trees come through nltk (a second to
+# import), which the other backends and the stages that only key phrases never need.
 
 PARSERS = ("spacy", "benepar", "pmi")
 NER_BACKENDS = ("spacy", "transformers", "none")
@@ -35,8 +41,6 @@ def phrase_key(text: str) -> str:
 def make_parser(name: str, **options) -> ConstituencyParser:
     """A parser backend by name; options go to its constructor (model=..., batch_size=...)."""
     if name == "spacy":
-        from .spacy_rules import SpacyDependencyParser
-
         return SpacyDependencyParser(**options)
     if name == "benepar":
         try:
@@ -45,8 +49,6 @@ def make_parser(name: str, **options) -> ConstituencyParser:
             raise ModelMissing(f"the benepar parser needs `pip install benepar==0.2.0` ({exc})") from None
         return BeneparParser(**options)
     if name == "pmi":
-        from .pmi import PmiCandidates
-
         return PmiCandidates(**options)
     raise ValueError(f"unknown parser {name!r}: choose one of {PARSERS}")
 
@@ -58,8 +60,6 @@ def make_ner(name: str, **options) -> EntityRecognizer | None:
     if name == "none":
         return _NoEntities()
     if name == "transformers":
-        from .hf_ner import TransformersNer
-
         return TransformersNer(**options)
     raise ValueError(f"unknown NER backend {name!r}: choose one of {NER_BACKENDS}")
 

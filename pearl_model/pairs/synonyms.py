@@ -36,6 +36,12 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
+import numpy as np
+from rapidfuzz.distance import Indel
+
+# nltk, spaCy and gensim are imported where WordNet, the stop words or fastText are first used:
+# the evaluation package and several stages import this module for its light helpers.
+
 __all__ = [
     "DEFAULT_WORDNET_DIR", "LEXNAMES", "WordNetNotFoundError", "WordNetSynonyms", "SynonymSource",
     "wordnet_dir", "wordnet_reader", "wordnet_pos", "phrase_synonym_variants", "train_fasttext", "save_fasttext",
@@ -354,7 +360,6 @@ def fasttext_vectors(words: Sequence[str], vectors, ngrams, min_n: int, max_n: i
     buckets' vectors (bucket, dim; a read-only memory map will do), as a trained model's
     ``wv.vectors`` and ``wv.vectors_ngrams``. Gives the model's neighbours, for
     out-of-vocabulary words too (from their n-grams); no pickle involved."""
-    import numpy as np
     from gensim.models.fasttext import FastTextKeyedVectors
     kv = FastTextKeyedVectors(ngrams.shape[1], min_n, max_n, ngrams.shape[0])
     kv.add_vectors(list(words), np.asarray(vectors, dtype=np.float32).reshape(len(words), ngrams.shape[1]))
@@ -372,7 +377,6 @@ def _core(word: str) -> str:
 def edit_similarity(a: str, b: str) -> float:
     """rapidfuzz's normalised Indel similarity of the casefolded words (``fuzz.ratio / 100``,
     the measure the hard negatives use): 1.0 equal, 0.0 nothing in common."""
-    from rapidfuzz.distance import Indel
     return Indel.normalized_similarity(a.casefold(), b.casefold())
 
 

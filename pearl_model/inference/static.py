@@ -22,7 +22,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .encoder import _check_phrases, cosine_matrix
+from .encoder import PhraseEncoder, _check_phrases, cosine_matrix
+from .export import is_pearl_export, load_pearl
+
+# model2vec is imported where a static model is made or loaded: an optional extra (M2V_PIP)
 
 __all__ = ["distill_static", "is_static_model", "StaticEncoder"]
 M2V_PIP = "pip install 'model2vec[distill]==0.9.0'"
@@ -39,15 +42,11 @@ def is_static_model(path: str | os.PathLike) -> bool:
 
 def _teacher(spec: str, cache_dir=None):
     """(transformer, tokenizer, what the static model covers) of a backbone spec or PEARL export."""
-    from .export import is_pearl_export, load_pearl
-
     if is_pearl_export(spec):
         model = load_pearl(spec, device="cpu", backend="torch")
         part = "the backbone half (the character branch is not distilled)" if model.char_proj is not None \
             else "the whole model (no character branch)"
         return model.backbone, model.batcher.tokenizer, part
-    from .encoder import PhraseEncoder
-
     enc = PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device="cpu", backend="torch")
     return enc.model, enc.tokenizer, "the whole model"
 

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from .backbones import DEFAULT_BACKBONE, BackboneInfo, load_backbone
 from .network import check_phrases as _check_phrases, fast_tokenizer, mean_pool  # noqa: F401  (re-exported)
@@ -39,10 +41,8 @@ def torch_runner(model, device, pool: bool) -> Callable:
     float32 CUDA tensor on a GPU (:class:`CudaRunner`).
 
     ``pool``: ``model`` is a transformer (mean-pool its last hidden state); else it returns
-    ``(embedding, ...)`` as :class:`~pearl_model.model.PearlModel` does.
+    ``(embedding, ...)`` as :class:`~pearl_model.inference.model.PearlModel` does.
     """
-    import torch
-
     if device.type == "cuda":
         return CudaRunner(model, device, pool)
 
@@ -68,8 +68,6 @@ class CudaRunner:
     workers = 1  # tokenising threads: the Rust tokenizer parallelises each batch itself; more measured slower
 
     def __init__(self, model, device, pool: bool):
-        import torch
-
         self.model, self.device, self.pool = model, device, pool
         self.dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
         self.params = None
@@ -87,8 +85,6 @@ class CudaRunner:
         return {k: v.pin_memory() for k, v in features.items()}
 
     def __call__(self, features):
-        import torch
-
         with torch.inference_mode():
             feats = {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
             if self.params is not None:
@@ -133,8 +129,6 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
             for idx, emb in pending:
                 store(idx, emb.get())
         elif pending:
-            import torch
-
             emb = torch.cat([e for _, e in pending])
             if normalize:
                 emb = torch.nn.functional.normalize(emb, dim=1)
@@ -143,8 +137,6 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
 
     steps = range(len(batches))
     if show_progress or (show_progress is None and len(items) > PROGRESS_THRESHOLD):
-        from tqdm.auto import tqdm
-
         steps = tqdm(steps, desc=desc, unit="batch")
     if not batches:
         return out
@@ -181,8 +173,6 @@ class PhraseEncoder:
     @classmethod
     def from_backbone(cls, spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | None = None,
                       device: str | None = None, backend: str = "auto") -> "PhraseEncoder":
-        import torch
-
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         return cls(*load_backbone(spec, cache_dir, device), backend=backend)
 
@@ -205,7 +195,7 @@ class PhraseEncoder:
         Phrases are truncated at the backbone's max length in tokens. An empty or
         whitespace-only phrase is encoded as the query prefix alone (for E5, "query: "),
         so it gets a defined vector rather than an error. ``backend``: the engine
-        (:mod:`pearl_model.onnx_backend`; default: this encoder's ``backend``, "auto").
+        (:mod:`pearl_model.inference.onnx_backend`; default: this encoder's ``backend``, "auto").
         ``batch_size``: default 128 on a CPU, 1024 on a GPU.
         """
         items = _check_phrases(phrases)

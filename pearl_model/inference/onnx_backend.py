@@ -32,14 +32,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import itertools
 import json
 import os
+import random
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from .backbones import cache_root
+
+# torch (and the network built on it), onnxruntime, openvino and nncf are imported where a graph is
+# built or run: the CLI imports this module at start for BACKENDS and resolve_backend.
 
 __all__ = ["BACKENDS", "OnnxGraphError", "OnnxRunner", "resolve_backend", "fingerprint", "graph_dir_for"]
 
@@ -69,8 +76,6 @@ def calibration_phrases(tokenizer, n: int = CALIBRATION_PHRASES, seed: int = 0) 
     Why not corpus or benchmark text: a model is quantised wherever it is first used, with no
     corpus at hand, and never on evaluation data; its own vocabulary is always there, and
     activation ranges need typical token statistics, not meaning."""
-    import random
-
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) >= 3)
     if not words:
         raise ValueError("the tokenizer's vocabulary has no whole words to calibrate with")
@@ -101,8 +106,6 @@ class OnnxGraphError(RuntimeError):
 
 
 def engine_available(engine: str) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec(engine) is not None
 
 
@@ -171,8 +174,6 @@ def graph_dir_for(model_dir: str | os.PathLike | None, fp: str) -> Path:
     """``<model_dir>/onnx`` when it can be written, else the per-fingerprint cache directory."""
     if model_dir is not None and Path(model_dir).is_dir() and _writable(Path(model_dir) / "onnx"):
         return Path(model_dir) / "onnx"
-    from .backbones import cache_root
-
     return cache_root() / "onnx" / fp[:16]
 
 
@@ -180,8 +181,7 @@ def _embedding_only(model):
     """``model`` wrapped so that its one output is the unnormalised embedding (what the graph holds)."""
     import torch
 
-    from .encoder import mean_pool
-    from .model import PearlModel
+    from .network import PearlNetwork, mean_pool
 
     class Embedding(torch.nn.Module):
         def __init__(self):
@@ -189,7 +189,7 @@ def _embedding_only(model):
             self.model = model
 
         def forward(self, *inputs):
-            if isinstance(self.model, PearlModel):
+            if isinstance(self.model, PearlNetwork):  # PearlModel among them
                 return self.model(*inputs)[0]  # the type logits are training's business
             ids, mask = inputs
             return mean_pool(self.model(input_ids=ids, attention_mask=mask).last_hidden_state, mask).float()

@@ -9,7 +9,7 @@ with the original) on the dev splits and its held-out aliases, and keeps the bes
 largest (ties: the larger mean change); with rule ``mean``, among the checkpoints at or above the
 backbone on every dev signal the one with the largest mean change (none such: as ``worst``).
 Only dev splits, the corpus's own held-out aliases and WordNet's synonyms (name variants, which
-no benchmark dev split has: :mod:`.evaluation.synonym_retrieval`) are read; the test splits never are.
+no benchmark dev split has: :mod:`pearl_model.evaluation.synonym_retrieval`) are read; the test splits never are.
 """
 from __future__ import annotations
 
@@ -23,8 +23,14 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .evaluation.dev import run_dev_benchmark
-from .evaluation.scores import primary_scores
+from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval
+from pearl_model.evaluation.data import default_benchmark_dir
+from pearl_model.evaluation.dev import run_dev_benchmark
+from pearl_model.evaluation.scores import primary_scores
+from pearl_model.evaluation.synonym_retrieval import group_tasks, lexname_of, wordnet_synonym_task
+from pearl_model.inference.export import PearlEncoder, average_state_dicts, head_state
+from pearl_model.inference.loading import load_encoder
+from pearl_model.pairs.synonyms import WordNetNotFoundError, wordnet_reader
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +44,6 @@ def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS,
     its unit-vector clustering as ``<dataset>/l2``, ``heldout_alias_top1``/``_mrr`` (``retrieval``)
     and ``<name>_top1``/``_mrr`` of each WordNet task (``synonyms``: :func:`synonym_signal`'s
     name -> AliasRetrieval, or one AliasRetrieval, named ``wordnet_synonym``)."""
-    from .training import AliasRetrieval, alias_retrieval
-
     rows = run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(datasets), seeds=tuple(seeds)) \
         if datasets else []
     out = {dataset: mean for (_, dataset), (mean, _, _) in primary_scores(rows).items()}
@@ -82,8 +86,6 @@ def rank(rec: dict, rule: str = "worst") -> tuple:
 def exported_weights(model, original: dict[str, torch.Tensor], average_weight: float, char_scale: float = 1.0):
     """``model`` holding the weights its export will have (backbone averaged, character part
     scaled), restored afterwards."""
-    from .export import average_state_dicts, head_state
-
     trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model.backbone.load_state_dict(average_state_dicts(model.backbone.state_dict(), original, average_weight))
     if char_scale != 1.0:
@@ -129,8 +131,6 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
     is that of its best scale, named in ``char_scale``; ``scores_by_scale`` keeps them all. Why: the
     character part's spread can move KMeans' boundary (BC5CDR's abbreviations against words), by
     an amount that differs from one checkpoint to the next (README "Training")."""
-    from .export import PearlEncoder
-
     scales = list(dict.fromkeys(float(s) for s in char_scales))
     if not scales or not all(s > 0 for s in scales):
         raise ValueError(f"char_scales must be one or more values > 0, got {list(char_scales)!r}")
@@ -171,9 +171,6 @@ def synonym_signal(pairs: int, seen: set[str], seed: int = 0) -> dict | None:
     holds, README "Name variants"). None: ``pairs`` 0, or no WordNet here, with a warning."""
     if not pairs:
         return None
-    from .evaluation.synonym_retrieval import group_tasks, lexname_of, wordnet_synonym_task
-    from .synonyms import WordNetNotFoundError, wordnet_reader
-
     try:
         wordnet = wordnet_reader()
         task = wordnet_synonym_task(pairs, exclude=seen, seed=seed, wordnet=wordnet)
@@ -194,9 +191,6 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
     backbone's scores) and those scores, computed here, once."""
     if not cfg.select_every:
         return None, None
-    from .evaluation.data import default_benchmark_dir
-    from .loading import load_encoder
-
     bench = benchmark_dir or default_benchmark_dir()
     datasets = SELECT_DATASETS if bench is not None and Path(bench).is_dir() else ()
     synonyms = synonym_signal(cfg.select_synonym_pairs, seen)

@@ -16,8 +16,11 @@ from __future__ import annotations
 import os
 from typing import Iterable, Sequence
 
-from .phrases.hf_ner import _HUB_ID
-from .phrases.spans import ModelMissing
+from pearl_model.phrases.hf_ner import _HUB_ID
+from pearl_model.phrases.spans import ModelMissing
+
+# torch, transformers and huggingface_hub are imported where the seq2seq model is loaded and run:
+# the candidates' cleaning (clean_candidates, normalize) needs none of them.
 
 __all__ = ["T5Paraphraser", "clean_candidates", "normalize"]
 

@@ -3,7 +3,7 @@
 PEARL (after LOVE, Chen et al. 2022) gives every word, misspelled or out of vocabulary, a
 vector by running a small character model trained to reproduce pre-trained word vectors
 (GloVe, fastText). Training is contrastive: for a batch of words (each possibly edited by a
-character operator of :mod:`pearl_model.augment`), the L2-normalised output of word *i*
+character operator of :mod:`pearl_model.pairs.augment`), the L2-normalised output of word *i*
 must score highest against the normalised target vector of word *i* among the targets of
 the batch (InfoNCE with a temperature). An optional cosine term ``cos_weight * (1 - cos)``
 pulls each output toward its own target directly (off by default: InfoNCE alone already
@@ -23,20 +23,18 @@ loading never unpickles anything.
 """
 from __future__ import annotations
 
-import json
 import logging
 import random
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pearl_model.augment import CHAR_OPS, augment
-from pearl_model.network import (BOW, CHAR_CONFIG, CHAR_FORMAT, CHAR_WEIGHTS, EOW, PAD, UNK, CharEncoder,  # noqa: F401
-                                 CharVocab, load_char_encoder)
-from pearl_model.network import check_words as _check_words
+from pearl_model.inference.network import BOW, EOW, PAD, UNK, CharEncoder, CharVocab  # noqa: F401
+from pearl_model.inference.network import check_words as _check_words
+from pearl_model.inference.network import load_char_encoder, save_char_encoder
+from pearl_model.pairs.augment import CHAR_OPS, augment
 
 __all__ = [
     "CharVocab", "CharEncoder", "train_char_encoder", "word_vectors", "phrase_vector",
@@ -45,7 +43,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-load = load_char_encoder  # the inverse of save() lives beside the network it builds
+# the weights' format lives beside the network it builds (every export ships that file)
+save, load = save_char_encoder, load_char_encoder
 
 
 def _check_vectors(words: list[str], vectors: object) -> np.ndarray:
@@ -232,18 +231,5 @@ def rank_summary(ranks: Sequence[int], k: int = 10) -> dict[str, float]:
         raise ValueError("no ranks to summarise")
     r = np.asarray(ranks, dtype=np.float64)
     return {"n": float(len(r)), "mrr": float((1.0 / r).mean()), f"hit@{k}": float((r <= k).mean())}
-
-
-def save(model: CharEncoder, vocab: CharVocab, path: str | Path) -> Path:
-    """Write ``path/model.safetensors`` (weights) and ``path/config.json`` (vocab, dims)."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(path / CHAR_WEIGHTS))
-    config = {"format": CHAR_FORMAT, "model": model.config, "chars": vocab.chars}
-    (path / CHAR_CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
-    return path
 
 

@@ -10,18 +10,18 @@ the character encoder, its projection and the type head are written as trained.
       config.json, model.safetensors     the (averaged) backbone: AutoModel.from_pretrained(path)
       tokenizer.json, tokenizer_config.json, ...   the backbone's tokenizer
       pearl_backbone.json                pooling/prefix, so `--backbone path` alone is the backbone
-      char_encoder/config.json, char_encoder/model.safetensors   (pearl_model.char_encoder.save)
+      char_encoder/config.json, char_encoder/model.safetensors   (pearl_model.inference.network.save_char_encoder)
       pearl_head.safetensors             char_proj.{weight,bias}, type_head.{weight,bias}
       pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata
       modules.json, config_sentence_transformers.json, sentence_bert_config.json
                                          sentence-transformers: PearlSTModule (whole model) -> Normalize
       network.py, st_module.py           the code those need, so that no pearl_model is needed to load
-      README.md                          the model card (pearl_model.model_card)
-      onnx/                              the ONNX Runtime graph (pearl_model.onnx_backend), when installed
+      README.md                          the model card (pearl_model.inference.model_card)
+      onnx/                              the ONNX Runtime graph (pearl_model.inference.onnx_backend), when installed
 
-:func:`load_pearl` is the inverse (a :class:`~pearl_model.model.PearlModel` with its batcher);
+:func:`load_pearl` is the inverse (a :class:`~pearl_model.inference.model.PearlModel` with its batcher);
 :class:`PearlEncoder` gives it the ``encode(..., normalize=)``/``similarity`` interface of
-:class:`~pearl_model.encoder.PhraseEncoder` that the evaluators and the CLI use. Weights are
+:class:`~pearl_model.inference.encoder.PhraseEncoder` that the evaluators and the CLI use. Weights are
 safetensors and everything else JSON: nothing is unpickled when loading.
 
 With sentence-transformers (>= 5; ``pearl_model`` need not be installed)::
@@ -36,18 +36,20 @@ import json
 import os
 import shutil
 import tempfile
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
-from pearl_model import char_encoder as char_io
-from pearl_model.encoder import _check_phrases, cosine_matrix
-from pearl_model.model import PearlModel
-from pearl_model.model_card import model_card
-from pearl_model.onnx_backend import onnxruntime_available
-from pearl_model.network import CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, PearlExportError, load_network, read_config
+from pearl_model.inference.encoder import _check_phrases, cosine_matrix
+from pearl_model.inference.model import PearlModel
+from pearl_model.inference.model_card import model_card
+from pearl_model.inference.network import (CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, PearlExportError, load_network,
+                                           read_config, save_char_encoder)
+from pearl_model.inference.onnx_backend import onnxruntime_available
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["FORMAT", "PearlExportError", "average_state_dicts", "export_pearl", "load_pearl",
@@ -135,8 +137,6 @@ def head_state(model: PearlModel, char_scale: float = 1.0) -> dict[str, torch.Te
 def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = None,
                 averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0) -> None:
     """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl)."""
-    from safetensors.torch import save_file
-
     if model.batcher is None:
         raise ValueError("export needs the model's tokenizer and char vocabulary: "
                          "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
@@ -147,13 +147,13 @@ def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = N
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     model.backbone.save_pretrained(out, state_dict=state, safe_serialization=True)
     model.batcher.tokenizer.save_pretrained(out)
-    char_io.save(model.char_encoder, model.batcher.char_vocab, out / CHAR_DIR)
+    save_char_encoder(model.char_encoder, model.batcher.char_vocab, out / CHAR_DIR)
     head = head_state(model, char_scale)
     save_file({k: v.detach().float().cpu().contiguous() for k, v in head.items()}, str(out / HEAD_FILE),
               metadata={"format": FORMAT})
     _write_json(out / "pearl_backbone.json", {"pooling": "mean", "query_prefix": config["query_prefix"],
                                                "add_pooling_layer": config["add_pooling_layer"],
-                                               "source": "pearl_model.export"})
+                                               "source": "pearl_model.inference.export"})
     # sentence-transformers: our module reads the whole directory (it is saved in the root),
     # then the library's own Normalize; prompts stay empty: the query prefix is built in.
     _write_json(out / "modules.json", [
@@ -175,8 +175,6 @@ def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = N
 
 
 def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:
@@ -194,7 +192,7 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     multiplied by it (:func:`head_state`). ``metadata`` (JSON-serialisable: training-set
     version, backbone spec, ...) goes into ``pearl_model.json``. The directory appears
     complete or not at all; an existing ``path`` is an error unless ``overwrite``.
-    ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.onnx_backend`)
+    ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.inference.onnx_backend`)
     where onnxruntime is installed, so the model's first encode on CPU need not.
     """
     path = Path(path)

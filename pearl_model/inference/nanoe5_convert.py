@@ -37,7 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .packages import installed_dir
+from pearl_model.packages import installed_dir
+
+# torch, tokenizers and transformers are imported where the model is converted (once per cache):
+# backbones imports this module, and the CLI imports backbones at start.
 
 CONVERTER_VERSION = 1  # bump when the output changes: it is part of the cache key
 VARIANTS = {"e5-small": "e5-small-q4.bin", "e5-small-enpt": "e5-small-enpt-q4.bin"}

@@ -4,7 +4,7 @@ The phrase embedding is the concatenation of
 
 * the backbone's mean-pooled token states (over the attention mask), dim ``backbone_dim``;
 * ``Linear(char_dim, char_proj_dim)`` of the character branch's phrase vector: the mean of
-  the L2-normalised :class:`~pearl_model.char_encoder.CharEncoder` outputs of the phrase's
+  the L2-normalised :class:`~pearl_model.training.char_encoder.CharEncoder` outputs of the phrase's
   lowercased whitespace words (the same vector as ``char_encoder.phrase_vectors``);
 
 and a linear head over that concatenation predicts the 95 phrase types of
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from pearl_model.encoder import default_batch_size, encode_batches, torch_runner
-from pearl_model.network import (TYPE_INPUTS, Batcher, CharEncoder, CharVocab, PearlNetwork,  # noqa: F401
-                                 _check_phrases, collate, mean_pool)
-from pearl_model.onnx_backend import OnnxRunner, resolve_backend
+from pearl_model.inference.encoder import default_batch_size, encode_batches, torch_runner
+from pearl_model.inference.network import (TYPE_INPUTS, Batcher, CharEncoder, CharVocab, PearlNetwork,  # noqa: F401
+                                           _check_phrases, collate, mean_pool)
+from pearl_model.inference.onnx_backend import OnnxRunner, resolve_backend
 from pearl_model.phrases.labels import LABELS
 
 __all__ = ["mean_pool", "collate", "Batcher", "PearlModel", "TYPE_INPUTS"]
@@ -69,7 +69,7 @@ class PearlModel(PearlNetwork):
                show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
         """float32 embeddings (n, dim) of ``phrases`` in input order, L2-normalised unless
         ``normalize=False``. A blank phrase is encoded as the prefix alone (no char words).
-        ``backend``: the engine (:mod:`pearl_model.onnx_backend`); default: ``self.backend``,
+        ``backend``: the engine (:mod:`pearl_model.inference.onnx_backend`); default: ``self.backend``,
         "torch" for a model being trained, "auto" for one loaded by ``load_pearl``."""
         if self.batcher is None:
             raise RuntimeError("encode() needs a tokenizer and a char vocabulary: "

@@ -1,6 +1,6 @@
 """The whole PEARL model (backbone + character branch) as one sentence-transformers input module.
 
-Every export (:func:`pearl_model.export.export_pearl`) carries a copy of this file and of
+Every export (:func:`pearl_model.inference.export.export_pearl`) carries a copy of this file and of
 ``network.py`` in its root, and a ``modules.json`` of two modules: ``st_module.PearlSTModule``
 (this class: tokenises with the network's batcher into ``input_ids, attention_mask, char_ids,
 word_mask`` and outputs ``sentence_embedding``, the unnormalised concatenation) followed by
@@ -91,7 +91,7 @@ class PearlSTModule(InputModule):
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
         config = getattr(self.pearl, "export_config", None) or {}
         try:
-            from pearl_model.export import write_files
+            from pearl_model.inference.export import write_files
         except ImportError:  # a machine without this project: the loaded files are the model
             if self.source is None:
                 raise RuntimeError("saving a PEARL model needs pearl_model installed, or a model loaded from a "

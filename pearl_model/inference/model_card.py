@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from pearl_model.evaluation import DATASETS, PAPER_ROWS
+
 __all__ = ["model_card"]
 
 def _cell(v) -> str:
@@ -17,8 +19,6 @@ def _cell(v) -> str:
 
 
 def _benchmark(meta: dict) -> str:
-    from pearl_model.evaluation import DATASETS, PAPER_ROWS
-
     rows = []
     if meta.get("benchmark"):
         rows.append(("this model", [meta["benchmark"].get(d) for d in DATASETS]))
@@ -75,7 +75,7 @@ vectors = model.encode(["heart attack", "myocardial infarction"])
 ```
 
 With pearl-pipeline installed: `pearl encode --model DIR` (ONNX Runtime on CPU by default) or
-`pearl_model.export.load_pearl(DIR).encode([...])`; `pearl distill DIR` makes a static model2vec version.
+`pearl_model.inference.export.load_pearl(DIR).encode([...])`; `pearl distill DIR` makes a static model2vec version.
 
 **Not the PEARL vector:** `transformers.AutoModel.from_pretrained(DIR)` loads the
 {"weight-averaged " if averaged is not None else ""}backbone alone; mean-pooled, it gives the first

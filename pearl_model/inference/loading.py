@@ -1,8 +1,8 @@
 """``load_encoder(spec)``: any model this project can encode with, behind one ``encode()`` interface.
 
-A spec is a backbone spec (:mod:`pearl_model.backbones`), a trained PEARL export directory
-(:mod:`pearl_model.export`), a static model2vec directory (:mod:`pearl_model.static`), or one of
-the benchmark's baselines (:mod:`pearl_model.baselines`: ``glove``, and ``char3gram``, a
+A spec is a backbone spec (:mod:`pearl_model.inference.backbones`), a trained PEARL export directory
+(:mod:`pearl_model.inference.export`), a static model2vec directory (:mod:`pearl_model.inference.static`), or one of
+the benchmark's baselines (:mod:`pearl_model.inference.baselines`: ``glove``, and ``char3gram``, a
 similarity without vectors that only AutoFJ can score).
 """
 from __future__ import annotations
@@ -10,19 +10,18 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
+from . import baselines
+from .encoder import PhraseEncoder
+from .export import PearlEncoder, is_pearl_export
+from .static import StaticEncoder, is_static_model
+
 __all__ = ["load_encoder", "shared_encoder"]
 
 
 def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend: str = "auto",
                  device: str | None = None):
-    """The encoder of ``spec``; ``backend``: its default engine (:mod:`pearl_model.onnx_backend`)."""
-    from .encoder import PhraseEncoder
-    from .export import PearlEncoder, is_pearl_export
-    from .static import StaticEncoder, is_static_model
-
+    """The encoder of ``spec``; ``backend``: its default engine (:mod:`pearl_model.inference.onnx_backend`)."""
     if spec in ("glove", "char3gram"):
-        from . import baselines
-
         return baselines.GloveEncoder() if spec == "glove" else baselines.CharNgramJaccard(n=3)
     if is_pearl_export(spec):
         return PearlEncoder.load(spec, device=device, backend=backend)
