@@ -347,8 +347,8 @@ STAGE_UNITS = {"raw_pages": ("pages", "pages"), "pages": ("pages", "pages"),
 
 
 def map_widths() -> dict:
-    """What a `.map`'s number of tasks grows with (`_tasks_at_scale`), for the maps not over the
-    phrase buckets; and the call that trains on more than one thread."""
+    """What a `.map`'s number of tasks grows with at full size (`_tasks_at_scale`), for the maps
+    not over the phrase buckets (the rest are)."""
     from tasks.aliases import alias_bucket_task
     from tasks.negatives import candidates_task
     from tasks.pages import extract_part_task
