@@ -5,27 +5,29 @@
     python benchmarks/stage_rates.py run --source sample --source data/inputs/ovos_summaries.jsonl ...
     python benchmarks/stage_rates.py project benchmarks/results/stage_rates_sample.json [--cores 64]
 
-`run`: for each (workers, replicate), in a process of its own, the corpus stages in the order
-`corpus_stages` runs them, on a fresh storage root and a fresh Dask LocalCluster of `workers`
-single-threaded worker processes. Per stage: wall seconds, units (from the datasets'
+`run`: for each (workers, replicate), in a process of its own, the corpus stages as the flow
+runs them, on a fresh storage root and a fresh Dask LocalCluster of `workers` single-threaded
+worker processes. Per stage: wall seconds, units (from the flow's result and the datasets'
 manifests), units/s per core, CPU seconds, peak RSS of every worker process and of the flow's
 process (sampled every 50 ms), bytes written; per step the same, and its number of tasks.
 
-How a stage is run: the body of each Prefect task of `corpus_stages` (`task.fn`), with the
-arguments the flow gives it, where the flow runs it: `.map` over the Dask workers (one
-future per item, gathered: the flow's `.result()` barrier), `.submit` as one task on a
-worker (raw_pages), and a plain call (`plan-*`, `commit-*`, reports, word_vectors,
-held-out aliases) in this process, as a Prefect 3 flow runs a task it calls directly.
-Parameters are the flow's own: `build_corpus`'s body is run with `corpus_stages` swapped
-for a recorder, so the defaults and the parameter dicts come from the flow, not a copy.
+How a stage is run: the flow's own wiring, `corpus_wiring` (flows/build_corpus.py, which the
+`corpus-stages` flow runs with Prefect's task runs), with the arguments `build_corpus` gives it
+(its defaults and the overrides) and `MeasuredSteps` for how its tasks run (tasks/steps.py): each
+task's body (`task.fn`) where the flow runs it, `.map` over the Dask workers (one future per
+item, gathered: the flow's `.result()` barrier), `.submit` as one task on a worker (raw_pages),
+and a direct call (`plan-*`, `commit-*`, reports, word_vectors, held-out aliases) in this
+process, as a Prefect 3 flow runs a task it calls directly. A stage is what the wiring marks
+with `steps.stage` up to the next mark; its units come from the run's counts (STAGE_UNITS).
 Not through a Prefect server: with one, each stage would also carry the API's per-task-run
 calls and a server process on the same 2 cores, and its windows would have to be pieced
 together from task-run timestamps; here a stage is exactly the span between two barriers.
-Prefect's run logger and artifacts are replaced by a logger and no-ops (`offline_prefect`),
-so the artifacts' content is still computed, not sent. What is left out: the Prefect API's
-overhead per task run (the number of tasks per step is recorded), and model loading
-(spaCy, WordNet, E5, fastText neighbours), which is done on every worker before the stage
-that needs it and reported as `load_s`: once per worker, seconds against hours at scale.
+Outside a run the tasks' run logs are off (`prefect.logging.disable_run_logger`) and their
+artifacts are computed, not sent (`tasks.steps.publish`). What is left out: the Prefect API's
+overhead per task run (the number of tasks per step is recorded), and model loading (spaCy,
+WordNet, E5, fastText neighbours), which the wiring names with `steps.load` and which is done
+on every worker before the stage's tasks need it and reported as `load_s`: once per worker,
+seconds against hours at scale.
 
 Replication (`--replicate N`): the input's first `--max-pages` pages are written N times into
 a temporary input of the same format and compression, copy k with page ids + k * 10^d and
@@ -54,13 +56,15 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import psutil
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from phrase_mining import PeakPerProcess  # noqa: E402  (benchmarks/ is on sys.path)
+
+from tasks.steps import Steps  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 MB = 2**20
@@ -71,150 +75,39 @@ MB = 2**20
 # redirects: ~23M (tasks/pages.py, find_duplicate_pages, on a full dump). Sentences: ~150M
 # (4.5B words at ~30 words per kept prose sentence; lists, tables and infoboxes are not kept).
 ENWIKI = {"articles": 6.7e6, "pages": 23e6, "sentences": 150e6}
-METHOD = ("each Prefect task body of corpus_stages (task.fn) where the flow runs it: .map/.submit on a Dask "
-          "LocalCluster of single-threaded worker processes, direct calls in the flow's process; no Prefect server; "
-          "models loaded before their stage (load_s); each (workers, replicate) in a fresh process")
+METHOD = ("the flow's wiring (corpus_wiring) with each Prefect task body (task.fn) where the flow runs it: "
+          ".map/.submit on a Dask LocalCluster of single-threaded worker processes, direct calls in the flow's "
+          "process; no Prefect server; models loaded before their stage (load_s); each (workers, replicate) in a "
+          "fresh process")
 SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia, "
                 "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages.py); ~150M sentences "
                 "(4.5B words / ~30 words per kept sentence)")
 
 
-# --- Prefect tasks without a Prefect run --------------------------------------------------
-# The modules of the tasks corpus_stages runs.
-STAGE_MODULES = ("tasks.raw_pages.sequential", "tasks.pages", "tasks.aliases", "tasks.corpus_report",
-                 "tasks.phrase_occurrences", "tasks.phrases", "tasks.phrase_types", "tasks.phrase_report",
-                 "tasks.word_vectors",
-                 "tasks.augmentations", "tasks.negatives", "tasks.training_set")
-
-
-class _NoArtifact:
-    def __call__(self, *args, **kwargs):
-        return None
-
-
-def offline_prefect() -> None:
-    """Let task bodies run outside a flow run in this process: the run logger becomes a plain
-    logger, artifacts are computed by the caller and not sent (no API). Idempotent: the mark
-    is on prefect.artifacts itself (a flag here would travel, set, with this function to the
-    workers, which pickle it by value)."""
-    import importlib
-
-    import prefect.artifacts as artifacts
-
-    if getattr(artifacts, "_stage_rates_offline", False):
-        return
-
-    noop = _NoArtifact()
-    for name in dir(artifacts):
-        if name.startswith(("create_", "update_")) and name.endswith("_artifact"):
-            setattr(artifacts, name, noop)
-    for module in STAGE_MODULES:
-        m = importlib.import_module(module)
-        if hasattr(m, "get_run_logger"):
-            m.get_run_logger = lambda _n=module: logging.getLogger(_n)
-        for name in dir(m):
-            if name.startswith(("create_", "update_")) and name.endswith("_artifact"):
-                setattr(m, name, noop)
-    artifacts._stage_rates_offline = True
-
-
-def resolve_task(ref: str):
-    """"tasks.pages:extract_part_task" -> the Prefect task object."""
-    import importlib
-
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _run_task(ref: str, args: tuple):
-    """On a Dask worker: the body of the task, as the flow's task run would execute it."""
-    offline_prefect()
-    return resolve_task(ref).fn(*args)
-
-
-def _warm_imports() -> None:
-    """Import what the stages import (once per process in a real run too), so that the first
-    task of a stage does not carry it."""
-    import importlib
-
-    for module in STAGE_MODULES + ("gensim.models", "pearl_model.pairs.synonyms", "pearl_model.pairs.negatives"):
-        importlib.import_module(module)
-    from tasks.figures import pyplot
-
-    pyplot()
-    offline_prefect()
-
-
-# Model loading before a stage (per worker; lru_caches of the task modules), not timed in it.
-def _warm_mining(params: dict) -> None:
-    from tasks.phrase_occurrences import backends
-
-    backends(params)
-
-
-def _warm_typing(params: dict) -> None:
-    from pearl_model.phrases.mining import backends
-
-    backends(params)
-
-
-def _warm_augmentations(vectors, params: dict) -> None:
-    from tasks import augmentations as a
-
-    kinds = params.get("kinds", a.KINDS)
-    a._tagger(params["spacy_model"])
-    if "wordnet" in kinds:
-        a._wordnet(params.get("wordnet_max_senses"))
-    if "fasttext" in kinds:
-        a._fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
-    if any(c is not None and k in kinds for k, c in (params.get("min_cosine") or {}).items()):
-        a._encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"])
-    if params.get("paraphrase_options") and "paraphrase" in kinds:
-        a._paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
-
-
-def _warm_embeddings(params: dict) -> None:
-    from tasks.negatives import _encoder
-
-    _encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"], normalize=True)
-
-
 # --- the flow's parameters ------------------------------------------------------------------
-def flow_params(source, storage_root: str, workers: int, overrides: dict) -> dict:
-    """The arguments `build_corpus` gives `corpus_stages` (its defaults, then `overrides`: flat, each
-    field of a stage's settings by its name), as the flat dict of stage parameters `run_stages` and
-    the recorded results read."""
+def wiring_args(source, storage_root: str, workers: int, overrides: dict) -> dict:
+    """The arguments `build_corpus` gives `corpus_stages` (by name), which hands them to `corpus_wiring`:
+    its defaults, then `overrides` (flat: a stage setting by its field name, or a build-corpus parameter)."""
     import inspect
-    from unittest import mock
 
-    import flows.build_corpus as bc
+    from flows.build_corpus import build_corpus, corpus_stages
     from tasks.corpus_config import STAGES, group_settings
 
-    signature = inspect.signature(bc.corpus_stages.fn)
-    captured: dict = {}
-
-    class Recorder:
-        def with_options(self, **_):
-            return self
-
-        def __call__(self, *args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            captured.update(bound.arguments)
-            return {}
-
     grouped, rest = group_settings(overrides, STAGES)
-    with mock.patch.object(bc, "corpus_stages", Recorder()):
-        bc.build_corpus.fn(**{"source": source, "storage_root": storage_root, "dask_workers": workers, **rest,
-                              **grouped})
-    c, backbone = captured, (captured["negative_backbone"], captured["backbone_cache_dir"])
-    neg = c["negatives"]
-    return {"source": c["source"], "storage_root": c["storage_root"], **c["read"].model_dump(),
-            **c["pages"].model_dump(), "phrase_params": c["phrases"].params(),
-            "positive_params": {"fasttext": c["word_vectors"].params(),
-                                "augmentations": c["positives"].params(*backbone),
+    bound = inspect.signature(build_corpus.fn).bind(source=source, storage_root=storage_root, dask_workers=workers,
+                                                    **rest, **grouped)
+    bound.apply_defaults()
+    return {k: bound.arguments[k] for k in inspect.signature(corpus_stages.fn).parameters}
+
+
+def recorded_params(args: dict) -> dict:
+    """The stage parameters a run's result keeps (what `project` reads), from `wiring_args`."""
+    backbone, neg = (args["negative_backbone"], args["backbone_cache_dir"]), args["negatives"]
+    return {**args["read"].model_dump(), **args["pages"].model_dump(), "phrase_params": args["phrases"].params(),
+            "positive_params": {"fasttext": args["word_vectors"].params(),
+                                "augmentations": args["positives"].params(*backbone),
                                 "negatives": neg.params(*backbone, None, neg.negative_buckets),
-                                "training_set": c["training_set"].params()}}
+                                "training_set": args["training_set"].params()}}
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -380,52 +273,143 @@ def _rss(pid: int) -> int:
         return 0
 
 
-class Runner:
-    """Runs task bodies where the flow runs them, one measured step per call, grouped in stages."""
+def task_ref(task) -> tuple[str, str]:
+    """Where a Prefect task object is importable from (its body is not: `task.fn` is no module's
+    attribute), so that a worker runs the very task the wiring named."""
+    import importlib
 
-    def __init__(self, client, interval: float = 0.05):
-        self.client, self.interval = client, interval
+    ref = (task.fn.__module__, task.fn.__name__)
+    if getattr(importlib.import_module(ref[0]), ref[1], None) is not task:
+        raise ValueError(f"task {task.name} is not {ref[0]}.{ref[1]}")
+    return ref
+
+
+def run_body(ref: tuple[str, str], args: tuple):
+    """A task's body, as its task run would execute it (no run: no run logs, no artifacts sent)."""
+    import importlib
+
+    from prefect.logging import disable_run_logger
+
+    with disable_run_logger():
+        return getattr(importlib.import_module(ref[0]), ref[1]).fn(*args)
+
+
+def call_and_drop(fn, *args) -> None:
+    """`fn(*args)` on a worker, its result (a loaded model) left there."""
+    fn(*args)
+
+
+def warm_imports() -> None:
+    """Import what the stages import (once per process in a real run too), so that the first
+    task of a stage does not carry it."""
+    import importlib
+
+    from tasks.figures import pyplot
+
+    for module in ("flows.build_corpus", "gensim.models", "pearl_model.pairs.synonyms", "pearl_model.pairs.negatives"):
+        importlib.import_module(module)
+    pyplot()
+
+
+def map_items(args: tuple) -> list[tuple]:
+    """Prefect's `Task.map` arguments -> one argument tuple per task: `unmapped(x)` and what is not
+    iterable are given to every task, the iterables item by item (prefect.task_runners does the same)."""
+    from prefect.utilities.annotations import unmapped
+    from prefect.utilities.collections import isiterable
+
+    mapped = {i: list(a) for i, a in enumerate(args) if not isinstance(a, unmapped) and isiterable(a)}
+    lengths = {len(v) for v in mapped.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"map over iterables of lengths {sorted(lengths)}")
+    return [tuple(mapped[i][k] if i in mapped else a.unwrap() if isinstance(a, unmapped) else a
+                  for i, a in enumerate(args)) for k in range(lengths.pop())]
+
+
+def committed(root: str) -> set[str]:
+    """name/version of every committed dataset under the storage root (a manifest is the commit)."""
+    from storage.datasets import MANIFEST
+
+    return {"/".join(Path(m).parts[-3:-1]) for m in Path(root).glob(f"*/*/{MANIFEST}")}
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+# What a stage's units are and which of the run's counts gives them.
+STAGE_UNITS = {"raw_pages": ("pages", "pages"), "pages": ("pages", "pages"),
+               "aliases": ("alias mentions", "alias_mentions"), "corpus_report": ("pages", "pages"),
+               "phrase_occurrences": ("sentences", "sentences"), "pmi_word_totals": ("sentences", "sentences"),
+               "phrases": ("phrases", "phrases"), "phrase_types": ("phrases", "phrases"),
+               "phrase_report": ("phrases", "phrases"), "word_vectors": ("corpus words", "corpus_words"),
+               "augmentations": ("phrases", "phrases"), "phrase_embeddings": ("phrases", "phrases"),
+               "negatives": ("phrases", "phrases"), "training_set": ("phrases", "phrases")}
+
+
+def map_widths() -> dict:
+    """What a `.map`'s number of tasks grows with at full size (`_tasks_at_scale`), for the maps
+    not over the phrase buckets (the rest are)."""
+    from tasks.aliases import alias_bucket_task
+    from tasks.negatives import candidates_task
+    from tasks.pages import extract_part_task
+    from tasks.phrase_occurrences import mine_chunk_task
+
+    return {extract_part_task: "parts", mine_chunk_task: "chunks", alias_bucket_task: "alias_buckets",
+            candidates_task: "negative_buckets"}
+
+
+class MeasuredSteps(Steps):
+    """The wiring's steps (tasks.steps.Steps) where the flow runs them, each measured: `map` and
+    `submit` run the task bodies on the Dask workers (one future per item, gathered: the flow's
+    `.result()` barrier), `call` runs one in this process, as a Prefect flow runs a task it calls
+    directly. Per step: wall and CPU seconds of the processes doing it, peak RSS of every process
+    (sampled every `interval` s), the number of tasks; per stage (`stage` to the next `stage`)
+    their sums, the models' loading (`load`, not in the stage's time) and the datasets committed."""
+
+    def __init__(self, client, root: str, interval: float = 0.05):
+        self.client, self.root, self.interval = client, root, interval
         self.driver = os.getpid()
         self.workers = sorted(client.run(os.getpid).values())
         self.stages: list[dict] = []
         self.current: dict | None = None
-        self._load_s = 0.0
+        self.widths = map_widths()
 
-    def warm(self, fn, *args, here: bool = False) -> None:
-        """Load what the next stage's tasks load, on every worker (and here): not timed in the stage."""
-        t = time.perf_counter()
-        self.client.run(fn, *args)
-        if here:
-            fn(*args)
-        self._load_s += time.perf_counter() - t
-
-    @contextmanager
-    def stage(self, name: str, unit: str) -> Iterator[dict]:
-        self.current = {"stage": name, "unit": unit, "units": None, "load_s": round(self._load_s, 2), "steps": [],
+    def stage(self, name: str) -> None:
+        self.finish()
+        if name not in STAGE_UNITS:
+            raise ValueError(f"stage {name!r} of the flow's wiring has no unit here (STAGE_UNITS)")
+        self.current = {"stage": name, "unit": STAGE_UNITS[name][0], "units": None, "load_s": 0.0, "steps": [],
                         "outputs": [], "rss_start_mb": {"driver": round(_rss(self.driver) / MB, 1),
-                                                        "workers": [round(_rss(p) / MB, 1) for p in self.workers]}}
-        self._load_s = 0.0
-        yield self.current
-        st = self.current
+                                                        "workers": [round(_rss(p) / MB, 1) for p in self.workers]},
+                        "_before": committed(self.root)}
+
+    def load(self, fn, *args, in_flow: bool = False) -> None:
+        t = time.perf_counter()
+        self.client.run(call_and_drop, fn, *args)
+        if in_flow:
+            fn(*args)
+        self.current["load_s"] += time.perf_counter() - t
+
+    def finish(self) -> None:
+        """End the current stage (the next `stage`, or the end of the wiring)."""
+        st, self.current = self.current, None
+        if st is None:
+            return
         steps = st["steps"]
+        st["load_s"] = round(st["load_s"], 2)
         st["wall_s"] = round(sum(s["wall_s"] for s in steps), 3)
         st["core_s"] = round(sum(s["wall_s"] * s["cores"] for s in steps), 3)
         st["cpu_s"] = round(sum(s["cpu_s"] for s in steps), 3)
-        st["units_per_s_per_core"] = round(st["units"] / st["core_s"], 2) if st["units"] and st["core_s"] else None
         mapped = [s for s in steps if s["kind"] != "flow"]
         st["peak_rss_mb_per_worker"] = [max(vals) for vals in zip(*(s["peak_rss_mb_workers"] for s in mapped))] \
             if mapped else []
         st["peak_rss_mb_driver"] = max(s["peak_rss_mb_driver"] for s in steps) if steps else None
-        st["output_bytes"] = sum(_du(d) for d in st.pop("_datasets", []))
+        st["outputs"] = sorted(committed(self.root) - st.pop("_before"))
+        st["output_bytes"] = sum(_du(Path(self.root) / d) for d in st["outputs"])
         self.stages.append(st)
-        self.current = None
-
-    def outputs(self, *datasets) -> None:
-        self.current.setdefault("_datasets", []).extend(datasets)
-        self.current["outputs"].extend(f"{d.name}/{d.version}" for d in datasets)
 
     @contextmanager
-    def _step(self, ref: str, kind: str, tasks: int, rule: str | None, threads: int = 1):
+    def _step(self, task, kind: str, tasks: int, rule: str | None = None, threads: int = 1):
         pids = [self.driver] if kind == "flow" else self.workers
         cpu0 = sum(_cpu(p) for p in pids)
         t0 = time.perf_counter()
@@ -436,200 +420,51 @@ class Runner:
         for p in [self.driver, *self.workers]:  # a step shorter than the interval may have no sample
             mem.peaks[p] = max(mem.peaks.get(p, 0), _rss(p))
         self.current["steps"].append({
-            "step": resolve_task(ref).name, "task": ref.split(":")[1], "kind": kind, "tasks": tasks,
-            "tasks_rule": rule, "threads": threads, "wall_s": round(wall, 3),
-            "cores": len(self.workers) if kind == "map" else 1, "cpu_s": round(cpu, 3),
-            "peak_rss_mb_workers": [round(mem.peaks.get(p, 0) / MB, 1) for p in self.workers],
+            "step": task.name, "task": task.fn.__name__, "kind": kind, "tasks": tasks, "tasks_rule": rule,
+            "threads": threads, "wall_s": round(wall, 3), "cores": len(self.workers) if kind == "map" else 1,
+            "cpu_s": round(cpu, 3), "peak_rss_mb_workers": [round(mem.peaks.get(p, 0) / MB, 1) for p in self.workers],
             "peak_rss_mb_driver": round(mem.peaks.get(self.driver, 0) / MB, 1)})
 
-    def flow(self, ref: str, *args, threads: int = 1):
-        """A task the flow calls directly: it runs in the flow's process (this one)."""
-        offline_prefect()
-        with self._step(ref, "flow", 1, None, threads):
-            return resolve_task(ref).fn(*args)
+    def call(self, task, *args):
+        from prefect.logging import disable_run_logger
 
-    def task(self, ref: str, *args):
-        """A task the flow `.submit`s: one task on a worker."""
-        with self._step(ref, "task", 1, None):
-            return self.client.submit(_run_task, ref, args, pure=False).result()
+        from tasks.word_vectors import word_vectors_task
 
-    def map(self, ref: str, items: list[tuple], rule: str):
-        """A task the flow `.map`s over the workers, then waits for (`.result()`)."""
-        with self._step(ref, "map", len(items), rule):
-            return self.client.gather(self.client.map(_run_task, [ref] * len(items), items, pure=False))
+        threads = args[1]["workers"] if task is word_vectors_task else 1  # fastText's threads
+        with self._step(task, "flow", 1, threads=threads), disable_run_logger():
+            return task.fn(*args)
 
+    def submit(self, task, *args):
+        with self._step(task, "task", 1):
+            return self.client.submit(run_body, task_ref(task), args, pure=False).result()
 
-def _du(d) -> int:
-    try:
-        return int(d.fs.du(d.path))
-    except FileNotFoundError:
-        return 0
+    def map(self, task, *args) -> list:
+        items = map_items(args)
+        with self._step(task, "map", len(items), self.widths.get(task, "phrase_buckets")):
+            return self.client.gather(self.client.map(run_body, [task_ref(task)] * len(items), items, pure=False))
 
 
-def run_stages(r: Runner, p: dict) -> dict:
-    """`corpus_stages`, stage by stage (flows/build_corpus.py; keep the two in step: the test
-    checks that every task it calls is called here). Returns the run's counts."""
-    from tasks.corpus_config import MINING_KEYS, REDUCE_KEYS
-    from tasks.negatives import block_bucket_count
-    from tasks.pages import alias_bucket_count
-    from tasks.phrase_occurrences import phrase_bucket_count
+def run_counts(result: dict, args: dict) -> dict:
+    """The run's counts, from what the wiring returned (the flow's own result) and its datasets."""
+    from storage import schemas
+    from storage.datasets import Dataset
 
-    source, phrase_params, positive = p["source"], p["phrase_params"], p["positive_params"]
-    read_params = {"input_format": p["input_format"], "pages_per_part": p["pages_per_partition"],
-                   "max_page_bytes": p["max_page_bytes"], "max_pages": p["max_pages"]}
-    with r.stage("raw_pages", "pages") as st:
-        raw = r.flow("tasks.raw_pages.sequential:plan_raw_pages_task", source, p["storage_root"], read_params)
-        raw_manifest = r.task("tasks.raw_pages.sequential:raw_pages_task", source, raw, read_params)
-        st["units"] = raw_manifest["rows"]
-        r.outputs(raw)
+    root, versions = args["storage_root"], result["versions"]
 
-    alias_buckets = p["alias_buckets"] or alias_bucket_count(raw_manifest["rows"])  # as the flow sizes them
-    page_params = {"alias_buckets": alias_buckets, "min_sentence_words": p["min_sentence_words"],
-                   "max_sentence_chars": p["max_sentence_chars"]}
-    with r.stage("pages", "pages") as st:
-        pages = r.flow("tasks.pages:plan_page_outputs_task", raw, page_params)
-        duplicates = r.flow("tasks.pages:find_duplicate_pages_task", raw)
-        r.map("tasks.pages:extract_part_task", [(raw, i, pages, page_params, duplicates[i])
-                                                for i in range(len(raw_manifest["parts"]))], "parts")
-        r.flow("tasks.pages:commit_page_outputs_task", pages, raw, page_params)
-        st["units"] = raw_manifest["rows"]
-        r.outputs(*pages.all())
+    def manifest(name: str) -> dict:
+        return Dataset(root, name, versions[name], schemas.ALL[name]).manifest()
 
-    alias_params = {"alias_buckets": alias_buckets}
-    with r.stage("aliases", "alias mentions") as st:
-        aliases = r.flow("tasks.aliases:plan_aliases_task", pages.alias_mentions, alias_params)
-        r.map("tasks.aliases:alias_bucket_task", [(pages.alias_mentions, b, aliases)
-                                                  for b in range(alias_buckets)], "alias_buckets")
-        r.flow("tasks.aliases:commit_aliases_task", aliases, pages.alias_mentions, alias_params)
-        st["units"] = pages.alias_mentions.manifest()["rows"]
-        r.outputs(aliases)
-
-    with r.stage("corpus_report", "pages") as st:
-        corpus = r.flow("tasks.corpus_report:corpus_report_task", raw, pages.pages, pages.sentences,
-                        pages.quarantine, pages.alias_mentions, aliases)
-        r.flow("tasks.raw_pages.sequential:check_input_complete_task", raw_manifest, p["allow_incomplete_input"])
-        st["units"] = raw_manifest["rows"]
-
-    phrase_params = phrase_params | {"phrase_buckets": phrase_params["phrase_buckets"]
-                                     or phrase_bucket_count(pages.sentences.manifest()["rows"])}
-    mining_params = {k: phrase_params[k] for k in MINING_KEYS if k in phrase_params}
-    r.warm(_warm_mining, mining_params, here=True)  # plan-phrase-occurrences loads them here too
-    with r.stage("phrase_occurrences", "sentences") as st:
-        mined, chunks = r.flow("tasks.phrase_occurrences:plan_occurrences_task", pages.sentences, mining_params)
-        r.map("tasks.phrase_occurrences:mine_chunk_task", [(pages.sentences, c, mined, mining_params)
-                                                           for c in chunks], "chunks")
-        r.flow("tasks.phrase_occurrences:commit_occurrences_task", mined, pages.sentences, mining_params)
-        st["units"] = pages.sentences.manifest()["rows"]
-        r.outputs(mined.occurrences, mined.stats)
-
-    buckets = range(phrase_params["phrase_buckets"])
-    reduce_params = {k: phrase_params[k] for k in REDUCE_KEYS if k in phrase_params}
-    totals = None
-    if mined.word_counts is not None:  # parser "pmi": the word counts reduced first (phrases_stage)
-        with r.stage("pmi_word_totals", "sentences") as st:
-            word_params = {"min_freq": reduce_params["min_freq"]}
-            totals = r.flow("tasks.phrases:plan_word_totals_task", mined.word_counts, word_params)
-            r.map("tasks.phrases:word_totals_bucket_task", [(mined.word_counts, b, totals, word_params)
-                                                            for b in buckets], "phrase_buckets")
-            r.flow("tasks.phrases:commit_word_totals_task", totals, mined.word_counts, word_params)
-            st["units"] = pages.sentences.manifest()["rows"]
-            r.outputs(totals)
-    with r.stage("phrases", "phrases") as st:
-        phrases = r.flow("tasks.phrases:plan_phrases_task", mined.occurrences, reduce_params, totals)
-        bucket_stats = r.map("tasks.phrases:phrase_bucket_task", [(mined.occurrences, b, phrases, reduce_params, totals)
-                                                                  for b in buckets], "phrase_buckets")
-        r.flow("tasks.phrases:commit_phrases_task", phrases, mined.occurrences, reduce_params, bucket_stats, totals)
-        st["units"] = phrases.manifest()["rows"]
-        r.outputs(phrases)
-    if mining_params.get("ner_scope") == "examples":  # phrase_types_stage: NER on the kept phrases' examples
-        untyped, n = phrases, phrase_params["phrase_buckets"]
-        r.warm(_warm_typing, mining_params, here=True)
-        with r.stage("phrase_types", "phrases") as st:
-            plan = r.flow("tasks.phrase_types:plan_types_task", untyped, pages.sentences, mining_params, n)
-            r.map("tasks.phrase_types:requests_task", [(untyped, b, plan) for b in buckets], "phrase_buckets")
-            r.flow("tasks.phrase_types:commit_typing_step_task", plan.requests, untyped, pages.sentences, mining_params)
-            r.map("tasks.phrase_types:votes_task", [(g, plan, mining_params, pages.sentences)
-                                                    for g in range(len(plan.starts))], "phrase_buckets")
-            r.flow("tasks.phrase_types:commit_typing_step_task", plan.votes, untyped, pages.sentences, mining_params)
-            r.map("tasks.phrase_types:types_task", [(untyped, b, plan) for b in buckets], "phrase_buckets")
-            r.flow("tasks.phrase_types:commit_types_task", plan, untyped, pages.sentences, mining_params)
-            phrases = plan.phrases
-            st["units"] = phrases.manifest()["rows"]
-            r.outputs(plan.requests, plan.votes, phrases)
-
-    with r.stage("phrase_report", "phrases") as st:
-        r.flow("tasks.phrase_report:phrase_report_task", mined.occurrences, mined.stats, phrases)
-        st["units"] = phrases.manifest()["rows"]
-
-    ft = positive["fasttext"]
-    with r.stage("word_vectors", "corpus words") as st:
-        vectors = r.flow("tasks.word_vectors:word_vectors_task", pages.sentences, ft, threads=ft["workers"])
-        wv = vectors.manifest()["stats"]
-        st["units"] = wv["corpus_words"]
-        r.outputs(vectors)
-
-    aug_params = positive["augmentations"]
-    r.warm(_warm_augmentations, vectors, aug_params)
-    sents = pages.sentences if "context" in aug_params["kinds"] else None  # as build_corpus gives them
-    with r.stage("augmentations", "phrases") as st:
-        positives = r.flow("tasks.augmentations:plan_augmentations_task", phrases, aliases, vectors, aug_params, sents)
-        r.map("tasks.augmentations:augment_part_task", [(phrases, i, aliases, vectors, positives, aug_params, sents)
-                                                        for i in buckets], "phrase_buckets")
-        r.flow("tasks.augmentations:commit_augmentations_task", positives, phrases, aliases, vectors, aug_params, sents)
-        r.flow("tasks.augmentations:augmentation_report_task", positives)
-        st["units"] = phrases.manifest()["rows"]
-        r.outputs(positives)
-
-    neg_params = positive["negatives"] | {
-        "phrase_buckets": phrase_params["phrase_buckets"],
-        "block_buckets": positive["negatives"]["block_buckets"] or block_bucket_count(phrases.manifest()["rows"])}
-    r.warm(_warm_embeddings, neg_params)
-    with r.stage("phrase_embeddings", "phrases") as st:
-        negs = r.flow("tasks.negatives:plan_negatives_task", phrases, neg_params)
-        r.map("tasks.negatives:embed_part_task", [(phrases, i, negs, neg_params) for i in buckets], "phrase_buckets")
-        r.flow("tasks.negatives:commit_step_task", negs.embeddings, phrases, neg_params)
-        st["units"] = phrases.manifest()["rows"]
-        r.outputs(negs.embeddings)
-
-    with r.stage("negatives", "phrases") as st:
-        grams = r.map("tasks.negatives:gram_counts_task", [(phrases, i, neg_params) for i in buckets],
-                      "phrase_buckets")
-        r.map("tasks.negatives:block_part_task", [(phrases, i, grams, negs, neg_params) for i in buckets],
-              "phrase_buckets")
-        r.flow("tasks.negatives:commit_step_task", negs.blocks, phrases, neg_params)
-        work = r.map("tasks.negatives:candidates_task", [(negs, b, neg_params)
-                                                         for b in range(neg_params["block_buckets"])],
-                     "negative_buckets")
-        r.flow("tasks.negatives:commit_candidates_task", negs, phrases, neg_params, work)
-        r.map("tasks.negatives:select_task", [(phrases, i, negs, neg_params) for i in buckets], "phrase_buckets")
-        r.flow("tasks.negatives:commit_negatives_task", negs, phrases, neg_params)
-        r.flow("tasks.negatives:negatives_report_task", negs, positives)
-        st["units"] = phrases.manifest()["rows"]
-        r.outputs(negs.blocks, negs.candidates, negs.negatives)
-
-    split_params = positive["training_set"]
-    with r.stage("training_set", "phrases") as st:
-        heldout = r.flow("tasks.training_set:heldout_aliases_task", aliases,
-                         {"alias_holdout_fraction": split_params["alias_holdout_fraction"]})
-        training = r.flow("tasks.training_set:plan_training_set_task", phrases, positives, negs.negatives,
-                          split_params, heldout)
-        r.map("tasks.training_set:training_set_part_task",
-              [(phrases, positives, negs.negatives, i, training, split_params, heldout) for i in buckets],
-              "phrase_buckets")
-        published = r.flow("tasks.training_set:commit_training_set_task", training, phrases, positives,
-                           negs.negatives, split_params, heldout)
-        st["units"] = phrases.manifest()["rows"]
-        r.outputs(heldout, training)
-
-    scan = scan_cost(pages.sentences)
-    return {"pages": raw_manifest["rows"], "kept": corpus["kept"], "filtered": corpus["filtered"],
-            "quarantined": corpus["quarantined"], "sentences": corpus["sentences"],
-            "alias_mentions": pages.alias_mentions.manifest()["rows"],
-            "occurrences": mined.stats.manifest()["stats"].get("occurrences_kept"),
-            "phrases": phrases.manifest()["rows"], "corpus_words": wv["corpus_words"],
-            "fasttext_sentences": wv["corpus_sentences"], "fasttext_epochs": ft["epochs"],
-            "augmentations": positives.manifest()["rows"], "negatives": negs.negatives.manifest()["rows"],
-            "training_set": published["rows"], "word_vectors_scan_s_per_sentence": scan}
+    wv = manifest("word_vectors")["stats"]
+    return {"pages": result["pages_read"], "kept": result["kept"], "filtered": result["filtered"],
+            "quarantined": result["quarantined"], "sentences": result["sentences"],
+            "alias_mentions": manifest("alias_mentions")["rows"],
+            "occurrences": result["phrases"]["mining"].get("occurrences_kept"),
+            "phrases": manifest("phrases")["rows"], "corpus_words": wv["corpus_words"],
+            "fasttext_sentences": wv["corpus_sentences"], "fasttext_epochs": args["word_vectors"].params()["epochs"],
+            "augmentations": manifest("augmentations")["rows"], "negatives": manifest("negatives")["rows"],
+            "training_set": result["training_set"]["rows"],
+            "word_vectors_scan_s_per_sentence": scan_cost(Dataset(root, "sentences", versions["sentences"],
+                                                                  schemas.SENTENCES))}
 
 
 def scan_cost(sentences, rows: int = 200_000, per_part: int = 10_000) -> float:
@@ -656,27 +491,33 @@ def scan_cost(sentences, rows: int = 200_000, per_part: int = 10_000) -> float:
 
 
 def run_once(inputs: list[str], workers: int, root: str, overrides: dict, interval: float) -> dict:
+    """`corpus_wiring` (flows/build_corpus.py) with `build_corpus`'s arguments, its steps measured."""
     from distributed import Client, LocalCluster
+
+    from flows.build_corpus import corpus_wiring
 
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("distributed"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
-    source = inputs[0] if len(inputs) == 1 else inputs
-    params = flow_params(source, root, workers, overrides)
-    offline_prefect()
+    args = wiring_args(inputs[0] if len(inputs) == 1 else inputs, root, workers, overrides)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        runner = Runner(client, interval)
+        steps = MeasuredSteps(client, root, interval)
         t = time.perf_counter()
-        runner.warm(_warm_imports, here=True)
+        client.run(warm_imports)
+        warm_imports()
         imports = time.perf_counter() - t
-        runner._load_s = 0.0
         t = time.perf_counter()
-        counts = run_stages(runner, params)
+        result = corpus_wiring(steps, **args)
+        steps.finish()
         wall = time.perf_counter() - t
-    return {"counts": counts, "stages": runner.stages, "wall_s": round(wall, 2), "imports_s": round(imports, 2),
-            "params": {k: v for k, v in params.items() if k not in ("source", "storage_root")}}
+    counts = run_counts(result, args)
+    for st in steps.stages:
+        st["units"] = counts[STAGE_UNITS[st["stage"]][1]]
+        st["units_per_s_per_core"] = round(st["units"] / st["core_s"], 2) if st["units"] and st["core_s"] else None
+    return {"counts": counts, "stages": steps.stages, "wall_s": round(wall, 2), "imports_s": round(imports, 2),
+            "params": recorded_params(args)}
 
 
 # --- tables ---------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 -> training_set (published: what the training flow reads).
 
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
-so that the cluster is a parameter of the run. Every stage is versioned by its inputs
-and parameters, so a run that changes only the phrase parameters re-mines phrases and
-reuses the extraction.
+so that the cluster is a parameter of the run. Their wiring is `corpus_wiring`, a plain function
+of how the tasks run (`tasks.steps.Steps`), so that benchmarks/stage_rates.py measures this
+wiring, not a copy. Every stage is versioned by its inputs and parameters, so a run that changes
+only the phrase parameters re-mines phrases and reuses the extraction.
 """
 from __future__ import annotations
 
@@ -31,8 +32,55 @@ from tasks.phrase_types import phrase_types_stage
 from tasks.phrases import phrases_stage
 from tasks.raw_pages import raw_pages_stage
 from tasks.raw_pages.sequential import check_input_complete_task
+from tasks.steps import PREFECT, Steps
 from tasks.training_set import training_set_stage
 from tasks.word_vectors import word_vectors_task
+
+
+def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str, read: ReadConfig,
+                  pages: PagesConfig, phrases: PhrasesConfig, word_vectors: WordVectorsConfig,
+                  positives: PositivesConfig, negatives: NegativesConfig, training_set: TrainingSetConfig,
+                  negative_backbone: str, backbone_cache_dir: Optional[str]) -> dict:
+    """The corpus stages in order, their tasks run by `steps` (tasks/steps.py): the flow's Prefect
+    task runs, or benchmarks/stage_rates.py's measured ones. Returns the run's counts and versions."""
+    raw, raw_manifest = raw_pages_stage(source, storage_root, read.params(), read.multistream_index, steps=steps)
+    # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
+    alias_buckets = pages.alias_buckets or alias_bucket_count(raw_manifest["rows"])
+    text, page_manifests = pages_stage(raw, raw_manifest, pages.params(alias_buckets), steps=steps)
+    aliases = aliases_stage(text.alias_mentions, {"alias_buckets": alias_buckets}, steps=steps)
+    steps.stage("corpus_report")
+    corpus = steps.call(corpus_report_task, raw, text.pages, text.sentences, text.quarantine, text.alias_mentions,
+                        aliases)
+    steps.call(check_input_complete_task, raw_manifest, read.allow_incomplete_input)  # what was read is committed
+
+    buckets = phrases.phrase_buckets or phrase_bucket_count(page_manifests["sentences"]["rows"], phrases.parser)
+    mined = occurrences_stage(text.sentences, phrases.mining_params(buckets), steps=steps)
+    found, phrase_manifest = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), buckets,
+                                           steps=steps)
+    if phrases.ner_scope == "examples":  # the mining pass ran no NER: type the kept phrases now
+        found, phrase_manifest = phrase_types_stage(found, text.sentences, phrases.mining_params(buckets), buckets,
+                                                    steps=steps)
+    steps.stage("phrase_report")
+    report = steps.call(phrase_report_task, mined.occurrences, mined.stats, found)
+
+    steps.stage("word_vectors")
+    vectors = steps.call(word_vectors_task, text.sentences, word_vectors.params())
+    cached = augmentations_stage(found, aliases, vectors, positives.params(negative_backbone, backbone_cache_dir),
+                                 text.sentences if "context" in positives.kinds else None, buckets, steps=steps)
+    positive_report = steps.call(augmentation_report_task, cached)
+
+    negs = negatives_stage(found, negatives.params(
+        negative_backbone, backbone_cache_dir, buckets,
+        negatives.negative_buckets or block_bucket_count(phrase_manifest["rows"])), steps=steps)
+    negative_report = steps.call(negatives_report_task, negs, cached)
+
+    training, published, heldout = training_set_stage(found, cached, negs.negatives, aliases, training_set.params(),
+                                                      buckets, steps=steps)
+    return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
+            "training_set": {"rows": published["rows"], **published["stats"]},
+            "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
+                         "augmentations": cached.version, **negative_report["versions"],
+                         "heldout_aliases": heldout.version, "training_set": training.version}}
 
 
 @flow(name="corpus-stages")
@@ -41,38 +89,8 @@ def corpus_stages(source: Union[str, list[str]], storage_root: str, read: ReadCo
                   negatives: NegativesConfig, training_set: TrainingSetConfig, negative_backbone: str,
                   backbone_cache_dir: Optional[str]) -> dict:
     report_dask_dashboard()
-    raw, raw_manifest = raw_pages_stage(source, storage_root, read.params(), read.multistream_index)
-    # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
-    alias_buckets = pages.alias_buckets or alias_bucket_count(raw_manifest["rows"])
-    text, page_manifests = pages_stage(raw, raw_manifest, pages.params(alias_buckets))
-    aliases = aliases_stage(text.alias_mentions, {"alias_buckets": alias_buckets})
-    corpus = corpus_report_task(raw, text.pages, text.sentences, text.quarantine, text.alias_mentions, aliases)
-    check_input_complete_task(raw_manifest, read.allow_incomplete_input)  # what was read is committed by now
-
-    buckets = phrases.phrase_buckets or phrase_bucket_count(page_manifests["sentences"]["rows"], phrases.parser)
-    mined = occurrences_stage(text.sentences, phrases.mining_params(buckets))
-    found, phrase_manifest = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), buckets)
-    if phrases.ner_scope == "examples":  # the mining pass ran no NER: type the kept phrases now
-        found, phrase_manifest = phrase_types_stage(found, text.sentences, phrases.mining_params(buckets), buckets)
-    report = phrase_report_task(mined.occurrences, mined.stats, found)
-
-    vectors = word_vectors_task(text.sentences, word_vectors.params())
-    cached = augmentations_stage(found, aliases, vectors, positives.params(negative_backbone, backbone_cache_dir),
-                                 text.sentences if "context" in positives.kinds else None, buckets)
-    positive_report = augmentation_report_task(cached)
-
-    negs = negatives_stage(found, negatives.params(
-        negative_backbone, backbone_cache_dir, buckets,
-        negatives.negative_buckets or block_bucket_count(phrase_manifest["rows"])))
-    negative_report = negatives_report_task(negs, cached)
-
-    training, published, heldout = training_set_stage(found, cached, negs.negatives, aliases, training_set.params(),
-                                                      buckets)
-    return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
-            "training_set": {"rows": published["rows"], **published["stats"]},
-            "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
-                         "augmentations": cached.version, **negative_report["versions"],
-                         "heldout_aliases": heldout.version, "training_set": training.version}}
+    return corpus_wiring(PREFECT, source, storage_root, read, pages, phrases, word_vectors, positives, negatives,
+                         training_set, negative_backbone, backbone_cache_dir)
 
 
 @flow(name="build-corpus")

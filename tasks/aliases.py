@@ -66,6 +66,8 @@ def plan_aliases(mentions: Dataset, params: dict) -> Dataset:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps  # noqa: E402
+
 
 @task(name="plan-aliases", cache_policy=NONE)
 def plan_aliases_task(mentions: Dataset, params: dict) -> Dataset:
@@ -84,9 +86,10 @@ def commit_aliases_task(out: Dataset, mentions: Dataset, params: dict) -> dict:
     return out.commit(code_version=CODE_VERSION, params=params, inputs={"alias_mentions": mentions.version})
 
 
-def aliases_stage(mentions: Dataset, params: dict) -> Dataset:
+def aliases_stage(mentions: Dataset, params: dict, *, steps: Steps = PREFECT) -> Dataset:
     """The stage in its flow: alias_mentions -> aliases, one reduce task per alias bucket."""
-    aliases = plan_aliases_task(mentions, params)
-    alias_bucket_task.map(unmapped(mentions), range(params["alias_buckets"]), unmapped(aliases)).result()
-    commit_aliases_task(aliases, mentions, params)
+    steps.stage("aliases")
+    aliases = steps.call(plan_aliases_task, mentions, params)
+    steps.map(alias_bucket_task, unmapped(mentions), range(params["alias_buckets"]), unmapped(aliases))
+    steps.call(commit_aliases_task, aliases, mentions, params)
     return aliases

@@ -170,6 +170,20 @@ def _paraphraser(options: str):
     return T5Paraphraser(**json.loads(options))
 
 
+def load_models(vectors: Dataset, params: dict) -> None:
+    """Load (once per process) what a part's positives use, as `augment_part` asks for them."""
+    kinds = params.get("kinds", UNASKED_KINDS)
+    _tagger(params["spacy_model"])
+    if "wordnet" in kinds:
+        _wordnet(params.get("wordnet_max_senses"))
+    if "fasttext" in kinds:
+        _fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
+    if any(c is not None and k in kinds for k, c in (params.get("min_cosine") or {}).items()):
+        _encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"])
+    if params.get("paraphrase_options") and "paraphrase" in kinds:
+        _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
+
+
 def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> dict[str, dict[str, list[str]]]:
     from pearl_model.pairs.synonyms import REPLACEABLE_POS, phrase_synonym_variants
 
@@ -340,6 +354,8 @@ def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vecto
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+
 
 @task(name="plan-augmentations", cache_policy=NONE)
 def plan_augmentations_task(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
@@ -377,18 +393,21 @@ def augmentation_report_task(out: Dataset) -> dict:
     rows = [{"kind": k, "positives": stats["positives"].get(k, 0), "phrases with one": stats["phrases_with"].get(k, 0)}
             for k in KINDS]
     rows.append({"kind": "none", "positives": 0, "phrases with one": stats["phrases_without_positive"]})
-    create_table_artifact(rows, key="augmentation-counts",
-                          description=f"Cached positives by kind over {stats['phrases_in']} phrases")
-    create_table_artifact(examples_table(out), key="augmentation-examples", description="Phrases and their positives")
+    publish(create_table_artifact, rows, key="augmentation-counts",
+            description=f"Cached positives by kind over {stats['phrases_in']} phrases")
+    publish(create_table_artifact, examples_table(out), key="augmentation-examples",
+            description="Phrases and their positives")
     return {"augmentations": stats, "version": out.version}
 
 
 def augmentations_stage(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
-                        sentences: Dataset | None, buckets: int) -> Dataset:
+                        sentences: Dataset | None, buckets: int, *, steps: Steps = PREFECT) -> Dataset:
     """The stage in its flow: phrases (+ aliases, word vectors, sentences for `context`) ->
     augmentations, one task per phrase bucket."""
-    positives = plan_augmentations_task(phrases, aliases, vectors, params, sentences)
-    augment_part_task.map(unmapped(phrases), range(buckets), unmapped(aliases), unmapped(vectors), unmapped(positives),
-                          unmapped(params), unmapped(sentences)).result()
-    commit_augmentations_task(positives, phrases, aliases, vectors, params, sentences)
+    steps.stage("augmentations")
+    steps.load(load_models, vectors, params)
+    positives = steps.call(plan_augmentations_task, phrases, aliases, vectors, params, sentences)
+    steps.map(augment_part_task, unmapped(phrases), range(buckets), unmapped(aliases), unmapped(vectors),
+              unmapped(positives), unmapped(params), unmapped(sentences))
+    steps.call(commit_augmentations_task, positives, phrases, aliases, vectors, params, sentences)
     return positives

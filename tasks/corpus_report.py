@@ -133,18 +133,21 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import publish  # noqa: E402
+
 
 @task(name="corpus-report", cache_policy=NONE)
 def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarantine: Dataset,
                        alias_mentions: Dataset, aliases: Dataset) -> dict:
     counts = corpus_counts(raw, pages, sentences, quarantine, aliases)
-    create_table_artifact(counts_table(counts), key="corpus-counts",
-                          description="Pages read = kept + filtered + quarantined, by reason")
+    publish(create_table_artifact, counts_table(counts), key="corpus-counts",
+            description="Pages read = kept + filtered + quarantined, by reason")
     lengths = sentence_length_table(sentences)
-    create_table_artifact(lengths, key="sentence-lengths", description="Sentences by length in words")
+    publish(create_table_artifact, lengths, key="sentence-lengths", description="Sentences by length in words")
     png = distribution_png(counts, lengths)
-    create_markdown_artifact(datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts, png),
-                             key="corpus-datasets", description="Dataset versions written by this run")
+    publish(create_markdown_artifact,
+            datasets_markdown([raw, pages, sentences, quarantine, alias_mentions, aliases], counts, png),
+            key="corpus-datasets", description="Dataset versions written by this run")
     require_sentences(counts)  # after the artifacts, which show where the pages went
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
             "storage_root": raw.root}

@@ -72,6 +72,11 @@ def _encoder(backbone: str, cache_dir: str | None):
     return shared_encoder(backbone, cache_dir)
 
 
+def load_models(params: dict) -> None:
+    """Load (once per process) and run once the encoder that embeds the phrases."""
+    _encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"], normalize=True)
+
+
 def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict) -> int:
     if out.has_part(part):
         return -1
@@ -205,6 +210,8 @@ def candidate_work(candidate_stats: list[dict]) -> dict:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+
 
 @task(name="plan-negatives", cache_policy=NONE)
 def plan_negatives_task(phrases: Dataset, params: dict) -> NegativeOutputs:
@@ -276,25 +283,28 @@ def negatives_report_task(outs: NegativeOutputs, augmentations: Dataset) -> dict
     from prefect.artifacts import create_table_artifact
 
     stats = outs.negatives.manifest()["stats"]
-    create_table_artifact([{"what": k.replace("_", " "), "count": v} for k, v in stats.items()],
-                          key="negative-counts", description="Hard negatives: phrases with and without, work done")
-    create_table_artifact(examples_table(outs.negatives, augmentations), key="negative-examples",
-                          description="Phrases, their cached positives, and their hard negatives")
+    publish(create_table_artifact, [{"what": k.replace("_", " "), "count": v} for k, v in stats.items()],
+            key="negative-counts", description="Hard negatives: phrases with and without, work done")
+    publish(create_table_artifact, examples_table(outs.negatives, augmentations), key="negative-examples",
+            description="Phrases, their cached positives, and their hard negatives")
     return {"negatives": stats, "versions": {d.name: d.version for d in outs.all()}}
 
 
-def negatives_stage(phrases: Dataset, params: dict) -> NegativeOutputs:
+def negatives_stage(phrases: Dataset, params: dict, *, steps: Steps = PREFECT) -> NegativeOutputs:
     """The stage in its flow: phrases -> phrase_embeddings, negative_blocks, negative_candidates,
     negatives; each step one task per bucket and committed before the next reads it."""
     parts = range(params["phrase_buckets"])
-    negs = plan_negatives_task(phrases, params)
-    embed_part_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(params)).result()
-    commit_step_task(negs.embeddings, phrases, params)
-    grams = gram_counts_task.map(unmapped(phrases), parts, unmapped(params)).result()
-    block_part_task.map(unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(params)).result()
-    commit_step_task(negs.blocks, phrases, params)
-    work = candidates_task.map(unmapped(negs), range(params["block_buckets"]), unmapped(params)).result()
-    commit_candidates_task(negs, phrases, params, work)
-    select_task.map(unmapped(phrases), parts, unmapped(negs), unmapped(params)).result()
-    commit_negatives_task(negs, phrases, params)
+    steps.stage("phrase_embeddings")
+    steps.load(load_models, params)
+    negs = steps.call(plan_negatives_task, phrases, params)
+    steps.map(embed_part_task, unmapped(phrases), parts, unmapped(negs), unmapped(params))
+    steps.call(commit_step_task, negs.embeddings, phrases, params)
+    steps.stage("negatives")
+    grams = steps.map(gram_counts_task, unmapped(phrases), parts, unmapped(params))
+    steps.map(block_part_task, unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(params))
+    steps.call(commit_step_task, negs.blocks, phrases, params)
+    work = steps.map(candidates_task, unmapped(negs), range(params["block_buckets"]), unmapped(params))
+    steps.call(commit_candidates_task, negs, phrases, params, work)
+    steps.map(select_task, unmapped(phrases), parts, unmapped(negs), unmapped(params))
+    steps.call(commit_negatives_task, negs, phrases, params)
     return negs

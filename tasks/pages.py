@@ -276,6 +276,8 @@ from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from tasks.steps import PREFECT, Steps  # noqa: E402
+
 
 @task(name="plan-pages", cache_policy=NONE)
 def plan_page_outputs_task(raw: Dataset, params: dict) -> PageOutputs:
@@ -303,11 +305,13 @@ def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict) -> di
     return commit_page_outputs(out, raw, params)
 
 
-def pages_stage(raw: Dataset, raw_manifest: dict, params: dict) -> tuple[PageOutputs, dict]:
+def pages_stage(raw: Dataset, raw_manifest: dict, params: dict, *,
+                steps: Steps = PREFECT) -> tuple[PageOutputs, dict]:
     """The stage in its flow: raw_pages -> pages, sentences, alias_mentions, quarantine, one
     extraction task per raw part; returns the outputs and their committed manifests."""
-    pages = plan_page_outputs_task(raw, params)
-    duplicates = find_duplicate_pages_task(raw)
-    extract_part_task.map(unmapped(raw), range(len(raw_manifest["parts"])), unmapped(pages), unmapped(params),
-                          duplicates).result()
-    return pages, commit_page_outputs_task(pages, raw, params)
+    steps.stage("pages")
+    pages = steps.call(plan_page_outputs_task, raw, params)
+    duplicates = steps.call(find_duplicate_pages_task, raw)
+    steps.map(extract_part_task, unmapped(raw), range(len(raw_manifest["parts"])), unmapped(pages), unmapped(params),
+              duplicates)
+    return pages, steps.call(commit_page_outputs_task, pages, raw, params)

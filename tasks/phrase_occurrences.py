@@ -155,6 +155,8 @@ from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from tasks.steps import PREFECT, Steps  # noqa: E402
+
 
 @task(name="plan-phrase-occurrences", cache_policy=NONE)
 def plan_occurrences_task(sentences: Dataset, params: dict) -> tuple[OccurrenceOutputs, list[Chunk]]:
@@ -178,10 +180,12 @@ def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: 
     return commit_outputs(out, sentences, params)
 
 
-def occurrences_stage(sentences: Dataset, params: dict) -> OccurrenceOutputs:
+def occurrences_stage(sentences: Dataset, params: dict, *, steps: Steps = PREFECT) -> OccurrenceOutputs:
     """The stage in its flow: sentences -> phrase_occurrences (+ stats, + PMI word counts), one
     mining task per chunk of sentences."""
-    mined, chunks = plan_occurrences_task(sentences, params)
-    mine_chunk_task.map(unmapped(sentences), chunks, unmapped(mined), unmapped(params)).result()
-    commit_occurrences_task(mined, sentences, params)
+    steps.stage("phrase_occurrences")
+    steps.load(backends, params, in_flow=True)  # the plan loads them too
+    mined, chunks = steps.call(plan_occurrences_task, sentences, params)
+    steps.map(mine_chunk_task, unmapped(sentences), chunks, unmapped(mined), unmapped(params))
+    steps.call(commit_occurrences_task, mined, sentences, params)
     return mined

@@ -127,19 +127,23 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import publish  # noqa: E402
+
 
 @task(name="phrase-report", cache_policy=NONE)
 def phrase_report_task(occurrences: Dataset, stats: Dataset, phrases: Dataset) -> dict:
     counts = phrase_counts(stats, phrases)
-    create_table_artifact(counts_table(counts), key="phrase-counts",
-                          description="Sentences, occurrences and phrases: in = kept + filtered, by reason")
+    publish(create_table_artifact, counts_table(counts), key="phrase-counts",
+            description="Sentences, occurrences and phrases: in = kept + filtered, by reason")
     lexical, entity = type_distributions(phrases)
     lex_rows = share_rows(lexical, LEXICAL_TYPES, PAPER_LEXICAL_SHARE)
     ent_rows = share_rows(entity, ENTITY_TYPES)
-    create_table_artifact(lex_rows, key="phrase-lexical-types", description="Lexical types, beside the paper's mix")
-    create_table_artifact(ent_rows, key="phrase-entity-types", description="OntoNotes entity types of the phrases")
+    publish(create_table_artifact, lex_rows, key="phrase-lexical-types",
+            description="Lexical types, beside the paper's mix")
+    publish(create_table_artifact, ent_rows, key="phrase-entity-types",
+            description="OntoNotes entity types of the phrases")
     png = distribution_png(lex_rows, ent_rows)
-    create_markdown_artifact(datasets_markdown([occurrences, stats, phrases], counts, png, top_phrases(phrases)),
-                             key="phrase-datasets", description="Phrase dataset versions written by this run")
+    publish(create_markdown_artifact, datasets_markdown([occurrences, stats, phrases], counts, png, top_phrases(phrases)),
+            key="phrase-datasets", description="Phrase dataset versions written by this run")
     return {**counts, "lexical_types": dict(lexical), "entity_types": dict(entity),
             "versions": {d.name: d.version for d in (occurrences, stats, phrases)}}

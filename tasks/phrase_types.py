@@ -207,6 +207,8 @@ def commit_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps  # noqa: E402
+
 
 @task(name="plan-phrase-types", cache_policy=NONE)
 def plan_types_task(untyped: Dataset, sentences: Dataset, params: dict, buckets: int) -> TypingPlan:
@@ -241,12 +243,15 @@ def commit_types_task(plan: TypingPlan, untyped: Dataset, sentences: Dataset, pa
     return commit_types(plan, untyped, sentences, params)
 
 
-def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, buckets: int) -> tuple[Dataset, dict]:
+def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, buckets: int, *,
+                       steps: Steps = PREFECT) -> tuple[Dataset, dict]:
     """The stage in its flow: untyped_phrases -> phrases, entity types from example sentences."""
-    plan = plan_types_task(untyped, sentences, params, buckets)
-    requests_task.map(unmapped(untyped), range(buckets), unmapped(plan)).result()
-    commit_typing_step_task(plan.requests, untyped, sentences, params)
-    votes_task.map(range(len(plan.starts)), unmapped(plan), unmapped(params), unmapped(sentences)).result()
-    commit_typing_step_task(plan.votes, untyped, sentences, params)
-    types_task.map(unmapped(untyped), range(buckets), unmapped(plan)).result()
-    return plan.phrases, commit_types_task(plan, untyped, sentences, params)
+    steps.stage("phrase_types")
+    steps.load(backends, params, in_flow=True)  # the plan loads them too
+    plan = steps.call(plan_types_task, untyped, sentences, params, buckets)
+    steps.map(requests_task, unmapped(untyped), range(buckets), unmapped(plan))
+    steps.call(commit_typing_step_task, plan.requests, untyped, sentences, params)
+    steps.map(votes_task, range(len(plan.starts)), unmapped(plan), unmapped(params), unmapped(sentences))
+    steps.call(commit_typing_step_task, plan.votes, untyped, sentences, params)
+    steps.map(types_task, unmapped(untyped), range(buckets), unmapped(plan))
+    return plan.phrases, steps.call(commit_types_task, plan, untyped, sentences, params)

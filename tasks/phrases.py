@@ -180,6 +180,8 @@ def commit_phrases(out: Dataset, occurrences: Dataset, params: dict, bucket_stat
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps  # noqa: E402
+
 
 @task(name="plan-pmi-word-totals", cache_policy=NONE)
 def plan_word_totals_task(word_counts: Dataset, params: dict) -> Dataset:
@@ -213,19 +215,21 @@ def commit_phrases_task(out: Dataset, occurrences: Dataset, params: dict, bucket
     return commit_phrases(out, occurrences, params, bucket_stats, word_totals)
 
 
-def phrases_stage(occurrences: Dataset, word_counts: Dataset | None, params: dict, buckets: int
-                  ) -> tuple[Dataset, dict]:
+def phrases_stage(occurrences: Dataset, word_counts: Dataset | None, params: dict, buckets: int, *,
+                  steps: Steps = PREFECT) -> tuple[Dataset, dict]:
     """The stage in its flow: phrase_occurrences -> phrases, one reduce task per phrase bucket
     (parser "pmi": the word counts reduced to pmi_word_totals first); returns the phrases and
     their committed manifest."""
     word_totals = None
     if word_counts is not None:
+        steps.stage("pmi_word_totals")
         word_params = {"min_freq": params["min_freq"]}
-        word_totals = plan_word_totals_task(word_counts, word_params)
-        word_totals_bucket_task.map(unmapped(word_counts), range(buckets), unmapped(word_totals),
-                                    unmapped(word_params)).result()
-        commit_word_totals_task(word_totals, word_counts, word_params)
-    phrases = plan_phrases_task(occurrences, params, word_totals)
-    bucket_stats = phrase_bucket_task.map(unmapped(occurrences), range(buckets), unmapped(phrases), unmapped(params),
-                                          unmapped(word_totals)).result()
-    return phrases, commit_phrases_task(phrases, occurrences, params, bucket_stats, word_totals)
+        word_totals = steps.call(plan_word_totals_task, word_counts, word_params)
+        steps.map(word_totals_bucket_task, unmapped(word_counts), range(buckets), unmapped(word_totals),
+                  unmapped(word_params))
+        steps.call(commit_word_totals_task, word_totals, word_counts, word_params)
+    steps.stage("phrases")
+    phrases = steps.call(plan_phrases_task, occurrences, params, word_totals)
+    bucket_stats = steps.map(phrase_bucket_task, unmapped(occurrences), range(buckets), unmapped(phrases),
+                             unmapped(params), unmapped(word_totals))
+    return phrases, steps.call(commit_phrases_task, phrases, occurrences, params, bucket_stats, word_totals)

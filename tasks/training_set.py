@@ -157,6 +157,8 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
+from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+
 
 @task(name="heldout-aliases", cache_policy=NONE)
 def heldout_aliases_task(aliases: Dataset, params: dict) -> Dataset:
@@ -184,19 +186,20 @@ def commit_training_set_task(out: Dataset, phrases: Dataset, augmentations: Data
     from prefect.artifacts import create_link_artifact
 
     man = commit_training_set(out, phrases, augmentations, negatives, params, heldout)
-    create_link_artifact(key="training-set", link=out.url, link_text=f"training_set {out.version}",
-                         description=f"{man['rows']} phrases: {man['stats']}")
+    publish(create_link_artifact, key="training-set", link=out.url, link_text=f"training_set {out.version}",
+            description=f"{man['rows']} phrases: {man['stats']}")
     return man
 
 
 def training_set_stage(phrases: Dataset, augmentations: Dataset, negatives: Dataset, aliases: Dataset, params: dict,
-                       buckets: int) -> tuple[Dataset, dict, Dataset]:
+                       buckets: int, *, steps: Steps = PREFECT) -> tuple[Dataset, dict, Dataset]:
     """The stage in its flow: phrases + augmentations + negatives (aliases: the held-out ones
     first) -> training_set, one task per phrase bucket, then published; returns the training
     set, its manifest and the held-out aliases."""
-    heldout = heldout_aliases_task(aliases, {"alias_holdout_fraction": params["alias_holdout_fraction"]})
-    training = plan_training_set_task(phrases, augmentations, negatives, params, heldout)
-    training_set_part_task.map(unmapped(phrases), unmapped(augmentations), unmapped(negatives), range(buckets),
-                               unmapped(training), unmapped(params), unmapped(heldout)).result()
-    published = commit_training_set_task(training, phrases, augmentations, negatives, params, heldout)
+    steps.stage("training_set")
+    heldout = steps.call(heldout_aliases_task, aliases, {"alias_holdout_fraction": params["alias_holdout_fraction"]})
+    training = steps.call(plan_training_set_task, phrases, augmentations, negatives, params, heldout)
+    steps.map(training_set_part_task, unmapped(phrases), unmapped(augmentations), unmapped(negatives), range(buckets),
+              unmapped(training), unmapped(params), unmapped(heldout))
+    published = steps.call(commit_training_set_task, training, phrases, augmentations, negatives, params, heldout)
     return training, published, heldout

@@ -19,7 +19,8 @@ PACKAGES = ("pearl_model", "storage", "tasks", "flows", "pearl_cli")  # the modu
 # modules of tasks/ that are helpers, not stages (no Prefect task, no dataset of their own)
 HELPERS = {"figures": "matplotlib off-screen and PNGs inlined in markdown, for every stage's artifacts",
            "wikitext": "the pages stage's wikitext rendering (mwparserfromhell)",
-           "corpus_config": "the stages' settings (pydantic), which build-corpus and retrain take as parameters"}
+           "corpus_config": "the stages' settings (pydantic), which build-corpus and retrain take as parameters",
+           "steps": "how a stage's tasks run: the flow's Prefect task runs, or a benchmark's measured ones"}
 
 
 def imports(path: Path, root: Path) -> set[str]:

@@ -19,33 +19,79 @@ spec.loader.exec_module(sr)
 MULTISTREAM_ONLY = {"plan_multistream_task", "raw_partition_task", "commit_multistream_task"}
 
 
-def _flow_tasks() -> dict:
-    """The tasks corpus_stages runs, by name: called in it, or in the stage functions it calls."""
+class Wired(Exception):
+    pass
+
+
+def _wired_tasks() -> set[str]:
+    """The tasks corpus_wiring runs through its steps: in it, or in the stage functions it calls."""
     import flows.build_corpus as bc
 
-    source = inspect.getsource(bc.corpus_stages.fn)
-    found = {name: getattr(bc, name) for name in re.findall(r"\b(\w+_task)\b", source)}
+    source = inspect.getsource(bc.corpus_wiring)
+    found = set(re.findall(r"steps\.(?:call|submit|map)\((\w+)", source))
     for stage in set(re.findall(r"\b(\w+_stage)\(", source)):
-        fn = getattr(bc, stage)
-        found |= {name: fn.__globals__[name] for name in re.findall(r"\b(\w+_task)\b", inspect.getsource(fn))}
-    return {k: v for k, v in found.items() if k not in MULTISTREAM_ONLY}
+        found |= set(re.findall(r"steps\.(?:call|submit|map)\((\w+)", inspect.getsource(getattr(bc, stage))))
+    return found - MULTISTREAM_ONLY
 
 
-def test_every_task_corpus_stages_calls_is_run_and_nothing_else():
-    flow = _flow_tasks()
-    refs = re.findall(r'"(tasks\.[\w.]+:\w+_task)"', inspect.getsource(sr.run_stages))
-    assert {ref.split(":")[1] for ref in refs} == set(flow)
-    assert len(flow) > 20  # the stage functions were read, not only the flow's own lines
-    for ref in refs:  # each names the task object the flow runs
-        assert flow[ref.split(":")[1]] is sr.resolve_task(ref)
+def test_the_benchmark_and_the_flow_run_one_wiring(monkeypatch, tmp_path):
+    """corpus_stages (the flow) and run_once (the benchmark) both hand their arguments to
+    corpus_wiring, with Prefect's steps and the measured ones: a benchmark that ran its own
+    copy of the stages would not get here."""
+    import flows.build_corpus as bc
+    from tasks.steps import PREFECT
+
+    seen, signature = [], inspect.signature(bc.corpus_wiring)
+
+    def wiring(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs).arguments
+        seen.append((bound.pop("steps"), bound))
+        raise Wired
+
+    args = sr.wiring_args("sample", str(tmp_path / "store"), 1, {"phrase_buckets": 3})
+    monkeypatch.setattr(bc, "report_dask_dashboard", lambda: None)
+    monkeypatch.setattr(bc, "corpus_wiring", wiring)
+    with pytest.raises(Wired):
+        bc.corpus_stages.fn(**args)
+    with pytest.raises(Wired):
+        sr.run_once(["sample"], 1, str(tmp_path / "store"), {"phrase_buckets": 3}, 0.05)
+    (flow_steps, flow_args), (bench_steps, bench_args) = seen
+    assert flow_steps is PREFECT and isinstance(bench_steps, sr.MeasuredSteps)
+    assert flow_args == bench_args == args
 
 
-def test_parameters_are_the_flows_defaults_with_the_overrides():
-    p = sr.flow_params("sample", "/tmp/root", 3, {"phrase_buckets": 5, "pages_per_partition": 7})
-    assert p["storage_root"] == "/tmp/root" and p["pages_per_partition"] == 7
-    assert p["phrase_params"]["phrase_buckets"] == 5
+def test_parameters_are_the_ones_build_corpus_gives_its_stages(monkeypatch):
+    import flows.build_corpus as bc
+
+    given, names = {}, list(inspect.signature(bc.corpus_stages.fn).parameters)
+
+    class Recorder:
+        def with_options(self, **_):
+            return self
+
+        def __call__(self, *args):
+            given.update(zip(names, args))
+
+    args = sr.wiring_args("sample", "/tmp/root", 3, {"phrase_buckets": 5, "pages_per_partition": 7})
+    monkeypatch.setattr(bc, "corpus_stages", Recorder())
+    bc.build_corpus.fn(source="sample", storage_root="/tmp/root", dask_workers=3,
+                       phrases=bc.PhrasesConfig(phrase_buckets=5), read=bc.ReadConfig(pages_per_partition=7))
+    assert args == given
+    p = sr.recorded_params(args)
+    assert p["pages_per_partition"] == 7 and p["phrase_params"]["phrase_buckets"] == 5
     assert p["alias_buckets"] is None and p["positive_params"]["negatives"]["block_buckets"] is None  # sized in the run
     assert p["positive_params"]["fasttext"]["workers"] == 1  # build_corpus's default
+    with pytest.raises(TypeError):
+        sr.wiring_args("sample", "/tmp/root", 3, {"no_such_setting": 1})
+
+
+def test_map_items_are_the_calls_prefect_maps_to():
+    from prefect import unmapped
+
+    assert sr.map_items((unmapped("d"), range(3), ["a", "b", "c"], unmapped([1]), None)) == [
+        ("d", 0, "a", [1], None), ("d", 1, "b", [1], None), ("d", 2, "c", [1], None)]
+    with pytest.raises(ValueError):
+        sr.map_items((range(2), range(3)))
 
 
 def _raw_rows(paths, root):
@@ -163,6 +209,14 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
         "raw_pages", "pages", "aliases", "corpus_report", "phrase_occurrences", "phrases", "phrase_report",
         "word_vectors", "augmentations", "phrase_embeddings", "negatives", "training_set"]
     assert all(s["units"] > 0 for s in run["stages"])
+    assert {s["task"] for st in run["stages"] for s in st["steps"]} <= _wired_tasks()
+    assert [s["units"] for s in run["stages"]] == [c[k] for k in (
+        "pages", "pages", "alias_mentions", "pages", "sentences", "phrases", "phrases", "corpus_words", "phrases",
+        "phrases", "phrases", "phrases")]
+    assert {d.split("/")[0] for s in run["stages"] for d in s["outputs"]} >= {
+        "raw_pages", "pages", "sentences", "aliases", "phrases", "word_vectors", "augmentations", "negatives",
+        "training_set"}
+    assert all(s["output_bytes"] > 0 for s in run["stages"] if s["outputs"])
     assert "context" in run["params"]["positive_params"]["augmentations"]["kinds"]  # the flow's default
     assert c["augmentations"] > 0 and c["training_set"] == c["phrases"] > 0
 
@@ -182,3 +236,8 @@ def test_a_small_pmi_run_with_examples_ner_counts_then_types_the_phrases(tmp_pat
     assert run["params"]["phrase_params"]["parser"] == "pmi"
     assert run["params"]["phrase_params"]["ner_scope"] == "examples"
     assert run["counts"]["training_set"] == run["counts"]["phrases"] > 0
+    # every task the wiring names ran (a multistream dump's aside), each where the wiring runs it
+    steps = [s for st in run["stages"] for s in st["steps"]]
+    assert {s["task"] for s in steps} == _wired_tasks() and len(_wired_tasks()) > 20
+    assert {s["kind"] for s in steps if s["task"] in ("mine_chunk_task", "votes_task")} == {"map"}
+    assert [s["kind"] for s in steps if s["task"] == "raw_pages_task"] == ["task"]

@@ -8,6 +8,7 @@ readers became this package) keeps working.
 """
 from prefect import unmapped
 
+from tasks.steps import PREFECT, Steps
 from tasks.raw_pages.multistream import (
     Stream, commit_multistream_task, decompress_streams, index_for, plan_multistream, plan_multistream_task,
     plan_partitions, raw_partition_task, read_index, write_multistream,
@@ -26,16 +27,18 @@ __all__ = [
 ]
 
 
-def raw_pages_stage(source, storage_root: str, read_params: dict, multistream_index: str | None) -> tuple:
+def raw_pages_stage(source, storage_root: str, read_params: dict, multistream_index: str | None, *,
+                    steps: Steps = PREFECT) -> tuple:
     """The stage in its flow: the input(s) -> raw_pages in one task, or, for a multistream dump
     with its index, one task per run of bz2 streams on the Dask workers and a commit of their
     summed counts. Returns the dataset and its manifest."""
+    steps.stage("raw_pages")
     index = index_for(source, multistream_index)
     if index is None:
-        raw = plan_raw_pages_task(source, storage_root, read_params)
-        return raw, raw_pages_task.submit(source, raw, read_params).result()
-    raw, dump, partitions = plan_multistream_task(source, index, storage_root, read_params)
+        raw = steps.call(plan_raw_pages_task, source, storage_root, read_params)
+        return raw, steps.submit(raw_pages_task, source, raw, read_params)
+    raw, dump, partitions = steps.call(plan_multistream_task, source, index, storage_root, read_params)
     if dump is None:  # that version is complete
         return raw, raw.manifest()
-    part_stats = raw_partition_task.map(unmapped(dump), partitions, unmapped(raw), unmapped(read_params)).result()
-    return raw, commit_multistream_task(raw, dump, part_stats, read_params)
+    part_stats = steps.map(raw_partition_task, unmapped(dump), partitions, unmapped(raw), unmapped(read_params))
+    return raw, steps.call(commit_multistream_task, raw, dump, part_stats, read_params)

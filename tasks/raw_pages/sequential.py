@@ -297,6 +297,8 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from tasks.steps import publish  # noqa: E402
+
 
 @task(name="plan-raw-pages", cache_policy=NONE)
 def plan_raw_pages_task(source: Source, storage_root: str, params: dict) -> Dataset:
@@ -310,18 +312,18 @@ def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
         logger.info("raw_pages %s is complete: reusing it", out.version)
         return out.manifest()
     sources = [resolve_source(s) for s in source_list(source)]
-    artifact = create_progress_artifact(0.0, description=f"Reading {', '.join(sources)}")
+    artifact = publish(create_progress_artifact, 0.0, description=f"Reading {', '.join(sources)}")
 
     def progress(pages: int, done: int, total: int | None) -> None:
         pct = 100.0 * done / total if total else 0.0
-        update_progress_artifact(artifact, min(pct, 100.0))
+        publish(update_progress_artifact, artifact, min(pct, 100.0))
         logger.info("read %d pages (%.1f%% of input)", pages, pct)
 
     stats = write_raw_pages(
         sources, out, input_format=params["input_format"], pages_per_part=params["pages_per_part"],
         max_page_bytes=params["max_page_bytes"], max_pages=params["max_pages"], progress=progress,
     )
-    update_progress_artifact(artifact, 100.0)
+    publish(update_progress_artifact, artifact, 100.0)
     if not stats["input_complete"]:
         logger.warning("input ended early (%s): the pages before that point are kept", stats["input_error"])
     if len(sources) > 1:
