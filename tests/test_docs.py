@@ -123,11 +123,16 @@ def test_research_nav_is_the_files_present_titled_by_their_headings(tmp_path):
     (tmp_path / "research").mkdir()
     (tmp_path / "research" / "index.md").write_text("# Research\n")
     (tmp_path / "research" / "speed-b.md").write_text("```\n# not this\n```\n# Speed B\n")
-    (tmp_path / "research" / "data-a.md").write_text("# Data A\n\ntext\n")
+    (tmp_path / "research" / "data-a.md").write_text("# Data `A`\n\ntext\n")
     assert research_nav.research_nav(tmp_path) == [
-        "research/index.md", {"Data A": "research/data-a.md"}, {"Speed B": "research/speed-b.md"}]
+        "research/index.md", {"Training data": [{"Data A": "research/data-a.md"}]},
+        {"Speed": [{"Speed B": "research/speed-b.md"}]}]
     (tmp_path / "research" / "eval-c.md").write_text("no heading\n")
     with pytest.raises(PluginError, match="eval-c.md"):
+        research_nav.research_nav(tmp_path)
+    (tmp_path / "research" / "eval-c.md").unlink()
+    (tmp_path / "research" / "misc-d.md").write_text("# Misc\n")
+    with pytest.raises(PluginError, match="misc-d.md"):
         research_nav.research_nav(tmp_path)
 
 

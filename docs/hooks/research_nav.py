@@ -1,6 +1,7 @@
 """The Research section of the nav, from the files present: `research/index.md`, then every
-other `research/*.md` sorted by file name and titled by its first `# ` heading, so a new study
-page needs no edit of mkdocs.yml. A page without a `# ` heading fails the build."""
+other `research/<area>-<topic>.md` grouped by area (AREAS) and sorted by file name, titled by
+its first `# ` heading, so a new study page needs no edit of mkdocs.yml. A page without a `# `
+heading, or of an unknown area, fails the build."""
 from __future__ import annotations
 
 import re
@@ -12,6 +13,8 @@ from mkdocs.plugins import event_priority
 SECTION = "Research"
 HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.M)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
+# file-name prefix -> nav group, in nav order
+AREAS = {"eval": "Evaluation", "recipe": "Training recipe", "data": "Training data", "speed": "Speed"}
 
 
 def title(path: Path) -> str:
@@ -19,13 +22,18 @@ def title(path: Path) -> str:
     match = HEADING.search(FENCE.sub("", path.read_text(encoding="utf-8")))
     if not match:
         raise PluginError(f"{path}: a research page starts with a '# ' heading (its nav title)")
-    return match.group(1)
+    return match.group(1).replace("`", "")  # nav titles are plain text
 
 
 def research_nav(docs_dir: Path) -> list:
-    """research/index.md, then {title: research/<file>.md} per other page, by file name."""
+    """research/index.md, then {area: [{title: research/<file>.md}, ...]} per area."""
     pages = sorted(p for p in (docs_dir / "research").glob("*.md") if p.name != "index.md")
-    return ["research/index.md"] + [{title(p): f"research/{p.name}"} for p in pages]
+    unknown = [p.name for p in pages if p.name.split("-")[0] not in AREAS]
+    if unknown:
+        raise PluginError(f"research pages of no known area {sorted(AREAS)}: {unknown}")
+    groups = [{name: [{title(p): f"research/{p.name}"} for p in pages if p.name.split("-")[0] == area]}
+              for area, name in AREAS.items()]
+    return ["research/index.md"] + [g for g in groups if next(iter(g.values()))]
 
 
 @event_priority(100)
