@@ -7,8 +7,8 @@ Runs ``run_benchmark(load_encoder(model, backend=B))`` on the test sets (seeds 0
 `evaluate` flow's work for one model) for each engine, and merges each engine's primary
 scores, per-seed PPDB probe scores and wall time into ``--out`` beside the engines already
 there, so that a new engine is compared with the torch/onnx rows of an earlier run on the
-same machine. The README's bar: every dataset within 0.5 points of PyTorch fp32 (the PPDB
-probes excepted where their seeds' own spread is larger; see README "Benchmarks").
+same machine. The bar (docs/research/eval-engines-quality.md): every dataset within 0.5 points of PyTorch fp32 (the PPDB
+probes excepted where their seeds' own spread is larger).
 """
 from __future__ import annotations
 

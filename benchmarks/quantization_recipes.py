@@ -4,7 +4,7 @@
         [--recipes bf16,static,smoothquant,weights_int8,accuracy_control]
 
 Why: `openvino-int8` (NNCF static quantisation) is 3.5x sentence-transformers here but misses the
-quality bar that `openvino-bf16`, the default, meets (README "Fast encoding"). This asks whether
+quality bar that `openvino-bf16`, the default, meets (docs/research/eval-engines-quality.md). This asks whether
 another NNCF recipe closes the gap. Every recipe starts from the fp32 graph `encode(backend="onnx")`
 builds, is compiled by OpenVINO (bf16 inference precision where the CPU runs it natively, as the
 default engine), and is run through the same encode loop, one request at a time, on the same

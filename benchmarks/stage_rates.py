@@ -590,7 +590,8 @@ HINTS = {
     "phrase_report": "little: one pass in the flow process",
     "augmentations": "the E5 cosine check of replacement words (min_cosine) runs the encoder: a GPU (its share "
                      "of the time is not measured here)",
-    "phrase_embeddings": "E5 on a GPU (~16,000 phrases/s on an H100) or, on CPU, the openvino-bf16 default (~1.8x onnx here) and openvino-int8 (~2.8x, below the quality bar; README)",
+    "phrase_embeddings": "E5 on a GPU (~16,000 phrases/s on an H100) or, on CPU, the openvino-bf16 default (~1.8x "
+                         "onnx here) and openvino-int8 (~2.8x, below the quality bar; docs/research/speed-encoding.md)",
     "negatives": "pairs grow faster than phrases until blocks reach negative_max_block",
 }
 BUCKET_PARAMS = {"alias_buckets": "alias_buckets", "phrase_buckets": "phrase_buckets",
@@ -932,7 +933,7 @@ def project(
     buckets: Optional[int] = typer.Option(None, help="alias, phrase and negative buckets at full size"),
     save: Optional[Path] = typer.Option(None, help="also write the projection as JSON here"),
 ) -> None:
-    """Print the projection table (markdown, for the README) from a `run` result."""
+    """Print the projection table (markdown) from a `run` result (docs/research/speed-stage-rates.md)."""
     data = json.loads(results.read_text())
     proj = project_stages(data, cores, {"sentences": sentences, "pages": pages}, phrases, raw_pages, basis, min_s,
                           buckets)

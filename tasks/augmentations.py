@@ -22,7 +22,7 @@ phrase-level one does not (the rest of the phrase is shared and dominates it). O
 kinds in `kinds` are written.
 Character edits and token swaps are drawn on the fly by the training loop instead.
 Parts of speech come from spaCy's tagger on the phrase itself (no sentence context).
-Measured precision per kind: benchmarks/positives_precision.py, README "Positives".
+Measured precision per kind: benchmarks/positives_precision.py, docs/research/data-positives-precision.md.
 """
 from __future__ import annotations
 

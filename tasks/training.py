@@ -208,7 +208,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     select, baseline = dev_selection(backbone, cfg, original, retrieval, str(device), benchmark_dir, cache_dir,
                                      seen=seen_names(train_ex + val_ex))
     # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
-    # which one depends on the seed (README "Two seeds"); another seed is tried only while no kept
+    # which one depends on the seed (docs/research/recipe-seeds.md); another seed is tried only while no kept
     # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.
     best, tried = None, []
     for i in range(cfg.restarts):

@@ -16,7 +16,7 @@ import pytest
 from storage.datasets import Dataset
 
 # The tests compare vectors with PyTorch's at fp32 tolerances; on a bf16 CPU the default engine
-# is openvino-bf16 (README "Fast encoding"), so the suite pins the exact one. The choice itself
+# is openvino-bf16 (docs/using-the-model.md#engines), so the suite pins the exact one. The choice itself
 # is tested in test_onnx_backend with the hardware probe replaced.
 os.environ.setdefault("PEARL_BACKEND", "onnx")
 

@@ -1,5 +1,5 @@
 """Each ablation switch changes what it claims (tiny random models, CPU, seconds), the dev splits
-are the ones the README names, and the ablation script's scaling and table do what they say."""
+are the ones docs/research/recipe-ablations.md names, and the ablation script's scaling and table do what they say."""
 from __future__ import annotations
 
 import sys

@@ -1,6 +1,6 @@
 """The Dockerfile's properties that matter and could regress (no container engine needed).
 
-The image build itself was checked by hand (the README's Docker section says how); these tests
+The image build itself was checked by hand (docs/running-at-scale.md, "Docker images per pool", says how); these tests
 read the Dockerfile and .dockerignore, and run the few shell/Python pieces of it that decide
 what gets installed.
 """

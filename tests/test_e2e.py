@@ -114,7 +114,8 @@ def test_first_run_writes_reconciled_datasets(first):
     assert aug["phrases_in"] == mans["phrases"]["rows"]
     assert aug["phrases_with_any"] + aug["phrases_without_positive"] == aug["phrases_in"]
     assert sum(aug["positives"].values()) == mans["augmentations"]["rows"] > 0
-    assert "wordnet" in aug["positives"] and "fasttext" not in aug["positives"]  # README "Positives"
+    # fastText positives are off by default: docs/research/data-positives-precision.md
+    assert "wordnet" in aug["positives"] and "fasttext" not in aug["positives"]
     assert mans["word_vectors"]["stats"]["vocabulary"] == mans["word_vectors"]["rows"] > 100
     assert [f["file"] for f in mans["word_vectors"]["extra"]["files"]] == ["_fasttext_ngrams.npy"]
     assert (root / "word_vectors" / versions["word_vectors"] / "_fasttext_ngrams.npy").is_file()
@@ -129,7 +130,7 @@ def test_first_run_writes_reconciled_datasets(first):
     assert ts.num_rows == mans["phrases"]["rows"] == result["training_set"]["rows"]
     assert {"train", "validation"} <= set(ts.column("split").to_pylist()) <= {"train", "validation", "heldout"}
     assert sum(1 for x in ts.column("negatives").to_pylist() if x) == negs["phrases_with_negative"]
-    # Neither side of a held-out alias pair is trained on (README "Held-out aliases").
+    # Neither side of a held-out alias pair is trained on (docs/pipeline.md, `training_set`).
     held = {t for pair in zip(tables["heldout_aliases"].column("alias").to_pylist(),
                               tables["heldout_aliases"].column("title").to_pylist()) for t in pair}
     trained = {p for p, split in zip(ts.column("phrase").to_pylist(), ts.column("split").to_pylist())

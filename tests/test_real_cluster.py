@@ -3,7 +3,7 @@
 Starts PostgreSQL (initdb in a temporary directory, loopback only), `prefect server start` on
 it, and a `dask scheduler` with two `dask worker` processes; then runs `build_corpus` with
 `dask_address` pointing at that scheduler, in a process of its own with PREFECT_API_URL at the
-server, as README "Operating it" describes. Checks the run in the API and in PostgreSQL's
+server, as docs/running-at-scale.md describes. Checks the run in the API and in PostgreSQL's
 tables, the datasets it wrote, and that its tasks ran on those workers (a flow that started a
 local cluster would leave them idle). Teardown stops everything by pid and fails on survivors.
 """

@@ -5,8 +5,8 @@ YAGO-10k and UMLS-10k (test files only) retrieve an entity's canonical name from
 trained so far lost there (UMLS -0.3 to -1.6) while every dev signal it was chosen on gained, so
 nothing in the selection could see the loss. WordNet's noun synsets hold pairs of the same kind:
 common and taxonomic names of animals and plants, disease and chemical names, people's and
-places' other names. On 10,000 such pairs the backbone found 49.9% and the default model of the
-twelfth session 49.0% (the same -1.0 as its UMLS -1.6 and YAGO -0.8; README "Name variants").
+places' other names. On such pairs the trained model lost to the backbone as it did on UMLS and
+YAGO (docs/research/recipe-name-variants.md).
 
 One pair per synset: a seeded draw of another name -> the synset's first name, retrieved among the
 first names of all pairs chosen. A synset holding a name the training set has (``exclude``:

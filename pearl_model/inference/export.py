@@ -122,7 +122,8 @@ def head_state(model: PearlModel, char_scale: float = 1.0) -> dict[str, torch.Te
 
     Why: KMeans reads the raw concatenated vector, and the character part's variance (spelling:
     abbreviations and codes against words) outweighed the backbone's in BC5CDR's two clusters;
-    at half scale the backbone part's chemical/disease split decides (README "Training")."""
+    at half scale the backbone part's chemical/disease split decides
+    (docs/research/recipe-anchors-and-char-scale.md)."""
     if not char_scale > 0:
         raise ValueError(f"char_scale must be > 0, got {char_scale!r}")
     head = {"type_head.weight": model.type_head.weight.detach().clone(),

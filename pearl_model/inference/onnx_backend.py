@@ -9,10 +9,10 @@
                 CPU): faster again, mean cosine to fp32 about 0.99, so never the default
     openvino    the same fp32 graph compiled by OpenVINO at f32 precision
     openvino-bf16  OpenVINO at bf16 inference precision (its own default on CPUs with
-                AVX512-BF16 or AMX, as this one): faster, measured loss in the README
+                AVX512-BF16 or AMX, as this one): faster, its loss in docs/research/eval-engines-quality.md
     openvino-int8  the graph quantised statically by NNCF (int8 weights and activations,
                 ranges calibrated on phrases drawn from the model's own vocabulary), run by
-                OpenVINO: closer to fp32 than onnx-int8's dynamic quantisation (README)
+                OpenVINO: closer to fp32 than onnx-int8's dynamic quantisation (docs/research/speed-encoding.md)
     auto        on CPU: openvino-bf16 where the CPU runs bf16 natively (OpenVINO reports BF16:
                 AVX512-BF16 or AMX), else onnx, else torch; on CUDA torch (bf16 autocast there
                 is already faster than ONNX Runtime's CUDA provider)
@@ -115,9 +115,9 @@ def onnxruntime_available() -> bool:
 
 @functools.cache
 def cpu_runs_bf16() -> bool:
-    """OpenVINO is installed and this CPU has native bf16 (where openvino-bf16 pays: 2.1x
-    sentence-transformers against onnx's 1.2x here, every benchmark dataset within 0.5 of fp32
-    but the PPDB probes' seed noise; README "Fast encoding")."""
+    """OpenVINO is installed and this CPU has native bf16 (where openvino-bf16 pays: well ahead of
+    onnx, every benchmark dataset within 0.5 of fp32 but the PPDB probes' seed noise;
+    docs/research/speed-encoding.md, docs/research/eval-engines-quality.md)."""
     if not engine_available("openvino"):
         return False
     import openvino as ov

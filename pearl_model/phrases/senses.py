@@ -3,7 +3,7 @@
 The 95 phrase types give the common nouns of a corpus one label (``NP-OTHER``), so nothing
 in the training signal tells a chemical from a disease, a tool from a feeling: InfoNCE on
 surface positives leaves that layout to chance, and BC5CDR's chemical/disease split flipped
-with the seed (README "Training"). WordNet's 26 noun lexicographer files (``noun.substance``,
+with the seed (docs/research/recipe-seeds.md). WordNet's 26 noun lexicographer files (``noun.substance``,
 ``noun.state``, ``noun.artifact``, ...; "supersenses") are a coarse semantic typing of
 exactly those phrases, free offline. On BC5CDR-dev 2,335 of 4,000 disease names have a head
 in ``noun.state`` and 2,633 of 5,400 chemical names one in ``noun.substance`` or

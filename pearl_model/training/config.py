@@ -12,7 +12,7 @@ UnitFloat = Annotated[float, Field(ge=0, le=1)]
 
 class TrainConfig(BaseModel):
     """Every training setting, defined here once: its default (the recipe the `train` flow runs;
-    README "Training" says how each was chosen), its bounds and its description. The `train` flow
+    docs/model.md says how each was chosen), its bounds and its description. The `train` flow
     takes one as its ``training`` parameter (a form in the Prefect UI, refused before the run starts
     when a value is out of bounds), :func:`train` reads it, and :meth:`version_params` is what the
     model version hashes. A value that cannot work is refused on construction, with its name.

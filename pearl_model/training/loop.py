@@ -9,7 +9,7 @@ hard negatives are its negatives); the type head adds the cross entropy of the a
 Positives: per anchor and step one *kind* is drawn uniformly among those that apply to it:
 ``char`` (one of the character operators of :mod:`pearl_model.pairs.augment`), ``swap_tokens``
 (when the phrase has two tokens), ``change_case`` (another letter case; not in the paper:
-without it the model learnt case as a cheap way to tell phrases apart, README "Training"),
+without it the model learnt case as a cheap way to tell phrases apart, docs/model.md),
 and each cached kind the training set holds for it
 (wordnet, fasttext, alias, paraphrase); then one text of that kind. Character operators
 count as one kind so that typos do not crowd out the semantic positives four to one.
@@ -270,8 +270,9 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: floa
 
     Why: InfoNCE pushes every other phrase of the batch away alike, and with positives that
     are mostly surface edits nothing holds the backbone's coarse semantic layout (chemicals
-    apart from diseases) in place; it eroded with every anchor seen (README "Training"). This
-    term keeps the relative layout of the anchors and leaves the positives free to move."""
+    apart from diseases) in place; it eroded with every anchor seen
+    (docs/research/recipe-anchors-and-char-scale.md). This term keeps the relative layout of the
+    anchors and leaves the positives free to move."""
     b = student.shape[0]
     off = ~torch.eye(b, dtype=torch.bool, device=student.device)
     s = F.normalize(student.float(), dim=-1)
@@ -301,7 +302,7 @@ def norm_distill_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Ten
     (65-68) with their own directions at the backbone's norms: norms that shrank ~1% more for
     short names than for long ones (they vary by only ~2.5%) decided the near tie. Pinning them
     did not keep the split (the directions took the other one), but helped CoNLL-dev and the
-    held-out aliases (README "Norms and supersenses"); off by default."""
+    held-out aliases (docs/research/recipe-norms-and-supersenses.md); off by default."""
     if student.shape[0] == 0:
         return student.sum() * 0.0
     ratio = student.float().norm(dim=-1).clamp_min(1e-12) / teacher.float().norm(dim=-1).clamp_min(1e-12)

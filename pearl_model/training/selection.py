@@ -1,8 +1,8 @@
 """Which checkpoint of a run is kept: the one whose exported (averaged) weights score best on dev data.
 
 Along a CPU run the dev scores do not rise together: the PPDB probes gain steadily, while the
-entity clusterings jump between two layouts from one checkpoint to the next (README
-"Training"). The last checkpoint is therefore a poor default. A run with
+entity clusterings jump between two layouts from one checkpoint to the next
+(docs/research/recipe-checkpoint-selection.md). The last checkpoint is therefore a poor default. A run with
 ``TrainConfig.select_every`` scores its checkpoints as they will be exported (backbone averaged
 with the original) on the dev splits and its held-out aliases, and keeps the best by
 :func:`rank`: with rule ``worst``, the checkpoint whose worst change against the backbone is the
@@ -130,7 +130,7 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
     With several ``char_scales`` each checkpoint is scored at each (encoded once) and the record
     is that of its best scale, named in ``char_scale``; ``scores_by_scale`` keeps them all. Why: the
     character part's spread can move KMeans' boundary (BC5CDR's abbreviations against words), by
-    an amount that differs from one checkpoint to the next (README "Training")."""
+    an amount that differs from one checkpoint to the next (docs/research/recipe-seeds.md)."""
     scales = list(dict.fromkeys(float(s) for s in char_scales))
     if not scales or not all(s > 0 for s in scales):
         raise ValueError(f"char_scales must be one or more values > 0, got {list(char_scales)!r}")
@@ -168,7 +168,7 @@ def synonym_signal(pairs: int, seen: set[str], seed: int = 0) -> dict | None:
     """The WordNet synonym retrieval of ``pairs`` pairs none of whose names are in ``seen``, as
     ``wordnet_synonym`` and per group of names (``wordnet_<group>``: the same queries among the same
     candidates, split by kind; a model can gain on the mean and lose the clinical names UMLS-10k
-    holds, README "Name variants"). None: ``pairs`` 0, or no WordNet here, with a warning."""
+    holds, docs/research/recipe-name-variants.md). None: ``pairs`` 0, or no WordNet here, with a warning."""
     if not pairs:
         return None
     try:
@@ -214,7 +214,7 @@ def choose_average_weight(model, select, kept: dict, weights: Sequence[float], r
     ``weights[0]``) when it loses on no dev signal, else the first of the other ``weights`` that
     loses on none, scored in order at the same checkpoint; none such: the best by :func:`rank`
     (ties: the first listed). Why ordered, and why stop early: moving the backbone less keeps the
-    name variants and gives up benchmark gains (README "How far to move the backbone"), so the
+    name variants and gives up benchmark gains (docs/research/recipe-averaging.md), so the
     weights go from the most gain to the least, and each check costs minutes on a CPU."""
     records = [kept]
     for w in weights[1:]:
