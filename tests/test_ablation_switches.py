@@ -102,7 +102,7 @@ class Lookup:
 
 
 @needs_bench
-def test_dev_splits_are_the_ones_the_readme_names():
+def test_dev_splits_are_the_ones_the_docs_name():
     assert DEV_SPLITS == {"ppdb": "validation", "ppdb_filtered": "validation", "conll2003": "dev", "bc5cdr": "dev"}
     for name in ("conll2003", "bc5cdr"):
         dev, test = data.load_entities(BENCH, name, "dev")[0], data.load_entities(BENCH, name, "test")[0]
