@@ -3,6 +3,8 @@
     python scripts/render_status.py           # rewrite README.md between the status markers
     python scripts/render_status.py --check   # exit 1 when README.md is stale (a test runs this)
 
+The docs build runs it as a hook too (mkdocs.yml), so a stale README fails `docs.sh build`.
+
 The table's sources are named in TEMPLATE below: change a source here when a newer
 measurement replaces it, then run the script.
 """
@@ -68,6 +70,13 @@ def updated(readme: str) -> str:
     if not (sep and sep2):
         raise SystemExit(f"README.md lacks the {START} ... {END} markers")
     return head + block() + tail
+
+
+def on_pre_build(config) -> None:  # MkDocs hook (mkdocs.yml): a stale README fails the docs build
+    from mkdocs.exceptions import PluginError
+
+    if updated(README.read_text(encoding="utf-8")) != README.read_text(encoding="utf-8"):
+        raise PluginError("README.md's status table is stale: run python scripts/render_status.py")
 
 
 def main(argv: list[str]) -> int:

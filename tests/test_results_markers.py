@@ -78,3 +78,7 @@ def test_the_readme_status_table_is_rendered_from_its_results(tmp_path, monkeypa
     stale.write_text(readme.replace(f"| E5-small (backbone) | {first} |", "| E5-small (backbone) | 99.9 |"))
     monkeypatch.setattr(status, "README", stale)
     assert status.main(["--check"]) == 1
+    from mkdocs.exceptions import PluginError
+
+    with pytest.raises(PluginError, match="stale"):  # and the docs build, which runs it as a hook, fails
+        status.on_pre_build(None)
