@@ -96,3 +96,23 @@ def memory_root():
 
 def dataset(root: str, name: str, schema, version: str = "v1") -> Dataset:
     return Dataset(root, name, version, schema)
+
+
+# JSON lines with one bad record of each kind between two good ones (issue 45 item 8): each
+# (line, expected quarantine reason or None for a kept record, or "skip" for a blank line).
+BAD_JSONL = [
+    (b'{"title": "Alpha", "text": "Alpha is the first letter. It comes before beta."}', None),
+    (b"[" * 100_000, "malformed_json"),  # RecursionError in json.loads
+    (b'{"id": 99999999999999999999, "title": "Huge", "text": "Huge id."}', "page_id_out_of_range"),
+    ('{"id": "\u00b2", "title": "Squared", "text": "A superscript two."}'.encode(), "malformed_record"),
+    (b'{"title": "Caf\xe9", "text": "latin-1"}', "invalid_utf8"),
+    (b"", "skip"),
+    (b'["a", "list"]', "malformed_record"),
+    (b'{"title": "Lone \\ud800 surrogate", "text": "x."}', "malformed_record"),  # not encodable as UTF-8
+    (b'{"id": ' + b"1" * 5000 + b', "title": "Digits", "text": "x."}', "malformed_json"),  # int digit limit
+    (b'{"id": 7, "title": "Beta", "text": "Beta is the second letter of the alphabet."}', None),
+]
+
+
+def bad_jsonl() -> bytes:
+    return b"\n".join(line for line, _ in BAD_JSONL) + b"\n"

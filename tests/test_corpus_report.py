@@ -18,7 +18,7 @@ from tasks.corpus_report import (
 )
 from tasks.pages import commit_page_outputs, extract_part, find_duplicate_pages, plan_page_outputs
 from tasks.raw_pages.sequential import write_raw_pages
-from tests.conftest import mediawiki_dump, page_xml
+from tests.conftest import BAD_JSONL, bad_jsonl, mediawiki_dump, page_xml
 
 PARAMS = {"alias_buckets": 3, "min_sentence_words": 3, "max_sentence_chars": 1000}
 
@@ -163,3 +163,28 @@ def test_the_flow_stops_at_the_corpus_report_when_no_sentence_is_kept(tmp_path, 
     rows = json.loads(art.data) if isinstance(art.data, str) else art.data
     assert {"group": "quarantined", "what": "duplicate_page_id", "count": 1} in rows
     assert not (tmp_path / "store" / "phrase_occurrences").exists()  # nothing after the report ran
+
+
+def test_bad_jsonl_records_are_quarantined_and_the_counts_reconcile(tmp_path, root):
+    """Issue 45 item 8: the bad records of a JSON-lines input reach the quarantine dataset with
+    their reason and line number, the good ones are pages, and read = kept + filtered + quarantined."""
+    src = tmp_path / "bad.jsonl"
+    src.write_bytes(bad_jsonl())
+    raw = Dataset(root, "raw_pages", "raw1", RAW_PAGES)
+    raw.commit(code_version="t", params={}, inputs={}, stats=write_raw_pages(str(src), raw, pages_per_part=4))
+    out = plan_page_outputs(raw, PARAMS)
+    for i, duplicates in enumerate(find_duplicate_pages(raw)):
+        extract_part(raw, i, out, duplicates, n_buckets=3)
+    commit_page_outputs(out, raw, PARAMS)
+    aliases = plan_aliases(out.alias_mentions, PARAMS)
+    aliases.commit(code_version="t", params=PARAMS, inputs={})
+    counts = corpus_counts(raw, out.pages, out.sentences, out.quarantine, aliases)
+    assert (counts["pages_read"], counts["kept"], counts["filtered"]) == (9, 2, {})
+    assert counts["quarantined"] == {"invalid_utf8": 1, "malformed_json": 2, "malformed_record": 3,
+                                     "page_id_out_of_range": 1}
+    assert counts["sentences"] == 3
+    quarantine = out.quarantine.read().to_pylist()
+    lines = [n for n, (_, reason) in enumerate(BAD_JSONL, 1) if reason not in (None, "skip")]
+    assert [(q["reason"], q["detail"].split(":")[0]) for q in quarantine] == [
+        (BAD_JSONL[n - 1][1], f"line {n}") for n in lines]
+    assert [q["raw"] for q in quarantine] == [BAD_JSONL[n - 1][0] + b"\n" for n in lines]

@@ -18,7 +18,7 @@ from storage.schemas import RAW_PAGES
 from tasks.raw_pages import sequential, xml_dump
 from tasks.raw_pages.sequential import InputIncomplete, check_input_complete, plan_raw_pages, write_raw_pages
 from tasks.raw_pages.xml_dump import CODE_VERSION, SourceError, check_source, detect_format, sample_dump
-from tests.conftest import HEADER, FOOTER, mediawiki_dump, page_xml
+from tests.conftest import BAD_JSONL, FOOTER, HEADER, bad_jsonl, mediawiki_dump, page_xml
 
 
 def _write(tmp_path, name: str, data: bytes) -> str:
@@ -503,6 +503,29 @@ def test_jsonl_page_ids_are_present(tmp_path, root):
     _, rows, _ = _run(_write(tmp_path, "r.jsonl", data), root)
     ids = [r["page_id"] for r in rows]
     assert None not in ids and len(set(ids)) == 5
+
+
+def test_bad_jsonl_records_are_quarantined_with_their_line_and_the_read_goes_on(tmp_path, root):
+    """Issue 45 item 8: deep nesting, an id past int64, "²" as id, a lone surrogate, a 5000-digit
+    number each failed the whole read; now each is one row with its reason and line number."""
+    stats, rows, _ = _run(_write(tmp_path, "bad.jsonl", bad_jsonl()), root, pages_per_part=3)
+    expected = [(n, reason) for n, (_, reason) in enumerate(BAD_JSONL, 1) if reason != "skip"]
+    assert stats["input_complete"] and stats["pages_read"] == len(rows) == len(expected) == 9
+    assert [r["seq"] for r in rows] == list(range(9))
+    assert [r["error"] for r in rows] == [reason for _, reason in expected]
+    for (line, reason), r in zip(expected, rows):
+        if reason:
+            assert r["error_detail"].startswith(f"line {line}: "), r["error_detail"]
+            assert r["raw"] == BAD_JSONL[line - 1][0] + b"\n" and r["text"] is None  # the line as it was
+    assert stats["unreadable_by_reason"] == {"invalid_utf8": 1, "malformed_json": 2, "malformed_record": 3,
+                                             "page_id_out_of_range": 1}
+    kept = [r for r in rows if not r["error"]]
+    assert [(r["page_id"], r["title"]) for r in kept] == [(1, "Alpha"), (7, "Beta")]
+    by_line = {int(r["error_detail"].split(":")[0][5:]): r for r in rows if r["error"]}
+    assert "RecursionError" in by_line[2]["error_detail"]
+    assert "99999999999999999999" in by_line[3]["error_detail"]
+    assert "'²'" in by_line[4]["error_detail"] and by_line[4]["title"] == "Squared"
+    assert "surrogate" in by_line[8]["error_detail"]
 
 
 # --- the real sample dump ----------------------------------------------------------------------------

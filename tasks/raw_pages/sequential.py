@@ -68,14 +68,24 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
 
 
 # --- JSON lines ------------------------------------------------------------------------
+_INT64 = range(-(2**63), 2**63)
+
+
 def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id_base: int = 0) -> Iterator[dict]:
-    """Records of a JSON-lines input; one without an id gets page_id ``id_base + seq + 1``."""
+    """Records of a JSON-lines input; one without an id gets page_id ``id_base + seq + 1``.
+
+    A blank line is no record; any other line is one row, and a line that is not a usable
+    record is a quarantine row whose ``error_detail`` starts with its line number (1-based,
+    in the decompressed input), so one bad record never fails the read.
+    """
     seq = 0
+    line_no = 0
     try:
         while True:
             line = stream.readline(max_page_bytes + 1)
             if not line:
                 break
+            line_no += 1
             stats.input_offset += len(line)
             if len(line) > max_page_bytes and not line.endswith(b"\n"):
                 total = len(line)
@@ -85,12 +95,15 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
                     if more.endswith(b"\n"):
                         break
                 detail = f"record is {total} bytes, over max_page_bytes={max_page_bytes}; raw keeps its first {len(line)} bytes"
-                yield _json_unreadable(seq, line, "too_large", detail)
+                yield _json_unreadable(seq, line, "too_large", f"line {line_no}: {detail}")
                 seq += 1
                 continue
             if not line.strip():
                 continue
-            yield _json_record(seq, line, id_base)
+            row = _json_record(seq, line, id_base)
+            if row["error"]:
+                row["error_detail"] = f"line {line_no}: {row['error_detail']}"[:500]
+            yield row
             seq += 1
     except READ_ERRORS as exc:
         stats.input_complete = False
@@ -109,20 +122,35 @@ def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
         record = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
         return _json_unreadable(seq, line, "invalid_utf8", str(exc))
-    except json.JSONDecodeError as exc:
-        return _json_unreadable(seq, line, "malformed_json", str(exc))
+    # JSONDecodeError; ValueError: an integer of over 4300 digits; RecursionError: deep nesting
+    except (ValueError, RecursionError) as exc:
+        return _json_unreadable(seq, line, "malformed_json", f"{type(exc).__name__}: {exc}")
     if not isinstance(record, dict) or not isinstance(record.get("title"), str):
         return _json_unreadable(seq, line, "malformed_record", "expected an object with a string 'title'")
     text = record.get("text", record.get("extract"))
+    title = record["title"]
+
+    def bad(reason: str, detail: str) -> dict:
+        return {**_json_unreadable(seq, line, reason, detail), "title": title if _encodable(title) else None}
+
     if not isinstance(text, str) or not text.strip():
-        row = _json_unreadable(seq, line, "empty_page", "record has no text")
-        row["title"] = record["title"]
-        return row
+        return bad("empty_page", "record has no text")
+    if not (_encodable(title) and _encodable(text)):  # a lone surrogate escape such as "\\ud800"
+        return bad("malformed_record", "'title' or 'text' holds a lone surrogate, which is not text")
     page_id = record.get("id")
+    if isinstance(page_id, str) and page_id.isdigit():  # "77"; "²" is a digit but no number
+        try:
+            page_id = int(page_id)
+        except ValueError:
+            return bad("malformed_record", f"'id' {page_id[:50]!r} is not an integer")
+    if not isinstance(page_id, int):  # none, or not a number: a page id of its own
+        page_id = id_base + seq + 1
+    elif page_id not in _INT64:
+        return bad("page_id_out_of_range", f"'id' {page_id} does not fit a 64-bit page id")
     return {
         "seq": seq,
-        "page_id": int(page_id) if isinstance(page_id, int) or (isinstance(page_id, str) and page_id.isdigit()) else id_base + seq + 1,
-        "title": record["title"].strip(),
+        "page_id": int(page_id),  # a JSON true is an int: 1, as before
+        "title": title.strip(),
         "namespace": 0,
         "redirect_target": None,
         "text_format": "plain",
@@ -131,6 +159,14 @@ def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
         "error": None,
         "error_detail": None,
     }
+
+
+def _encodable(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --- the stage ---------------------------------------------------------------------------
