@@ -70,9 +70,10 @@ def test_csv_and_jsonl_read_alike_and_bad_records_are_named(tmp_path):
     bad.write_text('{"text": "ok", "label": 1}\n{"text": "", "label": 2}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
         read_split(bad)
-    bad.write_text('{"text": "ok", "label": 1}\nnot json\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object"):
-        read_split(bad)
+    for line in ("not json", "[" * 100_000, '{"text": "x", "label": ' + "1" * 5000 + "}"):  # nesting, digit limit
+        bad.write_text('{"text": "ok", "label": 1}\n' + line + "\n", encoding="utf-8")
+        with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object"):
+            read_split(bad)
 
 
 def test_run_benchmark_scores_every_folder_and_skips_when_there_is_none(tmp_path, monkeypatch):

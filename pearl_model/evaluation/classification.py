@@ -43,8 +43,8 @@ def read_split(path: str | Path) -> tuple[list[str], list[str]]:
             if line.strip():
                 try:
                     records.append((n, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not a JSON object ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # also an over-long integer, deep nesting
+                    raise ValueError(f"{path}:{n}: not a JSON object ({getattr(e, 'msg', e)})") from None
     texts, labels = [], []
     for n, r in records:
         text, label = (r.get("text"), r.get("label")) if isinstance(r, dict) else (None, None)

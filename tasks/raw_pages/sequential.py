@@ -76,7 +76,7 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
 
     A blank line is no record; any other line is one row, and a line that is not a usable
     record is a quarantine row whose ``error_detail`` starts with its line number (1-based,
-    in the decompressed input), so one bad record never fails the read.
+    in this source, decompressed), so one bad record never fails the read.
     """
     seq = 0
     line_no = 0
