@@ -109,26 +109,30 @@ def test_registry_on_an_fsspec_url(memory_root, tmp_path):
 CRASH = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    import storage.datasets as datasets
     import storage.registry as registry
 
     reg = registry.ModelRegistry({store!r})
     reg.register("m2", benchmark={{"average": 99.0}})
-    real = datasets._atomic_write_text
+    write_exclusive, atomic_write_text = registry.write_exclusive, registry.atomic_write_text
 
-    def crash_before_rename(fs, path, text):
-        if path.endswith("current.json"):
-            with fs.open(path + ".tmp-crash", "w") as fh:  # the new pointer written, not yet renamed
-                fh.write(text)
-            os.kill(os.getpid(), signal.SIGKILL)
-        real(fs, path, text)
+    def killed(fs, path, text):
+        with fs.open(path.rsplit("/", 1)[0] + "/.tmp-crash", "w") as fh:  # written, not yet in place
+            fh.write(text)
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    registry._atomic_write_text = crash_before_rename
-    reg.promote("m2", "should never land", expected_current="m1")
+    if {where!r} == "before the history file":
+        registry.write_exclusive = killed
+    else:  # the history file created, current.json not yet rewritten
+        registry.atomic_write_text = lambda fs, path, text: (killed if path.endswith("current.json")
+                                                             else atomic_write_text)(fs, path, text)
+    reg.promote("m2", "landed only once its history file exists", expected_current="m1")
 """)
 
 
-def test_a_crash_between_writing_and_promoting_leaves_the_old_model_current(root, tmp_path):
+@pytest.mark.parametrize("where", ["before the history file", "after the history file"])
+def test_a_crash_mid_promotion_leaves_one_pointer(root, tmp_path, where):
+    """Killed before the history file: the old model stays current. Killed after it (the commit
+    point) but before current.json is rewritten: the promotion has landed, and readers see it."""
     reg = ModelRegistry(root)
     stored_model(root, "m1", tmp_path)
     reg.register("m1")
@@ -136,17 +140,24 @@ def test_a_crash_between_writing_and_promoting_leaves_the_old_model_current(root
     stored_model(root, "m2", tmp_path)
     before = (Path(root) / "registry" / "current.json").read_bytes()
 
-    proc = subprocess.run([sys.executable, "-c", CRASH.format(root=str(ROOT), store=root)],
+    proc = subprocess.run([sys.executable, "-c", CRASH.format(root=str(ROOT), store=root, where=where)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr  # killed mid-promotion
 
     assert (Path(root) / "registry" / "current.json").read_bytes() == before
-    assert reg.current_version() == "m1"
-    assert reg.entry("m2")["benchmark"]["average"] == 99.0  # registered, never promoted
-    assert list((Path(root) / "registry").glob("current.json.tmp-*"))  # the half-done write, ignored
-    # and the registry goes on working: the next promotion lands
-    reg.promote("m2", "second try", expected_current="m1")
-    assert reg.current_version() == "m2"
+    assert list((Path(root) / "registry").rglob(".tmp-crash"))  # the half-done write, ignored
+    assert reg.entry("m2")["benchmark"]["average"] == 99.0  # registered
+    if where == "before the history file":
+        assert reg.current_version() == "m1"
+        reg.promote("m2", "second try", expected_current="m1")  # the registry goes on working
+        assert reg.current_version() == "m2"
+    else:
+        assert reg.current_version() == "m2" and reg.pointer()["previous"] == "m1"
+        with pytest.raises(PromotionConflict, match="current model is m2, not m1"):
+            reg.promote("m2", "second try", expected_current="m1")
+        reg.rollback()
+        assert [h["version"] for h in reg.pointer()["history"]] == ["m1", "m2", "m1"]
+        assert json.loads((Path(root) / "registry" / "current.json").read_text())["version"] == "m1"
 
 
 def test_evaluate_resolves_current_to_the_current_models_directory(root, tmp_path):
