@@ -228,3 +228,95 @@ def test_an_edited_pointer_never_leads_outside_the_root(root, tmp_path, field):
     with pytest.raises(InvalidModelVersion):
         resolve_model_spec("current", root)  # what `pearl encode` and the evaluate flow's `current` use
     assert json.loads(pointer.read_text()) == ptr  # left for the operator to repair, unchanged
+
+
+# --- issue 45: promotion is a compare-and-swap across processes -------------------------------------
+def _promote_racing(root: str, version: str, barrier, results) -> None:
+    import time
+
+    real = ModelRegistry.pointer
+
+    def slow_pointer(self):  # every racer reads the pointer before any of them writes
+        ptr = real(self)
+        time.sleep(0.5)
+        return ptr
+
+    ModelRegistry.pointer = slow_pointer
+    barrier.wait()
+    try:
+        ModelRegistry(root).promote(version, "race", expected_current="m1")
+        results.put((version, "won"))
+    except PromotionConflict as e:
+        results.put((version, str(e)))
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_two_processes_promoting_from_the_same_pointer_exactly_one_wins(root, memory_root, tmp_path, store):
+    import multiprocessing
+
+    racers = ("m2", "m3") if store == "local" else ("m2", "m3", "m4")
+    where = root if store == "local" else memory_root
+    reg = ModelRegistry(where)
+    for v in ("m1", *racers):
+        stored_model(where, v, tmp_path)
+        reg.register(v)
+    reg.promote("m1", "first")
+    if store == "memory":  # one process's store: racing threads, not processes, share it
+        import queue
+        import threading
+
+        barrier, results = threading.Barrier(len(racers)), queue.Queue()
+        workers = [threading.Thread(target=_promote_racing_thread, args=(where, v, barrier, results)) for v in racers]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        barrier, results = ctx.Barrier(len(racers)), ctx.Queue()
+        workers = [ctx.Process(target=_promote_racing, args=(where, v, barrier, results)) for v in racers]
+    for w in workers:
+        w.start()
+    outcomes = dict(results.get(timeout=60) for _ in racers)
+    for w in workers:
+        w.join(timeout=60)
+    winners = [v for v, o in outcomes.items() if o == "won"]
+    assert len(winners) == 1, outcomes
+    for v, o in outcomes.items():
+        if v not in winners:
+            assert o == f"the current model is {winners[0]}, not m1 as expected: not promoting {v}"
+    ptr = ModelRegistry(where).pointer()
+    assert ptr["version"] == winners[0] and ptr["previous"] == "m1"
+    assert [(h["version"], h["previous"]) for h in ptr["history"]] == [("m1", None), (winners[0], "m1")]
+
+
+def _promote_racing_thread(root, version, barrier, results):
+    import time
+
+    reg = ModelRegistry(root)
+    real = reg.pointer
+
+    def slow_pointer():
+        ptr = real()
+        time.sleep(0.3)
+        return ptr
+
+    reg.pointer = slow_pointer
+    barrier.wait()
+    try:
+        reg.promote(version, "race", expected_current="m1")
+        results.put((version, "won"))
+    except PromotionConflict as e:
+        results.put((version, str(e)))
+
+
+def test_promoting_on_a_store_without_a_conditional_write_is_refused(tmp_path, monkeypatch):
+    from fsspec.implementations.local import LocalFileSystem
+
+    import storage.atomic as atomic
+
+    root = str(tmp_path / "store")
+    stored_model(root, "m1", tmp_path)
+    reg = ModelRegistry(root)
+    reg.register("m1")
+    monkeypatch.setattr(atomic, "is_local", lambda fs: False)  # as if a store like sftp:// or http://
+    monkeypatch.setattr(LocalFileSystem, "protocol", ("sftp",))
+    with pytest.raises(RegistryError, match=r"cannot promote on .*: sftp:// offers no conditional write"):
+        reg.promote("m1", "first")
+    assert reg.current_version() is None
