@@ -14,9 +14,7 @@ import hashlib
 import json
 import re
 import subprocess
-import uuid
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -27,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .atomic import atomic_path, atomic_write_text, clean_leftovers
 from .buckets import bucket_column
+from .redact import redact
 
 MANIFEST = "_manifest.json"
 LATEST = "_latest.json"
@@ -43,6 +43,10 @@ class DatasetIncomplete(FileNotFoundError):
     """The dataset version has no manifest: it was never finished."""
 
 
+class UnsafeManifest(ValueError):
+    """A manifest names a file outside its version directory (an absolute path, "..", a scheme)."""
+
+
 class SchemaMismatch(ValueError):
     """A table does not match the schema declared for its dataset."""
 
@@ -52,8 +56,9 @@ def _canonical(obj: Any) -> str:
 
 
 def dataset_version(name: str, code_version: str, params: dict, inputs: dict[str, str]) -> str:
-    """Content address of a stage output: same code, parameters and inputs, same version."""
-    key = _canonical({"name": name, "code": code_version, "params": params, "inputs": inputs})
+    """Content address of a stage output: same code, parameters and inputs, same version. URLs count
+    without their credentials (redact is the identity on URLs without them: those versions are unchanged)."""
+    key = _canonical({"name": name, "code": code_version, "params": redact(params), "inputs": redact(inputs)})
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -102,7 +107,8 @@ class Versioned:
 
     @property
     def url(self) -> str:
-        return f"{self.root.rstrip('/')}/{self.name}/{self.version}"
+        """Where the version lives, for messages, links and records (credentials in the root redacted)."""
+        return redact(f"{self.root.rstrip('/')}/{self.name}/{self.version}")
 
     def is_complete(self) -> bool:
         return self.fs.exists(f"{self.path}/{MANIFEST}")
@@ -116,6 +122,21 @@ class Versioned:
                 f"{self.kind} {self.name} version {self.version} at {self.url} has no manifest: "
                 "it is incomplete and will be recomputed, never read"
             ) from None
+
+    def reuse(self) -> dict:
+        """The manifest of this complete version, published as ``<name>/_latest.json``: a run that
+        reuses a version points readers at it, as the run that wrote it did."""
+        manifest = self.manifest()
+        publish_latest(self.fs, self.path, self.version, manifest["created_at"])
+        return manifest
+
+    def file_path(self, name: object) -> str:
+        """The path of a file a manifest lists, refused (UnsafeManifest) when the name would land
+        outside the version directory: manifests on a shared root are input from whoever can write there."""
+        parts = name.split("/") if isinstance(name, str) else []
+        if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts):
+            raise UnsafeManifest(f"{self.url}: manifest file name {name!r} is not a relative path inside the version")
+        return f"{self.path}/{name}"
 
 
 @dataclass(frozen=True)
@@ -194,7 +215,7 @@ class Dataset(Versioned):
 
     # --- reading ---------------------------------------------------------------------
     def part_files(self) -> list[str]:
-        return [f"{self.path}/{p['file']}" for p in self.manifest()["parts"]]
+        return [self.file_path(p["file"]) for p in self.manifest()["parts"]]  # every name checked before any read
 
     def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
         files = self.part_files()
@@ -291,7 +312,7 @@ def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, versio
 
     The one place both datasets and file sets finish a version: the manifest comes last.
     """
-    manifest = {
+    manifest = redact({
         "name": name,
         "version": version,
         **body,
@@ -302,38 +323,18 @@ def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, versio
         "stats": stats or {},
         **({"extra": extra} if extra else {}),
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-    }
-    _atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
-    _atomic_write_text(fs, f"{path.rsplit('/', 1)[0]}/{LATEST}",
-                       json.dumps({"version": version, "created_at": manifest["created_at"]}))
+    })
+    clean_leftovers(fs, path, recursive=True)  # a killed earlier attempt's temporary files
+    atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+    publish_latest(fs, path, version, manifest["created_at"])
     return manifest
 
 
-@contextmanager
-def atomic_path(fs: fsspec.AbstractFileSystem, final: str) -> Iterator[str]:
-    """A temporary name beside ``final`` to write to; renamed to ``final`` when the block
-    ends, so a file that exists is whole. A failed write leaves no temporary file behind
-    (a killed process still can: ``.tmp-`` files are never listed or read)."""
-    parent, base = final.rsplit("/", 1)
-    fs.makedirs(parent, exist_ok=True)
-    # Not the final name with a prefix: nothing that lists parts by name may ever match it.
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}{Path(base).suffix}"
-    try:
-        yield tmp
-        fs.mv(tmp, final)
-    except BaseException:
-        try:
-            fs.rm(tmp)
-        except Exception:
-            pass
-        raise
-
-
-def _atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-    with fs.open(tmp, "w") as fh:
-        fh.write(text)
-    fs.mv(tmp, path)
+def publish_latest(fs: fsspec.AbstractFileSystem, path: str, version: str, created_at: str) -> None:
+    """Point ``<name>/_latest.json`` at the version at ``path``."""
+    parent = path.rsplit("/", 1)[0]
+    clean_leftovers(fs, parent)
+    atomic_write_text(fs, f"{parent}/{LATEST}", json.dumps({"version": version, "created_at": created_at}))
 
 
 def table_from_rows(rows: Iterable[dict], schema: pa.Schema) -> pa.Table:

@@ -25,11 +25,10 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from storage.atomic import TMP as _TMP
 from storage.datasets import MANIFEST, Versioned, atomic_path, dataset_version, publish_manifest
 
 __all__ = ["FileSet", "plan_fileset", "default_cache"]
-
-_TMP = ".tmp-"
 
 
 def default_cache() -> Path:
@@ -38,11 +37,9 @@ def default_cache() -> Path:
 
 
 def _relative_file(name: object, fileset: "FileSet") -> str:
-    """A manifest's file name, refused when it would land outside the version directory:
-    manifests on a shared root are input from whoever can write there."""
-    parts = name.split("/") if isinstance(name, str) else []
-    if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts):
-        raise ValueError(f"{fileset.url}: manifest file name {name!r} is not a relative path inside the version")
+    """A manifest's file name, refused when it would land outside the version directory
+    (the check is Versioned.file_path's, shared with datasets)."""
+    fileset.file_path(name)
     return name
 
 
@@ -84,11 +81,11 @@ class FileSet(Versioned):
         extra: dict | None = None,
     ) -> dict:
         """Copy every file under ``local_dir`` (recursively, keeping relative paths), then
-        write the manifest and ``_latest.json``. A complete version is left untouched and
-        its manifest returned. Files of an earlier, interrupted upload that the new one does
+        write the manifest and ``_latest.json``. A complete version is left untouched, published
+        as ``_latest.json`` and its manifest returned. Files of an earlier, interrupted upload that the new one does
         not contain are removed before the manifest is written."""
         if self.is_complete():
-            return self.manifest()
+            return self.reuse()
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise ValueError(f"{local_dir} is not a directory")

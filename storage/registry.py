@@ -4,14 +4,22 @@ Beside the datasets, on the same fsspec root::
 
     <root>/registry/models/<version>.json   one entry per registered model (training set, parameters,
                                             training summary, benchmark scores, the gate's decision)
+    <root>/registry/history/<n>.json        the pointer after the n-th promotion or rollback
+                                            (00000001.json, ...), each created once and never rewritten
     <root>/registry/current.json            the pointer: the current version and the history of the
-                                            pointer (promotions and rollbacks), newest last
+                                            pointer (promotions and rollbacks), newest last; a copy
+                                            of the newest history file
 
-Every file is written whole under a temporary name and then renamed over the old one, so a
-reader sees the old pointer or the new one, never a mix; a crash before the rename leaves the
-old model current (and a `.tmp-` file that nothing reads). The pointer carries its own history,
-so history and pointer cannot disagree. Promotion compares-and-swaps: it names the version it
-expects to replace and refuses when another promotion got there first.
+Promotion is a compare-and-swap: it reads the pointer (n promotions so far), checks the version it
+expects to replace, and creates ``history/<n+1>.json`` only if it does not exist
+(storage.atomic.write_exclusive: a hard link on a local root, the store's conditional write on S3,
+GCS and Azure; other stores are refused). Of two promotions from the same pointer exactly one
+creates it; the other reads the pointer again and refuses (PromotionConflict) when it no longer
+names the expected version. The history file is the commit point: ``current.json`` is rewritten
+after it, and a reader that finds a newer history file than ``current.json`` names (a promotion
+cut short before rewriting it, or overtaken by a later one) reads that instead. A crash before the
+history file is created leaves the old model current. The pointer carries its own history, so
+history and pointer cannot disagree.
 
 Only promotion (and rollback, which is a promotion of an earlier model) moves the pointer:
 registering a model never does.
@@ -26,11 +34,15 @@ import datetime as dt
 import json
 import fsspec
 
-from storage.datasets import _atomic_write_text, check_version, resolve_root
+from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
+from storage.datasets import check_version, resolve_root
 from storage.files import FileSet
+from storage.redact import redact
 
 REGISTRY = "registry"
 CURRENT = "current.json"
+HISTORY = "history"
+_ATTEMPTS = 20  # an unconditional promotion retries this often when others keep promoting first
 CURRENT_SPEC = "current"  # what `pearl encode` and the evaluate flow accept for "the current model"
 _UNSET = object()
 
@@ -101,7 +113,7 @@ class ModelRegistry:
             first = self.entry(version)["registered_at"]
         except ModelNotRegistered:
             first = _now()
-        entry = {
+        entry = redact({
             "version": version,
             "url": model.url,
             "training_set": man["inputs"].get("training_set"),
@@ -118,9 +130,10 @@ class ModelRegistry:
             "benchmark": benchmark,
             "decision": decision,
             "run": run,
-        }
+        })
         self.fs.makedirs(f"{self.base}/models", exist_ok=True)
-        _atomic_write_text(self.fs, self._entry_path(version), json.dumps(entry, indent=2, default=str))
+        clean_leftovers(self.fs, f"{self.base}/models")
+        atomic_write_text(self.fs, self._entry_path(version), json.dumps(entry, indent=2, default=str))
         return entry
 
     def entry(self, version: str) -> dict:
@@ -128,7 +141,7 @@ class ModelRegistry:
             with self.fs.open(self._entry_path(version), "r") as fh:
                 return json.load(fh)
         except FileNotFoundError:
-            raise ModelNotRegistered(f"model {version} is not in the registry under {self.root}") from None
+            raise ModelNotRegistered(f"model {version} is not in the registry under {redact(self.root)}") from None
 
     def entries(self) -> list[dict]:
         """Every registered model, oldest registration first."""
@@ -156,13 +169,26 @@ class ModelRegistry:
         return rows
 
     # --- the pointer ---------------------------------------------------------------------
+    def _history_path(self, n: int) -> str:
+        return f"{self.base}/{HISTORY}/{n:08d}.json"
+
     def pointer(self) -> dict | None:
         """The current pointer with its history, or None before the first promotion."""
         path = f"{self.base}/{CURRENT}"
+        ptr = None
         try:
             with self.fs.open(path, "r") as fh:
                 ptr = json.load(fh)
         except FileNotFoundError:
+            pass
+        while True:  # promotions newer than current.json (cut short, or overtaken): the history files decide
+            newer = self._history_path(len(ptr.get("history") or []) + 1 if ptr else 1)
+            try:
+                with self.fs.open(newer, "r") as fh:
+                    ptr, path = json.load(fh), newer
+            except FileNotFoundError:
+                break
+        if ptr is None:
             return None
         _checked(ptr.get("version"), f"the current version in {path}")
         if ptr.get("previous") is not None:  # what a rollback goes back to
@@ -177,28 +203,41 @@ class ModelRegistry:
         """The current model's files; NoCurrentModel before the first promotion."""
         version = self.current_version()
         if version is None:
-            raise NoCurrentModel(f"no current model under {self.root}: nothing has been promoted yet "
+            raise NoCurrentModel(f"no current model under {redact(self.root)}: nothing has been promoted yet "
                                  "(run the retrain deployment, or `pearl models promote VERSION`)")
         return self.model(version)
 
     def promote(self, version: str, reason: str, *, expected_current=_UNSET, action: str = "promote") -> dict:
         """Make ``version`` current, atomically. ``expected_current`` (a version or None): refuse with
-        PromotionConflict when the pointer no longer names it (another promotion came first)."""
+        PromotionConflict when the pointer no longer names it (another promotion came first, even
+        one running at this moment in another process). Without it, a promotion that loses a race
+        goes after the winner."""
         entry = self.entry(version)  # only registered models become current
         if not self.model(version).is_complete():
             raise RegistryError(f"model {version} is registered but its files are not whole at {entry['url']}")
-        ptr = self.pointer()
-        now_current = ptr["version"] if ptr else None
-        if expected_current is not _UNSET and expected_current != now_current:
-            raise PromotionConflict(f"the current model is {now_current}, not {expected_current} as expected: "
-                                    f"not promoting {version}")
-        history = list(ptr["history"]) if ptr else []
-        at = _now()
-        history.append({"version": version, "at": at, "action": action, "reason": reason, "previous": now_current})
-        new = {"version": version, "url": entry["url"], "promoted_at": at, "reason": reason,
-               "previous": now_current, "history": history}
-        self.fs.makedirs(self.base, exist_ok=True)
-        _atomic_write_text(self.fs, f"{self.base}/{CURRENT}", json.dumps(new, indent=2))
+        for _ in range(_ATTEMPTS):
+            ptr = self.pointer()
+            now_current = ptr["version"] if ptr else None
+            if expected_current is not _UNSET and expected_current != now_current:
+                raise PromotionConflict(f"the current model is {now_current}, not {expected_current} as expected: "
+                                        f"not promoting {version}")
+            history = list(ptr["history"]) if ptr else []
+            at = _now()
+            history.append({"version": version, "at": at, "action": action, "reason": reason,
+                            "previous": now_current})
+            new = redact({"version": version, "url": entry["url"], "promoted_at": at, "reason": reason,
+                          "previous": now_current, "history": history})
+            text = json.dumps(new, indent=2)
+            try:
+                if write_exclusive(self.fs, self._history_path(len(history)), text):
+                    break  # the commit point: this promotion is the n-th
+            except ExclusiveWriteUnsupported as e:
+                raise RegistryError(f"cannot promote on {redact(self.root)}: {e}") from None
+            # another promotion took the n-th place: read the pointer again (and check it again)
+        else:
+            raise PromotionConflict(f"other promotions kept coming first: not promoting {version}")
+        clean_leftovers(self.fs, self.base)
+        atomic_write_text(self.fs, f"{self.base}/{CURRENT}", text)
         return new
 
     def rollback(self, to: str | None = None, reason: str | None = None) -> dict:
@@ -207,7 +246,7 @@ class ModelRegistry:
             _checked(to)  # a bad argument is named before anything else is said
         ptr = self.pointer()
         if ptr is None:
-            raise NoCurrentModel(f"no current model under {self.root}: nothing to roll back")
+            raise NoCurrentModel(f"no current model under {redact(self.root)}: nothing to roll back")
         if to is None:
             to = ptr.get("previous")
             if to is None:

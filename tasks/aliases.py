@@ -82,7 +82,7 @@ def alias_bucket_task(mentions: Dataset, bucket: int, out: Dataset) -> int:
 @task(name="commit-aliases", cache_policy=NONE)
 def commit_aliases_task(out: Dataset, mentions: Dataset, params: dict) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     return out.commit(code_version=CODE_VERSION, params=params, inputs={"alias_mentions": mentions.version})
 
 

@@ -342,7 +342,7 @@ def augmentation_counts(out: Dataset, files: list[str] | None = None) -> dict:
 def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
                          sentences: Dataset | None = None) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     inputs = _inputs(phrases, aliases, vectors, sentences)
     stats = {**augmentation_counts(out, out.parts_on_disk()), "phrases_in": phrases.manifest()["rows"]}
     stats["phrases_without_positive"] = stats["phrases_in"] - stats["phrases_with_any"]

@@ -239,7 +239,7 @@ def train_and_evaluate(words: list[str], mat: np.ndarray, params: dict):
 def build_char_encoder(out: FileSet, params: dict | None, vectors: Dataset | None = None) -> dict:
     """Train, evaluate and store the char encoder at ``out``; a complete ``out`` is reused as is."""
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     p = char_params(params)
     words, mat = load_targets(p, vectors)
     model, vocab, _, stats = train_and_evaluate(words, mat, p)

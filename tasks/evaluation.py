@@ -123,6 +123,6 @@ def evaluate_model_task(spec: str, out: Dataset, index: int, benchmark_dir: str,
 @task(name="commit-evaluation", cache_policy=NONE)
 def commit_results_task(out: Dataset, params: dict, benchmark_dir: str) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     return out.commit(code_version=CODE_VERSION, params=params,
                       inputs={"benchmark": benchmark_fingerprint(benchmark_dir)})

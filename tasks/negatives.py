@@ -188,13 +188,13 @@ def negative_counts(out: Dataset, phrases: Dataset, files: list[str]) -> dict:
 def commit_step(d: Dataset, phrases: Dataset, params: dict, stats: dict | None = None) -> dict:
     """Commit one intermediate dataset, so the next step can read it."""
     if d.is_complete():
-        return d.manifest()
+        return d.reuse()
     return d.commit(code_version=CODE_VERSION, params=params, inputs={"phrases": phrases.version}, stats=stats)
 
 
 def commit_negatives(outs: NegativeOutputs, phrases: Dataset, params: dict) -> dict:
     if outs.negatives.is_complete():
-        return outs.negatives.manifest()
+        return outs.negatives.reuse()
     stats = {**negative_counts(outs.negatives, phrases, outs.negatives.parts_on_disk()),
              **{k: v for k, v in outs.candidates.manifest()["stats"].items()}}
     return outs.negatives.commit(code_version=CODE_VERSION, params=params, inputs={"phrases": phrases.version},

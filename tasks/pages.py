@@ -258,7 +258,7 @@ def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
 def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict) -> dict:
     """Manifests of the four outputs, with counts summed from the stored parts (reused or not)."""
     if all(d.is_complete() for d in out.all()):  # a rerun that changed nothing keeps the manifests
-        return {d.name: d.manifest() for d in out.all()}
+        return {d.name: d.reuse() for d in out.all()}
     totals: Counter = Counter()
     for i in range(len(raw.manifest()["parts"])):
         totals.update(out.pages.part_metadata(i)["stats"])

@@ -133,6 +133,8 @@ def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
 
 def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
     if all(d.is_complete() for d in out.datasets()):
+        for d in out.datasets():
+            d.reuse()
         return out.stats.manifest()
     totals = mining_totals_from_parts(out.stats)
     check_stats(totals)

@@ -186,14 +186,14 @@ def _inputs(untyped: Dataset, sentences: Dataset) -> dict:
 def commit_step(out: Dataset, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
     """Commit the requests or the votes (the next step reads them by bucket), their parts' counts summed."""
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     return out.commit(code_version=CODE_VERSION, params=params, inputs=_inputs(untyped, sentences),
                       stats=dict(out.metadata_totals()))
 
 
 def commit_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
     if plan.phrases.is_complete():
-        return plan.phrases.manifest()
+        return plan.phrases.reuse()
     requests, votes = plan.requests.manifest()["stats"], plan.votes.manifest()["stats"]
     if requests["requests"] != votes["requests_matched"] + votes["requests_unmatched"]:
         raise AssertionError(f"example requests do not reconcile: {requests} against {votes}")

@@ -53,7 +53,7 @@ def write_word_totals(word_counts: Dataset, bucket: int, out: Dataset, params: d
 
 def commit_word_totals(out: Dataset, word_counts: Dataset, params: dict) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     return out.commit(code_version=CODE_VERSION, params=params, inputs={"pmi_word_counts": word_counts.version},
                       stats=dict(out.metadata_totals()))
 
@@ -164,7 +164,7 @@ def plan_phrases(occurrences: Dataset, params: dict, word_totals: Dataset | None
 def commit_phrases(out: Dataset, occurrences: Dataset, params: dict, bucket_stats: list[dict],
                    word_totals: Dataset | None = None) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     stats = Counter()
     for b in bucket_stats:
         stats.update({k: v for k, v in b.items() if k not in ("bucket", "reused")})

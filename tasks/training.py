@@ -179,7 +179,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     things are cached, not the weights: they are not part of the model version."""
     if out.is_complete():
         log.info("model %s already trained: reusing it", out.version)
-        return out.manifest()
+        return out.reuse()
     import torch
 
     from pearl_model.inference.export import export_pearl, load_pearl

@@ -67,7 +67,7 @@ def plan_heldout_aliases(aliases: Dataset, params: dict) -> Dataset:
 def build_heldout_aliases(aliases: Dataset, out: Dataset, params: dict) -> dict:
     """One held-out part per aliases part (a selection: small), then the manifest."""
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     stats: Counter = Counter(pairs=0, ambiguous_aliases_not_held_out=0)
     titles: set[str] = set()
     for i, f in enumerate(aliases.part_files()):
@@ -142,7 +142,7 @@ def plan_training_set(phrases: Dataset, augmentations: Dataset, negatives: Datas
 def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, negatives: Dataset,
                         params: dict, heldout: Dataset | None = None) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     stats: Counter = Counter({"phrases_heldout": 0, "positives_held_out": 0})
     for f in out.parts_on_disk():
         t = pq.read_table(f, columns=["split", "positives", "negatives"], filesystem=out.fs)

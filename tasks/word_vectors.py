@@ -134,7 +134,7 @@ def plan_word_vectors(sentences: Dataset, params: dict) -> Dataset:
 
 def build_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
     if out.is_complete():
-        return out.manifest()
+        return out.reuse()
     stats, extra = train_word_vectors(sentences, out, params)
     return out.commit(code_version=CODE_VERSION, params=params, inputs={"sentences": sentences.version}, stats=stats,
                       extra=extra)

@@ -159,3 +159,14 @@ def test_local_copy_never_writes_outside_its_cache(memory_root, tmp_path, bad):
     with pytest.raises(ValueError, match="is not a relative path inside the version"):
         f.local_copy(cache_dir=cache)
     assert not (tmp_path / "deep" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_reused_file_set_version_is_published_again(root, tmp_path):
+    """A, then B, then A again: _latest.json names A."""
+    src = model_dir(tmp_path)
+    a, b = FileSet(root, "models", "aaaa"), FileSet(root, "models", "bbbb")
+    upload(a, src)
+    upload(b, src)
+    assert latest_version(root, "models") == "bbbb"
+    assert upload(a, src)["version"] == "aaaa"  # complete: reused, untouched
+    assert latest_version(root, "models") == "aaaa"

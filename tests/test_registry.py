@@ -109,26 +109,30 @@ def test_registry_on_an_fsspec_url(memory_root, tmp_path):
 CRASH = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    import storage.datasets as datasets
     import storage.registry as registry
 
     reg = registry.ModelRegistry({store!r})
     reg.register("m2", benchmark={{"average": 99.0}})
-    real = datasets._atomic_write_text
+    write_exclusive, atomic_write_text = registry.write_exclusive, registry.atomic_write_text
 
-    def crash_before_rename(fs, path, text):
-        if path.endswith("current.json"):
-            with fs.open(path + ".tmp-crash", "w") as fh:  # the new pointer written, not yet renamed
-                fh.write(text)
-            os.kill(os.getpid(), signal.SIGKILL)
-        real(fs, path, text)
+    def killed(fs, path, text):
+        with fs.open(path.rsplit("/", 1)[0] + "/.tmp-crash", "w") as fh:  # written, not yet in place
+            fh.write(text)
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    registry._atomic_write_text = crash_before_rename
-    reg.promote("m2", "should never land", expected_current="m1")
+    if {where!r} == "before the history file":
+        registry.write_exclusive = killed
+    else:  # the history file created, current.json not yet rewritten
+        registry.atomic_write_text = lambda fs, path, text: (killed if path.endswith("current.json")
+                                                             else atomic_write_text)(fs, path, text)
+    reg.promote("m2", "landed only once its history file exists", expected_current="m1")
 """)
 
 
-def test_a_crash_between_writing_and_promoting_leaves_the_old_model_current(root, tmp_path):
+@pytest.mark.parametrize("where", ["before the history file", "after the history file"])
+def test_a_crash_mid_promotion_leaves_one_pointer(root, tmp_path, where):
+    """Killed before the history file: the old model stays current. Killed after it (the commit
+    point) but before current.json is rewritten: the promotion has landed, and readers see it."""
     reg = ModelRegistry(root)
     stored_model(root, "m1", tmp_path)
     reg.register("m1")
@@ -136,17 +140,24 @@ def test_a_crash_between_writing_and_promoting_leaves_the_old_model_current(root
     stored_model(root, "m2", tmp_path)
     before = (Path(root) / "registry" / "current.json").read_bytes()
 
-    proc = subprocess.run([sys.executable, "-c", CRASH.format(root=str(ROOT), store=root)],
+    proc = subprocess.run([sys.executable, "-c", CRASH.format(root=str(ROOT), store=root, where=where)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr  # killed mid-promotion
 
     assert (Path(root) / "registry" / "current.json").read_bytes() == before
-    assert reg.current_version() == "m1"
-    assert reg.entry("m2")["benchmark"]["average"] == 99.0  # registered, never promoted
-    assert list((Path(root) / "registry").glob("current.json.tmp-*"))  # the half-done write, ignored
-    # and the registry goes on working: the next promotion lands
-    reg.promote("m2", "second try", expected_current="m1")
-    assert reg.current_version() == "m2"
+    assert list((Path(root) / "registry").rglob(".tmp-crash"))  # the half-done write, ignored
+    assert reg.entry("m2")["benchmark"]["average"] == 99.0  # registered
+    if where == "before the history file":
+        assert reg.current_version() == "m1"
+        reg.promote("m2", "second try", expected_current="m1")  # the registry goes on working
+        assert reg.current_version() == "m2"
+    else:
+        assert reg.current_version() == "m2" and reg.pointer()["previous"] == "m1"
+        with pytest.raises(PromotionConflict, match="current model is m2, not m1"):
+            reg.promote("m2", "second try", expected_current="m1")
+        reg.rollback()
+        assert [h["version"] for h in reg.pointer()["history"]] == ["m1", "m2", "m1"]
+        assert json.loads((Path(root) / "registry" / "current.json").read_text())["version"] == "m1"
 
 
 def test_evaluate_resolves_current_to_the_current_models_directory(root, tmp_path):
@@ -217,3 +228,95 @@ def test_an_edited_pointer_never_leads_outside_the_root(root, tmp_path, field):
     with pytest.raises(InvalidModelVersion):
         resolve_model_spec("current", root)  # what `pearl encode` and the evaluate flow's `current` use
     assert json.loads(pointer.read_text()) == ptr  # left for the operator to repair, unchanged
+
+
+# --- issue 45: promotion is a compare-and-swap across processes -------------------------------------
+def _promote_racing(root: str, version: str, barrier, results) -> None:
+    import time
+
+    real = ModelRegistry.pointer
+
+    def slow_pointer(self):  # every racer reads the pointer before any of them writes
+        ptr = real(self)
+        time.sleep(0.5)
+        return ptr
+
+    ModelRegistry.pointer = slow_pointer
+    barrier.wait()
+    try:
+        ModelRegistry(root).promote(version, "race", expected_current="m1")
+        results.put((version, "won"))
+    except PromotionConflict as e:
+        results.put((version, str(e)))
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_two_processes_promoting_from_the_same_pointer_exactly_one_wins(root, memory_root, tmp_path, store):
+    import multiprocessing
+
+    racers = ("m2", "m3") if store == "local" else ("m2", "m3", "m4")
+    where = root if store == "local" else memory_root
+    reg = ModelRegistry(where)
+    for v in ("m1", *racers):
+        stored_model(where, v, tmp_path)
+        reg.register(v)
+    reg.promote("m1", "first")
+    if store == "memory":  # one process's store: racing threads, not processes, share it
+        import queue
+        import threading
+
+        barrier, results = threading.Barrier(len(racers)), queue.Queue()
+        workers = [threading.Thread(target=_promote_racing_thread, args=(where, v, barrier, results)) for v in racers]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        barrier, results = ctx.Barrier(len(racers)), ctx.Queue()
+        workers = [ctx.Process(target=_promote_racing, args=(where, v, barrier, results)) for v in racers]
+    for w in workers:
+        w.start()
+    outcomes = dict(results.get(timeout=60) for _ in racers)
+    for w in workers:
+        w.join(timeout=60)
+    winners = [v for v, o in outcomes.items() if o == "won"]
+    assert len(winners) == 1, outcomes
+    for v, o in outcomes.items():
+        if v not in winners:
+            assert o == f"the current model is {winners[0]}, not m1 as expected: not promoting {v}"
+    ptr = ModelRegistry(where).pointer()
+    assert ptr["version"] == winners[0] and ptr["previous"] == "m1"
+    assert [(h["version"], h["previous"]) for h in ptr["history"]] == [("m1", None), (winners[0], "m1")]
+
+
+def _promote_racing_thread(root, version, barrier, results):
+    import time
+
+    reg = ModelRegistry(root)
+    real = reg.pointer
+
+    def slow_pointer():
+        ptr = real()
+        time.sleep(0.3)
+        return ptr
+
+    reg.pointer = slow_pointer
+    barrier.wait()
+    try:
+        reg.promote(version, "race", expected_current="m1")
+        results.put((version, "won"))
+    except PromotionConflict as e:
+        results.put((version, str(e)))
+
+
+def test_promoting_on_a_store_without_a_conditional_write_is_refused(tmp_path, monkeypatch):
+    from fsspec.implementations.local import LocalFileSystem
+
+    import storage.atomic as atomic
+
+    root = str(tmp_path / "store")
+    stored_model(root, "m1", tmp_path)
+    reg = ModelRegistry(root)
+    reg.register("m1")
+    monkeypatch.setattr(atomic, "is_local", lambda fs: False)  # as if a store like sftp:// or http://
+    monkeypatch.setattr(LocalFileSystem, "protocol", ("sftp",))
+    with pytest.raises(RegistryError, match=r"cannot promote on .*: sftp:// offers no conditional write"):
+        reg.promote("m1", "first")
+    assert reg.current_version() is None

@@ -468,3 +468,102 @@ def test_read_bucket_reads_one_bucket_from_sorted_and_unsorted_parts(tmp_path):
         assert d.read_bucket(0).to_pylist() == [r for r in rows if r["bucket"] == 0]
     with pytest.raises(ValueError, match="not bucketed"):
         Dataset(str(tmp_path), "sentences", "v", SENTENCES).read_bucket(0)
+
+
+# --- issue 45: reuse publishes, manifest names checked, durability, leftovers, credentials -------------
+def test_a_run_that_reuses_a_version_publishes_it(root):
+    """Training set built with parameters A, then B, then A again: _latest.json names A, so
+    `train` without training_set_version trains on A."""
+    from storage.schemas import TRAINING_SET
+    from tasks.training import resolve_training_set
+    from tasks.training_set import commit_training_set
+
+    a, b = Dataset(root, "training_set", "aaaa", TRAINING_SET), Dataset(root, "training_set", "bbbb", TRAINING_SET)
+    for d in (a, b):
+        d.commit(code_version="c", params={"p": d.version}, inputs={})
+    assert latest_version(root, "training_set") == "bbbb"
+    manifest = commit_training_set(a, None, None, None, {})  # the run with A again: complete, reused
+    assert manifest["version"] == "aaaa"
+    assert latest_version(root, "training_set") == "aaaa"
+    assert resolve_training_set(root).version == "aaaa"
+
+
+@pytest.mark.parametrize("name", ["../../../outside/part-00000.parquet", "/outside/part-00000.parquet",
+                                  "file:///outside/part-00000.parquet", "part-00000.parquet/../../../../outside/part-00000.parquet"])
+def test_a_manifest_naming_a_file_outside_its_version_is_refused_before_any_read(tmp_path, name):
+    root = str(tmp_path / "store")
+    (tmp_path / "outside").mkdir()
+    pq.write_table(sentences_table(9, 2), str(tmp_path / "outside" / "part-00000.parquet"))  # a readable part
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 3))
+    d.commit(code_version="c", params={}, inputs={})
+    man_path = os.path.join(d.path, "_manifest.json")
+    man = json.load(open(man_path))
+    man["parts"].append({"file": name.replace("/outside", str(tmp_path / "outside"), 1) if "../" not in name
+                         else name, "rows": 2})
+    json.dump(man, open(man_path, "w"))
+    for read in (d.read, lambda: list(d.iter_batches())):
+        with pytest.raises(ValueError, match=r"manifest file name .*outside/part-00000.parquet' is not a relative "
+                                             r"path inside the version"):
+            read()
+
+
+def test_atomic_writes_fsync_the_file_before_the_rename_and_then_the_directory(root, monkeypatch):
+    synced = []
+    real = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 2))
+    d.commit(code_version="c", params={}, inputs={})
+    names = [p.rsplit("/", 1)[-1] for p in synced]
+    # part, its directory; manifest (a temporary name: synced before the rename), its directory; _latest.json
+    assert [n.startswith(".tmp-") for n in names].count(True) == 3, synced
+    assert synced.count(d.path) == 2 and synced.count(os.path.dirname(d.path)) == 1, synced
+
+
+def test_a_killed_runs_old_temporary_files_are_removed_when_a_version_is_next_written(root):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 2))
+    old = [os.path.join(d.path, ".tmp-0123abcd.parquet"), os.path.join(d.path, "_manifest.json.tmp-0123abcd"),
+           os.path.join(root, "sentences", ".tmp-4567.json")]
+    fresh = os.path.join(d.path, ".tmp-89ef.parquet")  # another writer's, being written now
+    for p in [*old, fresh]:
+        open(p, "wb").close()
+    for p in old:
+        os.utime(p, (1_000_000_000, 1_000_000_000))  # 2001: a run killed long ago
+    d.commit(code_version="c", params={}, inputs={})
+    assert [p for p in old if os.path.exists(p)] == []
+    assert os.path.exists(fresh)
+    assert d.read().num_rows == 2
+
+
+def test_credentials_in_urls_are_redacted_and_urls_without_them_unchanged(tmp_path):
+    root = str(tmp_path / "store")
+    d = dataset(root, "raw_pages", SENTENCES)
+    man = d.commit(code_version="c", params={"mirror": "https://bob:hunter2@mirror.example/x"},
+                   inputs={"source": "ftp://alice:pw@host/dump.xml.bz2@10@t"},
+                   stats={"sources": [{"source": "ftp://alice:pw@host/dump.xml.bz2"}]})
+    text = open(os.path.join(d.path, "_manifest.json")).read()
+    assert "hunter2" not in text and "alice" not in text and ":pw@" not in text
+    assert man["inputs"]["source"] == "ftp://***@host/dump.xml.bz2@10@t"
+    assert Dataset("ftp://alice:pw@host/store", "raw_pages", "v1", SENTENCES).url == "ftp://***@host/store/raw_pages/v1"
+
+    from storage.redact import redact
+
+    assert redact("ftp://alice:s3cr@t@host/dump.xml.bz2") == "ftp://***@host/dump.xml.bz2"
+    assert redact({"source": ["https://tok@example.org/a", "s3://bucket/key@2"], "n": 3}) == {
+        "source": ["https://***@example.org/a", "s3://bucket/key@2"], "n": 3}
+    for plain in ("s3://bucket/dump.xml", "/data/a@b.xml", "sample", "https://host/p?x=a@b"):
+        assert redact(plain) == plain
+    # versions of runs without credentials are the ones they always were
+    import hashlib
+    key = {"name": "raw_pages", "code": "c1", "params": {"p": 1}, "inputs": {"source": "s3://b/d.xml@10@t"}}
+    assert dataset_version("raw_pages", "c1", {"p": 1}, {"source": "s3://b/d.xml@10@t"}) == \
+        hashlib.sha256(ds_mod._canonical(key).encode()).hexdigest()[:16]  # the hash as it always was
+    assert dataset_version("raw_pages", "c1", {}, {"source": "ftp://u:pw@h/d.xml@1@t"}) == \
+        dataset_version("raw_pages", "c1", {}, {"source": "ftp://u:other@h/d.xml@1@t"})

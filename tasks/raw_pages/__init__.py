@@ -39,6 +39,6 @@ def raw_pages_stage(source, storage_root: str, read_params: dict, multistream_in
         return raw, steps.submit(raw_pages_task, source, raw, read_params)
     raw, dump, partitions = steps.call(plan_multistream_task, source, index, storage_root, read_params)
     if dump is None:  # that version is complete
-        return raw, raw.manifest()
+        return raw, raw.reuse()
     part_stats = steps.map(raw_partition_task, unmapped(dump), partitions, unmapped(raw), unmapped(read_params))
     return raw, steps.call(commit_multistream_task, raw, dump, part_stats, read_params)

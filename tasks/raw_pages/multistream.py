@@ -27,6 +27,7 @@ import fsspec
 import pyarrow as pa
 
 from storage.datasets import Dataset
+from storage.redact import redact
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.xml_dump import (
     CODE_VERSION, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages, decompressor,
@@ -388,7 +389,7 @@ def plan_multistream_task(source: Source, index: str, storage_root: str,
     if dump is None:
         logger.info("raw_pages %s is complete: reusing it", out.version)
     else:
-        logger.info("reading %s in %d partitions of bz2 streams (index %s)", dump.source, len(partitions), index)
+        logger.info("reading %s in %d partitions of bz2 streams (index %s)", redact(dump.source), len(partitions), redact(index))
     return out, dump, partitions
 
 

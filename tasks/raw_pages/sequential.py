@@ -18,6 +18,7 @@ import fsspec
 import pyarrow as pa
 
 from storage.datasets import Dataset
+from storage.redact import redact
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.xml_dump import (
     CODE_VERSION, COMPRESSED_RE, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages,
@@ -346,9 +347,9 @@ def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
     logger = get_run_logger()
     if out.is_complete():
         logger.info("raw_pages %s is complete: reusing it", out.version)
-        return out.manifest()
+        return out.reuse()
     sources = [resolve_source(s) for s in source_list(source)]
-    artifact = publish(create_progress_artifact, 0.0, description=f"Reading {', '.join(sources)}")
+    artifact = publish(create_progress_artifact, 0.0, description=f"Reading {', '.join(redact(sources))}")
 
     def progress(pages: int, done: int, total: int | None) -> None:
         pct = 100.0 * done / total if total else 0.0
@@ -363,7 +364,7 @@ def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
     if not stats["input_complete"]:
         logger.warning("input ended early (%s): the pages before that point are kept", stats["input_error"])
     if len(sources) > 1:
-        logger.info("pages per source: %s", ", ".join(f"{s['source']}: {s['pages_read']}" for s in stats["sources"]))
+        logger.info("pages per source: %s", ", ".join(f"{redact(s['source'])}: {s['pages_read']}" for s in stats["sources"]))
     inputs = {"source": sources[0]} if len(sources) == 1 else {"sources": sources}
     return out.commit(code_version=CODE_VERSION, params=params, inputs=inputs, stats=stats)
 
