@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from storage.datasets import Dataset
+from storage.redact import redact
 
 
 class CountsDoNotReconcile(AssertionError):
@@ -150,4 +151,4 @@ def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarant
             key="corpus-datasets", description="Dataset versions written by this run")
     require_sentences(counts)  # after the artifacts, which show where the pages went
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
-            "storage_root": raw.root}
+            "storage_root": redact(raw.root)}

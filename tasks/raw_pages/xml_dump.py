@@ -24,6 +24,8 @@ import fsspec
 import mwxml
 from mwxml.element_iterator import ElementIterator
 
+from storage.redact import redact
+
 # raw_pages' version for the sequential reading, here since the multistream reading's extends it:
 # a change to this module or to sequential.py bumps it.
 CODE_VERSION = "raw_pages-3"  # 3: pages cut by tag, not by line
@@ -39,7 +41,11 @@ Source = Union[str, Sequence[str]]  # one input, or several read in order
 
 
 class SourceError(ValueError):
-    """The input cannot be read at all; raised before any work is done."""
+    """The input cannot be read at all; raised before any work is done. Its message names the
+    source with any credentials in its URL redacted (it reaches logs and the UI)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 @dataclass
