@@ -3,8 +3,8 @@
 `Stack` starts `prefect server start` on a free port with a temporary PREFECT_HOME (the UI
 on when asked), creates process work pools and starts a worker on each. Its server is
 protected as scripts/env.sh protects a checkout's (`api_protection`): an auth string of its
-own, CSRF protection, CORS for the UI's origin only; its workers, CLI and API client send it. Every process
-started carries PEARL_E2E_TAG in its environment (flow-run processes and Dask workers
+own, CSRF protection, CORS for the UI's origin only; its workers, CLI and API client send
+the string. Every process started carries PEARL_E2E_TAG in its environment (flow-run processes and Dask workers
 inherit it); `stop` stops the services with their process groups and descendants, by pid,
 and returns what survived, so a fixture can fail on leftovers.
 """
