@@ -2,8 +2,8 @@
 #
 #   docker build -t pearl-pipeline .                                # CPU torch, `local-process` pool
 #   docker build --build-arg VARIANT=gpu -t pearl-pipeline:gpu .    # CUDA torch, `gpu` pool
-#   docker run --rm -e PREFECT_API_URL=http://<server>:4200/api pearl-pipeline
-#   docker run --rm --gpus all -e PREFECT_API_URL=http://<server>:4200/api pearl-pipeline:gpu
+#   docker run --rm -e PREFECT_API_URL=http://<server>:4200/api -e PREFECT_API_AUTH_STRING pearl-pipeline
+#   docker run --rm --gpus all -e PREFECT_API_URL=http://<server>:4200/api -e PREFECT_API_AUTH_STRING pearl-pipeline:gpu
 #
 # The worker runs as the unprivileged user `pearl` (uid 1000); PEARL_WORKER_POOL picks another
 # pool. The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
@@ -86,5 +86,6 @@ RUN pip install --no-deps -e . \
 # uid, not name: Kubernetes' runAsNonRoot can only check a numeric user.
 USER 1000
 
-# PREFECT_API_URL must be given at `docker run`; the pool is created if it is missing.
+# PREFECT_API_URL and PREFECT_API_AUTH_STRING (the server's) must be given at `docker run`;
+# the pool is created if it is missing.
 CMD ["sh", "-c", "exec prefect worker start --pool \"$PEARL_WORKER_POOL\" --type process"]

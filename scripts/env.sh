@@ -29,7 +29,8 @@ export PREFECT_SERVER_API_HOST=127.0.0.1
 export PREFECT_SERVER_API_PORT="$PEARL_PREFECT_PORT"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_CLI_PROMPT=false
-# A local server needs no key; a key left in the caller's environment would be sent to it.
+# A local server takes no API key (it takes the auth string below); a key left in the
+# caller's environment would be sent to it.
 unset PREFECT_API_KEY
 export PYTHONUNBUFFERED=1
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -38,3 +39,32 @@ if [ -f "$PEARL_PROJECT_DIR/.venv/bin/activate" ]; then
     # shellcheck disable=SC1091
     . "$PEARL_PROJECT_DIR/.venv/bin/activate"
 fi
+
+# The API is closed to other local users and to web pages: the server requires Prefect's
+# basic-auth string, which the workers, their flow runs, the CLI and the scripts send (the UI
+# asks for it on its login page). It is made once per checkout in .prefect/auth-string
+# (git-ignored, readable by its owner only), published without overwriting so that two
+# first sources at once agree on one string. CSRF protection is on, and only the UI's own
+# origin may make cross-origin requests.
+PEARL_AUTH_FILE="$PREFECT_HOME/auth-string"
+export PEARL_AUTH_FILE
+if [ ! -s "$PEARL_AUTH_FILE" ]; then
+    (
+        umask 077
+        mkdir -p "$PREFECT_HOME"
+        tmp="$PEARL_AUTH_FILE.tmp-$$"
+        token="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" && [ -n "$token" ] \
+            && printf 'pearl:%s\n' "$token" >"$tmp" \
+            && { ln "$tmp" "$PEARL_AUTH_FILE" 2>/dev/null || mv -n "$tmp" "$PEARL_AUTH_FILE"; }
+        rm -f "$tmp"
+    )
+fi
+if [ -s "$PEARL_AUTH_FILE" ]; then
+    PREFECT_API_AUTH_STRING="$(cat "$PEARL_AUTH_FILE")"
+    export PREFECT_API_AUTH_STRING PREFECT_SERVER_API_AUTH_STRING="$PREFECT_API_AUTH_STRING"
+else
+    echo "[env] could not create $PEARL_AUTH_FILE: the Prefect API would be unprotected" >&2
+    unset PREFECT_API_AUTH_STRING PREFECT_SERVER_API_AUTH_STRING
+fi
+export PREFECT_SERVER_CSRF_PROTECTION_ENABLED=true
+export PREFECT_SERVER_CORS_ALLOWED_ORIGINS="http://127.0.0.1:${PEARL_PREFECT_PORT},http://localhost:${PEARL_PREFECT_PORT}"

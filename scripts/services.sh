@@ -8,7 +8,11 @@
 # Two process work pools: $PEARL_WORK_POOL (local-process: the corpus, the evaluation, the
 # retrain flow itself) and $PEARL_GPU_POOL (gpu: the training step of the scheduled retrain).
 # On one machine a worker serves each; where a GPU machine runs the gpu pool's worker
-# (`prefect worker start --pool gpu` there), set PEARL_GPU_WORKER=0 here.
+# (`prefect worker start --pool gpu` there, with PREFECT_API_AUTH_STRING set to this
+# checkout's .prefect/auth-string), set PEARL_GPU_WORKER=0 here.
+#
+# The API requires the auth string that scripts/env.sh makes and exports, with CSRF
+# protection on and cross-origin requests from the UI's own origin only.
 #
 # Safe to call twice: `start` leaves a server that already answers and workers that are
 # already running alone. Pids are in run/server.pid and run/worker*.pid, logs in run/*.log.
@@ -40,6 +44,19 @@ healthy() {
 import sys, urllib.request
 with urllib.request.urlopen(sys.argv[1].rstrip("/") + "/health", timeout=3) as r:
     sys.exit(0 if r.status == 200 else 1)
+PY
+}
+
+# True when the server refuses a request without the auth string (scripts/env.sh): one
+# started before the API was protected, or by hand without it, answers it.
+protected() {
+    python - "$PREFECT_API_URL" <<'PY' >/dev/null 2>&1
+import sys, urllib.error, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/admin/version", timeout=3)
+except urllib.error.HTTPError as e:
+    sys.exit(0 if e.code == 401 else 1)
+sys.exit(1)
 PY
 }
 
@@ -136,6 +153,8 @@ start_server() {
         else
             log "a server already answers at ${PREFECT_API_URL%/api} (not started by this script): using it"
         fi
+        protected || log "WARNING: the server at ${PREFECT_API_URL%/api} answers without the auth string:" \
+            "restart it (bash scripts/services.sh restart) so that its API is protected"
         return 0
     fi
     if pid="$(live_pid "$SERVER_PID")"; then
@@ -228,6 +247,7 @@ status() {
     fi
     if healthy; then
         echo "api:    answering at $PREFECT_API_URL (UI ${PREFECT_API_URL%/api})"
+        protected || { echo "api:    answers without the auth string: restart the server"; rc=1; }
     else
         echo "api:    not answering at $PREFECT_API_URL"; rc=1
     fi
@@ -249,6 +269,10 @@ status() {
 mkdir -p "$PEARL_RUN_DIR" "$PREFECT_HOME"
 case "${1:-status}" in
     start)
+        if [ -z "${PREFECT_SERVER_API_AUTH_STRING:-}" ]; then
+            log "no auth string ($PEARL_AUTH_FILE): refusing to start an unprotected server"
+            exit 1
+        fi
         start_server
         start_worker "$PEARL_WORK_POOL" "$WORKER_PID"
         if [ "$PEARL_GPU_WORKER" = 1 ]; then

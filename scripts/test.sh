@@ -11,8 +11,8 @@ bash scripts/setup.sh </dev/null
 # shellcheck source=scripts/env.sh
 . scripts/env.sh
 # Tests start their own servers on free ports with temporary homes; never the dev
-# server on $PEARL_PREFECT_PORT, whose address env.sh just exported.
-unset PREFECT_API_URL
+# server on $PEARL_PREFECT_PORT, whose address and auth string env.sh just exported.
+unset PREFECT_API_URL PREFECT_API_AUTH_STRING PREFECT_SERVER_API_AUTH_STRING
 export PREFECT_HOME="$ROOT/.prefect/test"
 export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"
 exec python -m pytest "$@"

@@ -1,8 +1,10 @@
 """A real Prefect stack for the end-to-end tests: server, work pools, workers, CLI, API.
 
 `Stack` starts `prefect server start` on a free port with a temporary PREFECT_HOME (the UI
-on when asked), creates process work pools and starts a worker on each. Every process
-started carries PEARL_E2E_TAG in its environment (flow-run processes and Dask workers
+on when asked), creates process work pools and starts a worker on each. Its server is
+protected as scripts/env.sh protects a checkout's (`api_protection`): an auth string of its
+own, CSRF protection, CORS for the UI's origin only; its workers, CLI and API client send
+the string. Every process started carries PEARL_E2E_TAG in its environment (flow-run processes and Dask workers
 inherit it); `stop` stops the services with their process groups and descendants, by pid,
 and returns what survived, so a fixture can fail on leftovers.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +36,25 @@ def free_port() -> int:
             port = s.getsockname()[1]
         if port != 4200:
             return port
+
+
+# What scripts/env.sh exports to protect the API (the server's and the clients' settings).
+API_PROTECTION = ("PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING",
+                  "PREFECT_SERVER_CSRF_PROTECTION_ENABLED", "PREFECT_SERVER_CORS_ALLOWED_ORIGINS")
+
+
+def api_protection(checkout: Path, port: int) -> dict[str, str]:
+    """The API_PROTECTION settings scripts/env.sh gives a checkout whose server is on `port`,
+    sourced from a copy of env.sh in `checkout` (a throwaway checkout: its own auth string,
+    made there on the first call)."""
+    (checkout / "scripts").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "scripts" / "env.sh", checkout / "scripts" / "env.sh")
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "HOME": os.environ.get("HOME", str(checkout)), "PEARL_PREFECT_PORT": str(port)}
+    out = subprocess.run(["bash", "-c", ". scripts/env.sh && env -0"], cwd=checkout, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=True)
+    exported = dict(line.split("=", 1) for line in out.stdout.split("\0") if "=" in line)
+    return {k: exported[k] for k in API_PROTECTION if k in exported}
 
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
@@ -131,7 +153,9 @@ class Stack:
             PYTHONUNBUFFERED="1",
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         )
+        self.env.update(api_protection(tmp / "checkout", self.port))
         self.env.update(env or {})
+        self.auth_string = self.env.get("PREFECT_API_AUTH_STRING")
         self.services: list[subprocess.Popen] = []
 
     # -- running things --
@@ -190,13 +214,15 @@ class Stack:
     def api(self, fn):
         """Run ``await fn(client)`` against this stack's server."""
         from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+        from prefect.settings import (PREFECT_API_AUTH_STRING, PREFECT_API_URL, PREFECT_LOCAL_STORAGE_PATH,
+                                      temporary_settings)
 
         async def main():
             async with get_client() as client:
                 return await fn(client)
 
-        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_LOCAL_STORAGE_PATH: self.results}):
+        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_API_AUTH_STRING: self.auth_string,
+                                         PREFECT_LOCAL_STORAGE_PATH: self.results}):
             return asyncio.run(main())
 
     # -- lifecycle --

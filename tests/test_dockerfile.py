@@ -143,6 +143,7 @@ def test_dockerignore_keeps_out_local_state_but_not_what_the_dockerfile_copies(t
     sources = [w for keyword, args in INSTRUCTIONS if keyword == "COPY" for w in args.split()[:-1]]
     assert sources
     junk = [".venv/bin/python", "data/pages/part-0.parquet", "run/worker.pid", ".prefect/prefect.db",
+            ".prefect/auth-string",  # the API's secret (scripts/env.sh) stays out of every image
             ".git/HEAD", "flows/__pycache__/x.pyc"]
     for rel in junk + [s.rstrip("/") + ("/m.py" if s.endswith("/") else "") for s in sources]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -255,6 +255,7 @@ def test_the_runs_and_their_artifacts_render_in_the_prefect_ui(stack, promoted, 
     base = ui_browser.ui_base(stack.ui_url, "v1")
     with ui_browser.open_browser() as browser:
         page = ui_browser.new_page(browser)
+        ui_browser.login(page, base, stack.auth_string, shots / "login.png")
         ui_browser.visit(page, ui_browser.flow_run_url(base, promoted["run"].id),
                          ["e2e-retrain-1", "retrain", "Completed"], shots / "retrain-run.png")
         ui_browser.visit(page, ui_browser.flow_run_url(base, broken["run"].id),

@@ -1,6 +1,7 @@
 """The Prefect UI in a real browser: a flow's run and its artifacts, rendered.
 
-Starts a real Prefect server with the UI on (tests/prefect_stack.py, no work pools), runs
+Starts a real Prefect server with the UI on (tests/prefect_stack.py, no work pools; its API
+protected by an auth string, which the browser types into each UI's login page), runs
 a tiny flow against it in a subprocess that makes a table artifact and a markdown
 artifact, then opens the server's two UIs (v1 at the root, v2 under /v2) in headless
 Chromium (tests/ui_browser.py) and checks the flow run's page (the run, its logs), each
@@ -107,6 +108,8 @@ def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
         with urllib.request.urlopen(f"{stack.ui_url}/ui-settings", timeout=10) as r:
             settings = json.load(r)
         assert settings["api_url"] == stack.api_url, settings
+        # ... and it asks for the auth string, and sends CSRF tokens, as the server requires.
+        assert settings["auth"] == "BASIC" and settings["csrf_enabled"] is True, settings
 
         out = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], env=stack.env, cwd=ROOT,
                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
@@ -128,12 +131,15 @@ def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
         assert all(a.flow_run_id == run.id for a in artifacts)
 
         with ui_browser.open_browser() as browser:
-            page = ui_browser.new_page(browser)
             # The server serves two UIs with the same routes: v1 (Vue) at its root, v2
             # (React) under /v2. Deep links stay in their UI; the root sends a browser with
             # no saved preference to v2 (PREFECT_SERVER_UI_V2_ENABLED, default true).
+            # Each is signed in on its own login page, in a browser context of its own.
             for ui in ("v1", "v2"):
-                check_ui(page, ui_browser.ui_base(stack.ui_url, ui), shots / ui, run, by_key)
+                page = ui_browser.new_page(browser)
+                base = ui_browser.ui_base(stack.ui_url, ui)
+                ui_browser.login(page, base, stack.auth_string, shots / ui / "login.png")
+                check_ui(page, base, shots / ui, run, by_key)
         print(f"UI checked in {time.monotonic() - started:.1f}s; screenshots in {shots}")
     finally:
         survivors = stack.stop()

@@ -8,6 +8,9 @@ scripts/setup.sh; `$PEARL_CHROMIUM` names another binary) through its executable
         page = new_page(browser)
         visit(page, flow_run_url(stack.ui_url, run_id), ["my-run-name"], shots / "run.png")
 
+A server with an auth string (every test server: tests/prefect_stack.py) shows a login page
+first: `login(page, base, auth_string, ...)` signs the page's context in, for both UIs.
+
 The Prefect UI is a single-page app (the Vue "v1" UI at the server's root, the React "v2"
 UI under /v2, same relative routes): a page is loaded when the texts it must show are
 there, not when the document has loaded, so `visit` waits for the texts.
@@ -125,6 +128,28 @@ def artifact_key_url(base: str, key: str) -> str:
 def artifact_url(base: str, artifact_id) -> str:
     """The page of one artifact (one version of a key)."""
     return f"{base.rstrip('/')}/artifacts/artifact/{artifact_id}"
+
+
+def login_url(base: str) -> str:
+    return f"{base.rstrip('/')}/login"
+
+
+def login(page: Page, base: str, auth_string: str, screenshot: Path, timeout_s: float = 60) -> None:
+    """Sign in on the UI's login page as a person does: type the auth string, press Login.
+
+    Both UIs keep it in the origin's localStorage (`prefect-password`), so one login serves
+    v1 and v2 in this page's context. Fails, with the page's state, when the UI stays on the
+    login page or shows no Login form.
+    """
+    visit(page, login_url(base), ["Login"], screenshot, settle_s=0)
+    page.locator("input[type=password]").fill(auth_string)
+    page.locator("form button[type=submit]").click()
+    try:
+        page.wait_for_url(lambda url: "/login" not in url, timeout=timeout_s * 1000)
+    except Exception as exc:  # noqa: BLE001 - reported with what the page shows
+        page.screenshot(path=str(screenshot), full_page=True)
+        raise AssertionError(f"{login_url(base)}: still on the login page after {timeout_s:g}s ({exc}):\n"
+                             f"{page_text(page)[:2000]}") from None
 
 
 # --- looking at a page ---------------------------------------------------------------------
