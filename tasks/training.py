@@ -402,9 +402,10 @@ def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
 
 @task(name="training-report", cache_policy=NONE)
 def training_report_task(out: FileSet) -> dict:
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from tasks.figures import markdown_image
+    from tasks.steps import publish_link
 
     man = out.manifest()
     logs = training_log(out)
@@ -419,8 +420,8 @@ def training_report_task(out: FileSet) -> dict:
             + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats,
                                                                         logs.get("selection_baseline")),
             description=f"model {out.version}")
-    create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
-                         description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
+    publish_link(out.url, key="model", link_text=f"models {out.version}",
+                 description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
     return {"version": out.version, "url": out.url, "summary": stats}
 
 
