@@ -163,3 +163,18 @@ def test_the_flow_stops_at_the_corpus_report_when_no_sentence_is_kept(tmp_path, 
     rows = json.loads(art.data) if isinstance(art.data, str) else art.data
     assert {"group": "quarantined", "what": "duplicate_page_id", "count": 1} in rows
     assert not (tmp_path / "store" / "phrase_occurrences").exists()  # nothing after the report ran
+
+
+def test_the_build_corpus_run_summary_names_every_dataset_and_links_the_stages_run(tmp_path, root):
+    """The summary on the build-corpus run itself (its stage reports are on the corpus-stages child run)."""
+    from pathlib import Path
+
+    from tasks.corpus_report import summary_markdown
+
+    built = build_corpus(tmp_path, root)
+    versions = {d.name: d.version for d in built.values()}
+    md = summary_markdown(root, versions, "0b1c", "http://127.0.0.1:4200/runs/flow-run/0b1c")
+    assert "[corpus-stages `0b1c`](http://127.0.0.1:4200/runs/flow-run/0b1c)" in md
+    for d in built.values():
+        rows = d.manifest()["rows"]
+        assert f"| {d.name} | `{d.version}` | {rows} | [{d.url}]({Path(d.url).as_uri()}) |" in md
