@@ -8,8 +8,9 @@ The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flo
 so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
 dataset's version and rows, a link to the subflow run and its stage reports). Their wiring is
 `corpus_wiring`, a plain function of how the tasks run (`tasks.steps.Steps`), so that
-benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its inputs and parameters, so a run that changes
-only the phrase parameters re-mines phrases and reuses the extraction.
+benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
+inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
+reuses the extraction.
 """
 from __future__ import annotations
 

@@ -166,7 +166,8 @@ def test_first_run_artifacts(first):
     for name, version in first["result"]["versions"].items():
         assert f"| {name} | `{version}` |" in summary[0].data, f"the corpus-summary artifact does not name {name}"
     # every link artifact (stored as the markdown "[text](link)") is a URL, not a bare path
-    links = {a.key: m.group(1) for a in artifacts if (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data or ""))}
+    links = {a.key: m.group(1) for a in artifacts
+             if isinstance(a.data, str) and (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data))}
     assert "training-set" in links and all(re.match(r"[a-z][a-z0-9+.-]*://", u) for u in links.values()), links
 
     for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets",
