@@ -5,10 +5,12 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 -> training_set (published: what the training flow reads).
 
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
-so that the cluster is a parameter of the run. Their wiring is `corpus_wiring`, a plain function
-of how the tasks run (`tasks.steps.Steps`), so that benchmarks/stage_rates.py measures this
-wiring, not a copy. Every stage is versioned by its inputs and parameters, so a run that changes
-only the phrase parameters re-mines phrases and reuses the extraction.
+so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
+dataset's version and rows, a link to the subflow run and its stage reports). Their wiring is
+`corpus_wiring`, a plain function of how the tasks run (`tasks.steps.Steps`), so that
+benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
+inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
+reuses the extraction.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from tasks.augmentations import augmentation_report_task, augmentations_stage
 from tasks.corpus_config import (
     NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
 )
-from tasks.corpus_report import corpus_report_task
+from tasks.corpus_report import corpus_report_task, corpus_summary_task
 from tasks.negatives import block_bucket_count, negatives_report_task, negatives_stage
 from tasks.pages import alias_bucket_count, pages_stage
 from tasks.phrase_occurrences import occurrences_stage, phrase_bucket_count
@@ -137,8 +139,11 @@ def build_corpus(
         dask_workers: worker processes of the local cluster.
     """
     run = corpus_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
-    return run(source, storage_root, read, pages, phrases, word_vectors, positives, negatives, training_set,
-               negative_backbone, backbone_cache_dir)
+    stages = run(source, storage_root, read, pages, phrases, word_vectors, positives, negatives, training_set,
+                 negative_backbone, backbone_cache_dir, return_state=True)
+    built = stages.result()  # raises what failed
+    corpus_summary_task(built, stages.state_details.flow_run_id, storage_root)  # the artifact on this run, the one users open
+    return built
 
 
 if __name__ == "__main__":

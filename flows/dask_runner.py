@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 
 from prefect import get_run_logger
-from prefect.artifacts import create_link_artifact
 from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
+
+from tasks.steps import publish_link
 
 # The dashboard has no authentication, so the local cluster's listens on loopback only;
 # PEARL_DASK_DASHBOARD (host:port, e.g. 0.0.0.0:8787) opens it elsewhere on purpose.
@@ -38,6 +39,6 @@ def report_dask_dashboard() -> str | None:
         get_run_logger().info("The Dask cluster has no dashboard")
         return None
     get_run_logger().info("Dask dashboard: %s", link)
-    create_link_artifact(link=link, link_text=link, key="dask-dashboard",
-                         description="The dashboard of this run's Dask cluster (live while the run lasts)")
+    publish_link(link, link_text=link, key="dask-dashboard",
+                 description="The dashboard of this run's Dask cluster (live while the run lasts)")
     return link

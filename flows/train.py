@@ -25,7 +25,8 @@ from tasks.training import (
 )
 
 
-@flow(name="train", persist_result=True)  # retrain reads what a GPU-pool run returned
+# retrain reads what a GPU-pool run returned: as JSON (tasks.training.json_result), never unpickled
+@flow(name="train", persist_result=True, result_serializer="json")
 def train(
     training_set_version: Optional[Annotated[str, Field(pattern=VERSION_PATTERN)]] = None,  # never a path
     storage_root: str = "data",

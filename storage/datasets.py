@@ -341,6 +341,14 @@ def table_from_rows(rows: Iterable[dict], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=schema)
 
 
+def as_url(location: str) -> str:
+    """A working URL for a location: an fsspec URL as it is, a local path as a ``file://`` URI (a
+    bare path in a link is resolved by the Prefect UI under its own address)."""
+    from pathlib import Path
+
+    return location if "://" in location else Path(location).expanduser().resolve().as_uri()
+
+
 def resolve_root(root: str) -> str:
     """Local roots become absolute, so Dask workers in other directories agree on them."""
     import os

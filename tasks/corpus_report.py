@@ -130,6 +130,21 @@ def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) ->
     return "\n".join(lines)
 
 
+def summary_markdown(storage_root: str, versions: dict[str, str], stages_run_id: str, stages_url: str) -> str:
+    """The build-corpus run's own summary: every dataset the run ended with (name, version, rows, where),
+    and the link to its `corpus-stages` run, which holds the stages' artifacts."""
+    from storage.datasets import as_url
+
+    lines = ["# Corpus built by this run", "",
+             f"The stages ran in the child run [corpus-stages `{stages_run_id}`]({stages_url}): its Artifacts tab "
+             "holds each stage's report (counts, phrases, positives, negatives, the training set).", "",
+             "| dataset | version | rows | location |", "|---|---|---|---|"]
+    for name, version in versions.items():
+        ds = Dataset(storage_root, name, version, None)
+        lines.append(f"| {name} | `{version}` | {ds.manifest().get('rows', '')} | [{ds.url}]({as_url(ds.url)}) |")
+    return "\n".join(lines)
+
+
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
@@ -152,3 +167,17 @@ def corpus_report_task(raw: Dataset, pages: Dataset, sentences: Dataset, quarant
     require_sentences(counts)  # after the artifacts, which show where the pages went
     return {**counts, "versions": {d.name: d.version for d in (raw, pages, sentences, quarantine, alias_mentions, aliases)},
             "storage_root": redact(raw.root)}
+
+
+@task(name="corpus-summary", cache_policy=NONE)
+def corpus_summary_task(built: dict, stages_run_id, storage_root: str) -> str:
+    """The summary artifact on the build-corpus run itself (its stages' artifacts are on the child run);
+    `storage_root` as the flow was given it (the report's own is redacted)."""
+    from prefect.utilities.urls import url_for
+
+    # a relative link still opens in the UI that shows the artifact, when no PREFECT_UI_URL is set
+    url = url_for("flow-run", obj_id=stages_run_id) or f"/runs/flow-run/{stages_run_id}"
+    md = summary_markdown(storage_root, built["versions"], str(stages_run_id), url)
+    publish(create_markdown_artifact, md, key="corpus-summary",
+            description="Dataset versions and rows of this run; the stages' reports are on its corpus-stages run")
+    return md

@@ -239,12 +239,10 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
 @task(name="dataset-links", cache_policy=NONE)
 def dataset_links_task(storage_root: str, versions: dict[str, str]) -> None:
     """One link artifact per dataset version the run used, under a stable key per dataset."""
-    from prefect.artifacts import create_link_artifact
-
     from storage.datasets import Dataset, resolve_root
+    from tasks.steps import publish_link
 
     root = resolve_root(storage_root)
     for name, version in versions.items():
-        url = Dataset(root, name, version, None).url
-        create_link_artifact(key=f"dataset-{name.replace('_', '-')}", link=url if "://" in url else f"file://{url}",
-                             link_text=f"{name} {version}", description=f"{name} version used by this run")
+        publish_link(Dataset(root, name, version, None).url, key=f"dataset-{name.replace('_', '-')}",
+                     link_text=f"{name} {version}", description=f"{name} version used by this run")

@@ -46,3 +46,12 @@ def publish(create: Callable, *args, **kwargs) -> Any:
     task's body run as a plain function, as the benchmarks do) nothing is sent: Prefect deprecates
     artifacts without a run, and one would start a server. The content is computed either way."""
     return create(*args, **kwargs) if in_a_run() else None
+
+
+def publish_link(link: str, **kwargs) -> Any:
+    """A link artifact (`publish`) whose link is a working URL: a local path becomes a file:// URI."""
+    from prefect.artifacts import create_link_artifact
+
+    from storage.datasets import as_url
+
+    return publish(create_link_artifact, link=as_url(link), **kwargs)

@@ -402,9 +402,10 @@ def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
 
 @task(name="training-report", cache_policy=NONE)
 def training_report_task(out: FileSet) -> dict:
-    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from tasks.figures import markdown_image
+    from tasks.steps import publish_link
 
     man = out.manifest()
     logs = training_log(out)
@@ -419,8 +420,8 @@ def training_report_task(out: FileSet) -> dict:
             + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats,
                                                                         logs.get("selection_baseline")),
             description=f"model {out.version}")
-    create_link_artifact(key="model", link=out.url, link_text=f"models {out.version}",
-                         description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
+    publish_link(out.url, key="model", link_text=f"models {out.version}",
+                 description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
     return {"version": out.version, "url": out.url, "summary": stats}
 
 
@@ -442,4 +443,44 @@ def train_on_deployment_task(deployment: str, parameters: dict, timeout_s: float
                            f"(state {state and state.type.value}): is a worker polling that deployment's work pool?")
     if not state.is_completed():
         raise RuntimeError(f"training run {run.name} on {deployment} ended {state.type.value}: {state.message}")
-    return state.result()
+    return json_result(state)
+
+
+class UnsafeResult(ValueError):
+    """A run's stored result is not plain JSON (a pickle, or a record naming its own decoder)."""
+
+
+def json_result(state) -> dict:
+    """A finished run's result, read from Prefect's result storage as plain JSON.
+
+    ``state.result()`` would decode the stored bytes with whatever serializer the stored record (or
+    the API) names: a pickle, or a JSON decoder given by import path, either of which runs code
+    chosen by whoever can write the result storage. The train flow persists its result as JSON,
+    so it is read with ``json.loads`` and nothing else."""
+    import json
+    from pathlib import Path
+
+    from prefect._internal.compatibility.blocks import call_explicitly_sync_block_method
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultRecordMetadata, get_default_result_storage, resolve_result_storage
+
+    meta = state.data
+    if not isinstance(meta, ResultRecordMetadata) or meta.storage_key is None:
+        raise UnsafeResult(f"run result not persisted as a stored record: {type(meta).__name__}")
+    if meta.serializer.type != "json":
+        raise UnsafeResult(f"run result stored with the {meta.serializer.type!r} serializer, not json: not read")
+    if meta.storage_block_id is not None:
+        storage = resolve_result_storage(meta.storage_block_id, _sync=True)
+    elif Path(meta.storage_key).is_absolute():
+        storage = LocalFileSystem(basepath=str(Path(meta.storage_key).parent))
+    else:
+        storage = get_default_result_storage(_sync=True)
+    raw = call_explicitly_sync_block_method(storage, "read_path", (meta.storage_key,), {})
+    try:
+        result = json.loads(raw)
+    except ValueError as e:
+        raise UnsafeResult(f"run result {meta.storage_key} is not JSON: {e}") from None
+    if not isinstance(result, dict) or "model" not in result:  # a stored record, not the flow's return value
+        raise UnsafeResult(f"run result {meta.storage_key} is not a train flow's result (keys {sorted(result)[:5]})"
+                           if isinstance(result, dict) else f"run result {meta.storage_key} is not a JSON object")
+    return result

@@ -157,7 +157,7 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+from tasks.steps import PREFECT, Steps, publish_link  # noqa: E402
 
 
 @task(name="heldout-aliases", cache_policy=NONE)
@@ -183,10 +183,8 @@ def training_set_part_task(phrases: Dataset, augmentations: Dataset, negatives: 
 @task(name="publish-training-set", cache_policy=NONE)
 def commit_training_set_task(out: Dataset, phrases: Dataset, augmentations: Dataset, negatives: Dataset,
                              params: dict, heldout: Dataset | None = None) -> dict:
-    from prefect.artifacts import create_link_artifact
-
     man = commit_training_set(out, phrases, augmentations, negatives, params, heldout)
-    publish(create_link_artifact, key="training-set", link=out.url, link_text=f"training_set {out.version}",
+    publish_link(out.url, key="training-set", link_text=f"training_set {out.version}",
             description=f"{man['rows']} phrases: {man['stats']}")
     return man
 

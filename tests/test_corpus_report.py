@@ -188,3 +188,18 @@ def test_bad_jsonl_records_are_quarantined_and_the_counts_reconcile(tmp_path, ro
     assert [(q["reason"], q["detail"].split(":")[0]) for q in quarantine] == [
         (BAD_JSONL[n - 1][1], f"line {n}") for n in lines]
     assert [q["raw"] for q in quarantine] == [BAD_JSONL[n - 1][0] + b"\n" for n in lines]
+
+
+def test_the_build_corpus_run_summary_names_every_dataset_and_links_the_stages_run(tmp_path, root):
+    """The summary on the build-corpus run itself (its stage reports are on the corpus-stages child run)."""
+    from pathlib import Path
+
+    from tasks.corpus_report import summary_markdown
+
+    built = build_corpus(tmp_path, root)
+    versions = {d.name: d.version for d in built.values()}
+    md = summary_markdown(root, versions, "0b1c", "http://127.0.0.1:4200/runs/flow-run/0b1c")
+    assert "[corpus-stages `0b1c`](http://127.0.0.1:4200/runs/flow-run/0b1c)" in md
+    for d in built.values():
+        rows = d.manifest()["rows"]
+        assert f"| {d.name} | `{d.version}` | {rows} | [{d.url}]({Path(d.url).as_uri()}) |" in md

@@ -13,6 +13,7 @@ groups and descendants, then checks that no process with the tag is left.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -156,6 +157,18 @@ def test_first_run_artifacts(first):
     for name in CORPUS_DATASETS:
         version = first["result"]["versions"][name]
         assert version in datasets.data, f"the corpus-datasets artifact does not name {name} {version}"
+
+    # the build-corpus run itself holds a summary (the stage reports above are on its corpus-stages run)
+    summary = [a for a in artifacts if a.key == "corpus-summary"]
+    assert [a.flow_run_id for a in summary] == [first["run"].id], f"artifacts of the run: {[a.key for a in artifacts]}"
+    child = [a.flow_run_id for a in artifacts if a.key == "corpus-counts"][0]
+    assert f"/runs/flow-run/{child})" in summary[0].data
+    for name, version in first["result"]["versions"].items():
+        assert f"| {name} | `{version}` |" in summary[0].data, f"the corpus-summary artifact does not name {name}"
+    # every link artifact (stored as the markdown "[text](link)") is a URL, not a bare path
+    links = {a.key: m.group(1) for a in artifacts
+             if isinstance(a.data, str) and (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data))}
+    assert "training-set" in links and all(re.match(r"[a-z][a-z0-9+.-]*://", u) for u in links.values()), links
 
     for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets",
                 "augmentation-counts", "augmentation-examples", "negative-counts", "negative-examples",

@@ -320,3 +320,45 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     else:
         assert "scores_by_scale" not in best and man["stats"]["char_scale"] == 1.0
         assert man["stats"]["average_weight"] == 0.5 and "average_weights_tried" not in man["stats"]
+
+
+def test_the_train_result_is_stored_as_json_and_retrain_reads_it_as_json(tiny_backbone, tmp_path, monkeypatch):
+    """retrain reads a train run's result from result storage (train/pearl-gpu runs elsewhere): stored as
+    JSON, read with json.loads; a stored record that names a pickle is refused, never unpickled."""
+    import base64
+    import pickle
+    from pathlib import Path
+
+    import prefect.deployments
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.train import train
+    from tasks.training import train_on_deployment_task
+
+    root = str(tmp_path / "store")
+    tiny_corpus(root)
+    with prefect_test_harness():
+        state = train(storage_root=root, backbone=tiny_backbone, char_epochs=1, char_max_words=0,
+                      training={"char_proj_dim": 4, "batch_size": 8, "epochs": 1, "checkpoint_every": 0,
+                                "select_every": 0, "device": "cpu"},
+                      alias_holdout_pairs=0, evaluate_model=False, return_state=True)
+        returned = state.result()
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(state.state_details.flow_run_id)
+        stored = Path(run.state.data.storage_key)
+        assert json.loads(stored.read_bytes()) == returned  # the file is the result, as plain JSON
+        assert returned["model"]["version"] and returned["model"]["summary"]["steps"] == 7
+
+        monkeypatch.setattr(prefect.deployments, "run_deployment", lambda *a, **k: run)  # as train/pearl-gpu ran it
+        assert train_on_deployment_task("train/pearl-gpu", {}, 60) == returned
+
+        class Payload:  # what a pickle could run on load
+            def __reduce__(self):
+                return (Path.write_text, (tmp_path / "pwned", "ran"))
+
+        stored.write_text(json.dumps({"metadata": {"serializer": {"type": "pickle"}, "storage_key": str(stored)},
+                                      "result": base64.b64encode(pickle.dumps(Payload())).decode()}))
+        with pytest.raises(Exception, match="not a train flow's result"):
+            train_on_deployment_task("train/pearl-gpu", {}, 60)
+    assert not (tmp_path / "pwned").exists()

@@ -151,3 +151,44 @@ def test_a_context_positive_keeps_its_sentence_id_and_is_drawn_as_a_cached_kind(
     assert row["positives"] == [{"kind": "context", "text": "shares of [MASK] rose", "sentence_id": 42}]
     examples = examples_from_rows([row])
     assert examples[0].cached == {"context": ("shares of [MASK] rose",)}
+
+
+def test_every_link_artifact_is_a_working_url(root, tmp_path):
+    """The training-set (and dataset) links are file:// URIs: a bare path is resolved by the UI under its
+    own address (http://127.0.0.1:4200/...), a dead link; fsspec URLs stay as they are."""
+    import asyncio
+    import re
+    from pathlib import Path
+    from urllib.parse import unquote, urlparse
+
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    from tasks.promotion import dataset_links_task
+
+    phrases = ds(root, "phrases", PHRASES, [[phrase("Paris")]])
+    aug = ds(root, "augmentations", AUGMENTATIONS, [[]])
+    negs = ds(root, "negatives", NEGATIVES, [[]])
+    params = {"validation_fraction": 0.5}
+    out = ts.plan_training_set(phrases, aug, negs, params)
+    ts.write_part(phrases, aug, negs, 0, out, params)
+
+    async def links():  # Prefect stores a link artifact as the markdown "[text](link)"
+        async with get_client() as client:
+            return {a.key: m.group(1) for a in await client.read_artifacts()
+                    if (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data or ""))}
+
+    with prefect_test_harness():
+        ts.commit_training_set_task(out, phrases, aug, negs, params)
+        dataset_links_task(root, {"phrases": "v1"})
+        found = asyncio.run(links())
+    assert set(found) == {"training-set", "dataset-phrases"}
+    for key, link in found.items():
+        assert urlparse(link).scheme == "file", f"{key}: {link}"
+    assert Path(unquote(urlparse(found["training-set"]).path)) == Path(out.url)
+    assert (Path(unquote(urlparse(found["training-set"]).path)) / "_manifest.json").exists()
+
+    from storage.datasets import as_url
+
+    assert as_url("s3://bucket/models/m1") == "s3://bucket/models/m1"
+    assert as_url(str(tmp_path / "a b")) == (tmp_path / "a b").as_uri() and "%20" in as_url(str(tmp_path / "a b"))
