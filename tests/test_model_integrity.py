@@ -3,11 +3,9 @@ encoding (every engine) never writing into a model directory."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -76,7 +74,6 @@ def test_pearl_verify_exit_codes(shipped, tmp_path):
 
 
 def test_a_tampered_weight_file_is_refused_on_load(shipped, tmp_path, cache):
-    from pearl_model.inference import checksums
     from pearl_model.inference.loading import load_encoder
 
     copy = tmp_path / "copy"

@@ -89,7 +89,8 @@ def verify_checksums(root: str | os.PathLike, *, use_marker: bool = True) -> int
         return len(listed)
     problems = [f"{rel}: missing" for rel in listed if rel not in present]
     problems += [f"{rel}: not listed" for rel in present if rel not in listed]
-    problems += [f"{rel}: sha256 differs" for rel in present if rel in listed and sha256_file(root / rel) != listed[rel]]
+    problems += [f"{rel}: sha256 differs" for rel in present
+                 if rel in listed and sha256_file(root / rel) != listed[rel]]
     if problems:
         raise ChecksumError(f"{root}: does not match its {CHECKSUMS} (changed since export; load only "
                             f"directories you trust): " + "; ".join(problems))

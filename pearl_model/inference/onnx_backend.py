@@ -238,7 +238,8 @@ class OnnxRunner:
     """
 
     def __init__(self, model, example: dict, backend: str, model_dir: str | os.PathLike | None = None,
-                 threads: int | None = None, featurize=None, tokenizer=None, graph_dir: str | os.PathLike | None = None):
+                 threads: int | None = None, featurize=None, tokenizer=None,
+                 graph_dir: str | os.PathLike | None = None):
         if backend not in _FILES:
             raise ValueError(f"not an ONNX backend: {backend!r}")
         self.backend, self.engine = backend, _engine(backend)
