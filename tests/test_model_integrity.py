@@ -171,3 +171,12 @@ def test_a_backbone_directory_is_not_written_by_its_engines(tiny, cache):
 def test_a_graph_the_export_ships_is_read_from_it(shipped):
     runner = load_pearl(shipped, device="cpu").exported_graph("onnx")
     assert runner.dir == shipped / "onnx"
+
+
+def test_files_the_trainer_adds_travel_inside_the_checksums(model, tmp_path):
+    out = export_pearl(model, tmp_path / "m", fast_backend=False, extra_files={"training_log.json": "{}"})
+    assert "  training_log.json" in (out / "checksums.sha256").read_text()
+    assert CliRunner().invoke(app, ["verify", str(out)]).exit_code == 0
+    with pytest.raises(ValueError, match="not a new file name"):
+        export_pearl(model, tmp_path / "n", fast_backend=False, extra_files={"config.json": "{}"})
+    assert not (tmp_path / "n").exists()

@@ -191,7 +191,8 @@ def _version(package: str) -> str | None:
 
 def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbone_state: dict | None = None,
                  average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False,
-                 fast_backend: bool = True, char_scale: float = 1.0) -> Path:
+                 fast_backend: bool = True, char_scale: float = 1.0,
+                 extra_files: dict[str, str] | None = None) -> Path:
     """Write ``model`` as a PEARL export directory at ``path`` and return the path.
 
     With ``original_backbone_state`` (the backbone's ``state_dict()`` before fine-tuning),
@@ -202,6 +203,7 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     complete or not at all; an existing ``path`` is an error unless ``overwrite``.
     ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.inference.onnx_backend`)
     where onnxruntime is installed, so the model's first encode on CPU need not.
+    ``extra_files`` (file name -> text: a training log) are written beside the model's files.
     ``checksums.sha256``, listing every file, is written last.
     """
     path = Path(path)
@@ -216,6 +218,10 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     try:
         write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata,
                     char_scale=char_scale)
+        for name, text in (extra_files or {}).items():
+            if "/" in name or name in ("", ".", "..") or (tmp / name).exists():
+                raise ValueError(f"extra file {name!r}: not a new file name in the export's top directory")
+            (tmp / name).write_text(text, encoding="utf-8")
         if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
             load_pearl(tmp, device="cpu").exported_graph("onnx", graph_dir=tmp / "onnx")
         write_checksums(tmp)

@@ -271,7 +271,7 @@ class OnnxRunner:
         with tempfile.TemporaryDirectory(dir=self.dir) as tmp:  # never a half-written graph in place
             tmp_fp32 = Path(tmp) / _FILES["onnx"]
             _export(model, example, tmp_fp32)
-            if previous != self.fingerprint:
+            if previous not in (None, self.fingerprint):  # a directory per fingerprint: only a prefix clash
                 for name in _DERIVED:  # quantised from other weights
                     (self.dir / name).unlink(missing_ok=True)
             if self.backend == "onnx-int8":
