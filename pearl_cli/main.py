@@ -343,5 +343,25 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 
+@app.command()
+def verify(directory: Path = typer.Argument(..., help="a model directory (an export, or a copy of one)")) -> None:
+    """Check every file of a model directory against its checksums.sha256; exit 1 naming the files that differ.
+
+    A model directory is code as well as weights (sentence-transformers runs its st_module.py):
+    verify a copy before loading it."""
+    from pearl_model.inference.checksums import CHECKSUMS, ChecksumError, verify_checksums
+
+    if not directory.is_dir():
+        _fail(f"{directory}: not a directory")
+    try:
+        n = verify_checksums(directory, use_marker=False)
+    except (ChecksumError, OSError) as e:
+        typer.secho(str(e), fg="red", err=True)
+        raise typer.Exit(1)
+    if n is None:
+        _fail(f"{directory}: no {CHECKSUMS} (an export from before checksums, or not an export): nothing to verify")
+    typer.echo(f"{directory}: all {n} files match {CHECKSUMS}")
+
+
 if __name__ == "__main__":
     app()

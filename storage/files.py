@@ -126,10 +126,41 @@ class FileSet(Versioned):
         """A local directory holding the files: the version directory itself on a local root,
         otherwise a copy downloaded once into ``cache_dir`` (default
         ``$PEARL_CACHE/storage/<name>/<version>``, ``~/.cache/pearl_model`` by default). Raises DatasetIncomplete for a
-        version without manifest."""
+        version without manifest.
+
+        Every file is checked against the manifest's size and sha256: a file changed after commit
+        is an OSError naming it (a changed download is downloaded again). A directory verified as
+        it is now (each file's size and mtime) leaves a marker under
+        ``$PEARL_CACHE/storage/_verified/``, so a second call only stats the files."""
         manifest = self.manifest()
+        entries = [(_relative_file(e["file"], self), e) for e in manifest["files"]]
+
+        def check(rel: str, path: Path, entry: dict) -> None:
+            if path.stat().st_size != entry["bytes"] or ("sha256" in entry and _sha256(path) != entry["sha256"]):
+                raise OSError(f"{self.url}: {rel} does not match its manifest (size or sha256): "
+                              "changed after commit")
+
+        def verified(target: Path) -> Path:
+            key = hashlib.sha256(f"{target.resolve()}\0{self.version}\0{manifest['created_at']}".encode())
+            for rel, _ in entries:
+                st = (target / rel).stat()
+                key.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+            marker = default_cache() / "_verified" / key.hexdigest()
+            if not marker.exists():
+                for rel, entry in entries:
+                    check(rel, target / rel, entry)
+                try:
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.touch()
+                except OSError:  # a read-only cache: checked again next time
+                    pass
+            return target
+
         if isinstance(self.fs, LocalFileSystem):
-            return Path(self.path)
+            missing = [rel for rel, _ in entries if not (Path(self.path) / rel).is_file()]
+            if missing:
+                raise OSError(f"{self.url}: {missing[0]} is listed in the manifest but missing")
+            return verified(Path(self.path))
         target = Path(cache_dir) if cache_dir else default_cache() / self.name / self.version
         marker = target / MANIFEST
         if marker.exists():
@@ -137,25 +168,28 @@ class FileSet(Versioned):
                 cached = json.loads(marker.read_text())
             except (OSError, ValueError):
                 cached = {}
-            if cached.get("version") == self.version and cached.get("created_at") == manifest["created_at"]:
-                return target
-            marker.unlink()  # a different upload of this version: download again
+            if cached.get("version") == self.version and cached.get("created_at") == manifest["created_at"] \
+                    and all((target / rel).is_file() for rel, _ in entries):
+                try:
+                    return verified(target)
+                except OSError:  # the copy changed since it was downloaded: download it again
+                    pass
+            marker.unlink()  # or a different upload of this version
         fs = self.fs
-        for entry in manifest["files"]:
-            dest = target / _relative_file(entry["file"], self)
+        for rel, entry in entries:
+            dest = target / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f"{_TMP}{uuid.uuid4().hex}-{dest.name}")
             try:
                 fs.get_file(f"{self.path}/{entry['file']}", str(tmp))
-                if tmp.stat().st_size != entry["bytes"]:
-                    raise OSError(f"{entry['file']}: downloaded {tmp.stat().st_size} bytes, expected {entry['bytes']}")
+                check(rel, tmp, entry)
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
         tmp_marker = marker.with_name(f"{_TMP}{uuid.uuid4().hex}-{MANIFEST}")
         tmp_marker.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp_marker, marker)  # written last: a cache without it is downloaded again
-        return target
+        return verified(target)
 
 
 def plan_fileset(root: str, name: str, code_version: str, params: dict, inputs: dict[str, str]) -> FileSet:

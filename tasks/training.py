@@ -250,16 +250,16 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     weight = summary["average_weight"] = kept.get("average_weight", cfg.average_weights[0])
     if "average_weights_tried" in kept:
         summary["average_weights_tried"] = kept["average_weights_tried"]
+    history = json.dumps({"history": res.history, "validation": res.validation, "selection": res.selection,
+                          "selection_baseline": baseline, "restarts": tried})
     with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
         path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=weight, metadata=meta, char_scale=scale)
+                            average_weight=weight, metadata=meta, char_scale=scale,
+                            extra_files={HISTORY_FILE: history})  # in the export's checksums
         if retrieval is not None:  # what is promoted is the averaged model: score it too
             exported = load_pearl(path, device=str(device))
             summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
             del exported
-        (path / HISTORY_FILE).write_text(json.dumps({"history": res.history, "validation": res.validation,
-                                                     "selection": res.selection,
-                                                     "selection_baseline": baseline, "restarts": tried}))
         manifest = out.upload(path, code_version=CODE_VERSION, params=params,
                               inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
                               stats=summary)

@@ -52,7 +52,8 @@ def test_encode_writes_npy_in_input_order(model_dir, tmp_path):
     assert np.allclose(np.load(tmp_path / "b.npy")[0], v[2], atol=1e-5)
 
 
-def test_backend_flag_picks_the_engine(model_dir, tmp_path):
+def test_backend_flag_picks_the_engine(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
     runs = {}
     for backend in ("torch", "onnx", "onnx-int8", "openvino", "openvino-int8"):
         out = tmp_path / f"{backend}.npy"
@@ -60,8 +61,9 @@ def test_backend_flag_picks_the_engine(model_dir, tmp_path):
                                      "--backbone", str(model_dir), "--backend", backend])
         assert r.exit_code == 0, r.output
         runs[backend] = np.load(out)
-    assert (model_dir / "onnx" / "model_int8.onnx").is_file()  # each engine really ran
-    assert (model_dir / "onnx" / "model_int8_ov.xml").is_file()
+    graphs = {p.name for p in (tmp_path / "cache" / "onnx").glob("*/*")}
+    assert {"model_int8.onnx", "model_int8_ov.xml"} <= graphs  # each engine really ran, on a graph in the cache
+    assert not (model_dir / "onnx").exists()  # never written into the model directory
     np.testing.assert_allclose(runs["onnx"], runs["torch"], atol=1e-5)
     np.testing.assert_allclose(runs["openvino"], runs["torch"], atol=1e-4)
     assert not np.array_equal(runs["onnx-int8"], runs["onnx"])

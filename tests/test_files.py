@@ -63,9 +63,9 @@ def test_upload_manifest_and_local_copy_round_trip(any_root, tmp_path):
         assert (local / rel).read_bytes() == (src / rel).read_bytes()
     if any_root.startswith("memory://"):
         assert local == cache
-        # Downloaded once: a second call reuses the copy (a local edit survives).
+        # Downloaded once: a second call reuses the copy; a copy edited since is downloaded again.
         (local / "config.json").write_text("edited")
-        assert f.local_copy(cache_dir=cache) == cache and (cache / "config.json").read_text() == "edited"
+        assert f.local_copy(cache_dir=cache) == cache and (cache / "config.json").read_text() == '{"dim": 8}'
     else:
         assert local == Path(f.path)  # a local root is read in place
 

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+from pearl_model.inference.checksums import ChecksumError  # noqa: E402
 from pearl_model.inference.export import export_pearl, load_pearl  # noqa: E402
 from pearl_model.inference.onnx_backend import OnnxGraphError, resolve_backend  # noqa: E402
 from tests.test_encoder import WORDS, tiny  # noqa: E402,F401  (fixture)
@@ -60,30 +61,36 @@ def test_pearl_model_onnx_gives_torchs_vectors_char_branch_included(model, tmp_p
     ref = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="torch")
     fast = loaded.encode(PHRASES + [""], batch_size=3, normalize=False)
     np.testing.assert_allclose(fast, ref, atol=1e-4, rtol=1e-4)
-    assert (path / "onnx" / "model.onnx").is_file()  # cached beside the model
+    assert loaded._onnx_runners["onnx"].dir == path / "onnx"  # the graph the export ships
     char_part = slice(model.backbone_dim, None)
     assert np.abs(fast[:, char_part]).max() > 1e-3  # the character branch is in the graph
 
 
-def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path):
+def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path, monkeypatch):
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
     path = export_pearl(model, tmp_path / "m")
-    load_pearl(path, device="cpu").encode(PHRASES)
     graph = path / "onnx" / "model.onnx"
     good = graph.read_bytes()
     graph.write_bytes(b"not a graph")
+    with pytest.raises(ChecksumError, match=r"onnx/model\.onnx: sha256 differs"):
+        load_pearl(path, device="cpu")
+    (path / "checksums.sha256").unlink()  # an export from before checksums: the engine names the file
     with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph"):
         load_pearl(path, device="cpu").encode(PHRASES)
     graph.write_bytes(good)
-    load_pearl(path, device="cpu").encode(PHRASES, backend="onnx-int8")
-    old = json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"]
+    loaded = load_pearl(path, device="cpu")
+    loaded.encode(PHRASES, backend="onnx-int8")
+    int8 = loaded._onnx_runners["onnx-int8"]
+    assert int8.dir.parent == tmp_path / "cache" / "onnx" and int8.path.is_file()  # built in the cache
 
     changed = load_pearl(path, device="cpu")
     with torch.no_grad():
-        changed.char_proj.weight.mul_(2.0)  # other weights than the cached graph's
+        changed.char_proj.weight.mul_(2.0)  # other weights than the shipped graph's
     v = changed.encode(PHRASES, normalize=False)
     np.testing.assert_allclose(v, changed.encode(PHRASES, normalize=False, backend="torch"), atol=1e-4, rtol=1e-4)
-    assert json.loads((path / "onnx" / "graph.json").read_text())["fingerprint"] != old
-    assert not (path / "onnx" / "model_int8.onnx").exists()  # quantised from the old weights: gone
+    rebuilt = changed._onnx_runners["onnx"].dir
+    assert rebuilt not in (path / "onnx", int8.dir)  # a graph of its own weights, in the cache
+    assert json.loads((rebuilt / "graph.json").read_text())["fingerprint"] != int8.fingerprint
 
 
 def test_backend_names_are_checked(tiny):
@@ -117,6 +124,7 @@ def test_openvino_gives_torchs_vectors_from_the_same_cached_graph(model, tmp_pat
     bf16 = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="openvino-bf16")
     assert cosines(bf16, ref).min() > 0.9
     graph = path / "onnx" / "model.onnx"
+    (path / "checksums.sha256").unlink()  # an export from before checksums: the engine names the file
     graph.write_bytes(b"not a graph")
     json.loads((path / "onnx" / "graph.json").read_text())  # still current: the corrupt file is used
     with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable graph for OpenVINO"):
@@ -142,8 +150,8 @@ def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights
     ref = loaded.encode(PHRASES, batch_size=3, normalize=False, backend="torch")
     q = loaded.encode(PHRASES, batch_size=3, normalize=False, backend="openvino-int8")
     assert cosines(q, ref).mean() > 0.9 and not np.allclose(q, ref, atol=1e-6)  # quantised, close
-    ir = path / "onnx" / "model_int8_ov.xml"
-    assert ir.is_file() and ir.with_suffix(".bin").is_file()
+    ir = loaded._onnx_runners["openvino-int8"].path
+    assert ir.parent != path / "onnx" and ir.is_file() and ir.with_suffix(".bin").is_file()  # in the cache
     stamp = ir.stat().st_mtime_ns
     load_pearl(path, device="cpu").encode(PHRASES, backend="openvino-int8")
     assert ir.stat().st_mtime_ns == stamp  # cached: not quantised again
@@ -151,7 +159,7 @@ def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights
     with torch.no_grad():
         changed.char_proj.weight.mul_(2.0)
     changed.encode(PHRASES, backend="onnx")
-    assert not ir.exists()  # quantised from the old weights: gone with them
+    assert changed._onnx_runners["onnx"].dir != ir.parent  # other weights: never the old weights' graphs
     words = calibration_phrases(loaded.batcher.tokenizer, n=50)
     assert len(words) == 50 and words == calibration_phrases(loaded.batcher.tokenizer, n=50)  # seeded
 

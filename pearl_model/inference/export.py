@@ -18,6 +18,12 @@ the character encoder, its projection and the type head are written as trained.
       network.py, st_module.py           the code those need, so that no pearl_model is needed to load
       README.md                          the model card (pearl_model.inference.model_card)
       onnx/                              the ONNX Runtime graph (pearl_model.inference.onnx_backend), when installed
+      checksums.sha256                   every file's sha256 (sha256sum format; written last, checked on load:
+                                         pearl_model.inference.checksums, `pearl verify DIR`)
+
+The directory is code as well as weights: sentence-transformers imports its ``st_module.py`` (for a
+local directory even without ``trust_remote_code``), so load only directories you trust, and check
+a copy with ``pearl verify DIR`` (or ``sha256sum -c checksums.sha256`` inside it).
 
 :func:`load_pearl` is the inverse (a :class:`~pearl_model.inference.model.PearlModel` with its batcher);
 :class:`PearlEncoder` gives it the ``encode(..., normalize=)``/``similarity`` interface of
@@ -44,6 +50,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from pearl_model.inference.checksums import verify_checksums, write_checksums
 from pearl_model.inference.encoder import _check_phrases, cosine_matrix
 from pearl_model.inference.model import PearlModel
 from pearl_model.inference.model_card import model_card
@@ -184,7 +191,8 @@ def _version(package: str) -> str | None:
 
 def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbone_state: dict | None = None,
                  average_weight: float = 0.5, metadata: dict | None = None, overwrite: bool = False,
-                 fast_backend: bool = True, char_scale: float = 1.0) -> Path:
+                 fast_backend: bool = True, char_scale: float = 1.0,
+                 extra_files: dict[str, str] | None = None) -> Path:
     """Write ``model`` as a PEARL export directory at ``path`` and return the path.
 
     With ``original_backbone_state`` (the backbone's ``state_dict()`` before fine-tuning),
@@ -195,6 +203,8 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     complete or not at all; an existing ``path`` is an error unless ``overwrite``.
     ``fast_backend``: also build the ONNX graph (``onnx/``, :mod:`pearl_model.inference.onnx_backend`)
     where onnxruntime is installed, so the model's first encode on CPU need not.
+    ``extra_files`` (file name -> text: a training log) are written beside the model's files.
+    ``checksums.sha256``, listing every file, is written last.
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -208,8 +218,13 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     try:
         write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata,
                     char_scale=char_scale)
+        for name, text in (extra_files or {}).items():
+            if "/" in name or name in ("", ".", "..") or (tmp / name).exists():
+                raise ValueError(f"extra file {name!r}: not a new file name in the export's top directory")
+            (tmp / name).write_text(text, encoding="utf-8")
         if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
-            load_pearl(tmp, device="cpu").encode(["a phrase"], backend="onnx")
+            load_pearl(tmp, device="cpu").exported_graph("onnx", graph_dir=tmp / "onnx")
+        write_checksums(tmp)
         if path.exists():  # overwrite: move the old one aside first, drop it after the rename
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
             os.replace(path, old / "x")
@@ -236,8 +251,12 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
                backend: str = "auto") -> PearlModel:
     """The :class:`PearlModel` saved at ``path``, in eval mode, with its batcher and ``.name`` set.
 
-    ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only.
+    ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only, after
+    checking them against the export's ``checksums.sha256`` where it has one
+    (:func:`~pearl_model.inference.checksums.verify_checksums`: a :class:`ChecksumError` names the file).
     """
+    if Path(path).is_dir():
+        verify_checksums(path)
     model = load_network(path, device, cls=PearlModel)
     model.name = str(path)
     model.backend = backend

@@ -94,7 +94,13 @@ class PearlModel(PearlNetwork):
             return torch_runner(self, self.device, pool=False)
         runners = self.__dict__.setdefault("_onnx_runners", {})
         if engine not in runners:
-            runners[engine] = OnnxRunner(self, featurize(["a phrase", "another one"]), engine,
-                                         getattr(self, "name", None), featurize=featurize,
-                                         tokenizer=self.batcher.tokenizer if self.batcher else None)
+            runners[engine] = self.exported_graph(engine)
         return runners[engine]
+
+    def exported_graph(self, engine: str = "onnx", graph_dir=None) -> OnnxRunner:
+        """This model's graph for an ONNX engine: the one its directory ships, else one built in the
+        cache (or in ``graph_dir``: the export, shipping it)."""
+        featurize = lambda batch: self.batcher(batch, allow_blank=True)  # noqa: E731
+        return OnnxRunner(self, featurize(["a phrase", "another one"]), engine, getattr(self, "name", None),
+                          featurize=featurize, tokenizer=self.batcher.tokenizer if self.batcher else None,
+                          graph_dir=graph_dir)

@@ -74,6 +74,11 @@ model = SentenceTransformer("path/to/this/directory", device="cpu", trust_remote
 vectors = model.encode(["heart attack", "myocardial infarction"])
 ```
 
+**This directory is code.** sentence-transformers imports `st_module.py` and `network.py` from
+it (sentence-transformers 5.7 does so for a local directory even without `trust_remote_code`):
+load only a copy you trust. `checksums.sha256` lists every file's sha256: check a copy with
+`pearl verify DIR`, or `sha256sum -c checksums.sha256` inside it.
+
 With pearl-pipeline installed: `pearl encode --model DIR` (ONNX Runtime on CPU by default) or
 `pearl_model.inference.export.load_pearl(DIR).encode([...])`; `pearl distill DIR` makes a static model2vec version.
 

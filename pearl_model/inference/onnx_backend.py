@@ -1,4 +1,4 @@
-"""ONNX Runtime inference for the phrase encoders: a graph built once per model, cached beside it.
+"""ONNX Runtime inference for the phrase encoders: a graph built once per model, cached.
 
 ``encode(..., backend=)`` picks the engine that runs the model's forward pass:
 
@@ -22,11 +22,14 @@ it is a well-kept engine whose CPU kernels and graph fusions we could not match 
 
 The graph holds the whole forward pass up to the unnormalised embedding (mean pooling and, for
 a PEARL model, the character branch and the concatenation), so the engine returns exactly what
-``encode(normalize=False)`` returns. It lives in ``<model dir>/onnx/`` (``model.onnx``,
-``model_int8.onnx``, ``graph.json``) or, where that directory is read-only or the model has none,
-under ``$PEARL_CACHE/onnx/<fingerprint>/``. ``graph.json`` records the fingerprint of the weights
-it was exported from: a missing or stale graph is rebuilt (seconds), a corrupt one is an error
-naming the file.
+``encode(normalize=False)`` returns. A graph the model directory ships (``<model dir>/onnx/``: the
+export builds the fp32 one) is read from there; every other graph (int8, OpenVINO IR, or one
+rebuilt because the shipped one is for other weights) is built under
+``$PEARL_CACHE/onnx/<fingerprint>/``, one file per engine (``model.onnx``, ``model_int8.onnx``,
+``model_int8_ov.xml``), never in the model directory: encoding leaves a committed model's files
+as its checksums list them. ``graph.json`` records the fingerprint of the weights a directory's
+graphs were exported from: a missing or stale graph is rebuilt (seconds), a corrupt one is an
+error naming the file.
 """
 from __future__ import annotations
 
@@ -165,15 +168,23 @@ def fingerprint(module) -> str:
     return h.hexdigest()
 
 
-def _writable(path: Path) -> bool:
-    target = path if path.exists() else path.parent
-    return target.exists() and os.access(target, os.W_OK)
+def _graph_current(directory: Path, backend: str, fp: str, inputs: list[str]) -> bool:
+    """Whether ``directory`` holds ``backend``'s graph exported from the weights ``fp`` with ``inputs``."""
+    try:
+        info = json.loads((directory / "graph.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("fingerprint") == fp and info.get("inputs") == inputs and (directory / _FILES[backend]).is_file()
 
 
-def graph_dir_for(model_dir: str | os.PathLike | None, fp: str) -> Path:
-    """``<model_dir>/onnx`` when it can be written, else the per-fingerprint cache directory."""
-    if model_dir is not None and Path(model_dir).is_dir() and _writable(Path(model_dir) / "onnx"):
-        return Path(model_dir) / "onnx"
+def graph_dir_for(model_dir: str | os.PathLike | None, fp: str, backend: str = "onnx",
+                  inputs: list[str] | None = None) -> Path:
+    """``<model_dir>/onnx`` when it ships ``backend``'s current graph (read only), else the
+    per-fingerprint cache directory, where missing graphs are built."""
+    if model_dir is not None and inputs is not None:
+        shipped = Path(model_dir) / "onnx"
+        if _graph_current(shipped, backend, fp, inputs):
+            return shipped
     return cache_root() / "onnx" / fp[:16]
 
 
@@ -221,18 +232,22 @@ class OnnxRunner:
 
     ``example``: a batch of features (torch tensors by input name) to trace the graph with;
     ``featurize`` and ``tokenizer`` (phrases -> features, and the vocabulary to draw from):
-    what ``openvino-int8`` calibrates its activation ranges with.
+    what ``openvino-int8`` calibrates its activation ranges with. ``model_dir``: the model's
+    directory, whose shipped graph is read (never written); ``graph_dir``: build the graph there
+    instead of the cache (the export, shipping its graph).
     """
 
     def __init__(self, model, example: dict, backend: str, model_dir: str | os.PathLike | None = None,
-                 threads: int | None = None, featurize=None, tokenizer=None):
+                 threads: int | None = None, featurize=None, tokenizer=None,
+                 graph_dir: str | os.PathLike | None = None):
         if backend not in _FILES:
             raise ValueError(f"not an ONNX backend: {backend!r}")
         self.backend, self.engine = backend, _engine(backend)
         self.fingerprint = fingerprint(model)
-        self.dir = graph_dir_for(model_dir, self.fingerprint)
-        self.path = self.dir / _FILES[backend]
         self.input_names = list(example)
+        self.dir = Path(graph_dir) if graph_dir is not None else \
+            graph_dir_for(model_dir, self.fingerprint, backend, self.input_names)
+        self.path = self.dir / _FILES[backend]
         self.featurize, self.tokenizer = featurize, tokenizer
         if not self._current():
             self._build(model, example)
@@ -244,13 +259,7 @@ class OnnxRunner:
             self.feed_names = {i.name for i in self.session.get_inputs()}
 
     def _current(self) -> bool:
-        meta = self.dir / "graph.json"
-        try:
-            info = json.loads(meta.read_text())
-        except (OSError, ValueError):
-            return False
-        return info.get("fingerprint") == self.fingerprint and info.get("inputs") == self.input_names \
-            and self.path.is_file()
+        return _graph_current(self.dir, self.backend, self.fingerprint, self.input_names)
 
     def _build(self, model, example: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +271,7 @@ class OnnxRunner:
         with tempfile.TemporaryDirectory(dir=self.dir) as tmp:  # never a half-written graph in place
             tmp_fp32 = Path(tmp) / _FILES["onnx"]
             _export(model, example, tmp_fp32)
-            if previous != self.fingerprint:
+            if previous not in (None, self.fingerprint):  # a directory per fingerprint: only a prefix clash
                 for name in _DERIVED:  # quantised from other weights
                     (self.dir / name).unlink(missing_ok=True)
             if self.backend == "onnx-int8":

@@ -97,7 +97,8 @@ class PearlSTModule(InputModule):
                 raise RuntimeError("saving a PEARL model needs pearl_model installed, or a model loaded from a "
                                    "directory") from None
             shutil.copytree(self.source, output_path, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("onnx", "1_Normalize", "__pycache__"))
+                            ignore=shutil.ignore_patterns("onnx", "1_Normalize", "__pycache__",
+                                                          "checksums.sha256"))  # saved anew: not the export's
             return
         write_files(self.pearl, Path(output_path), averaged_with=config.get("average_weight"),
                     metadata=config.get("metadata"))
