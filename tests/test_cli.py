@@ -258,7 +258,7 @@ def test_a_failed_write_leaves_the_old_file_whole(model_dir, tmp_path, monkeypat
     def disk_full(*a, **kw):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(np, "save", disk_full)
+    monkeypatch.setattr(np.lib.format, "write_array_header_1_0", disk_full)
     r = CliRunner().invoke(app, ["encode", "banana", "--out", str(out), "--backbone", str(model_dir)])
     assert r.exit_code == 1 and "cannot write" in r.output and "No space left" in r.output
     assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["v.npy"]  # no temporary left
