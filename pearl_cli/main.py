@@ -192,18 +192,12 @@ def _write(stream: BinaryIO, fmt: Format, total: int, batches) -> tuple[int, int
                     text.write("".join(json.dumps({"phrase": p, "vector": v}, ensure_ascii=False) + "\n"
                                        for p, v in zip(names, rows)))
             n, dim = n + len(phrases), vectors.shape[1]
-        if n != total:  # the file changed between the count and the encoding: an .npy header would lie
-            raise _InputChanged(f"the input changed while it was read ({total} phrases counted, {n} read)")
         if text is not None:
             text.flush()
     finally:
         if text is not None:
             text.detach()  # leave the underlying stream open for the caller
     return n, dim
-
-
-class _InputChanged(Exception):
-    pass
 
 
 def _save(out: str, write) -> tuple[int, int]:
@@ -303,8 +297,8 @@ def encode(
 ) -> None:
     """Embed phrases (normalised float32 vectors, in input order) and write them in full.
 
-    The input is read and the output written CHUNK phrases at a time, so memory does not grow with
-    the input; the file is read once before any model loads (to check and count it), once to encode."""
+    The input is read, encoded and written in batches, so memory does not grow with the input.
+    --file is read once before any model loads (to check and count it) and once to encode."""
     from tqdm import tqdm
 
     fmt = _out_format(out, fmt)
@@ -318,19 +312,20 @@ def encode(
     encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
 
     def batches():
+        n = 0
         try:
             with tqdm(total=total, unit="phrase", desc="encode", disable=total <= CHUNK, file=sys.stderr) as bar:
                 for chunk in _phrase_chunks(args, binary):
                     yield chunk, encoder.encode(chunk, batch_size=batch_size, show_progress=False)
+                    n += len(chunk)
                     bar.update(len(chunk))
         except UnicodeDecodeError as e:  # only if the file changed after it was checked
             _fail(f"cannot read {name}: {e}")
+        if n != total:  # the file changed after it was counted: an npy header would lie
+            _fail(f"{name} changed while it was read ({total} phrases counted, then {n})")
 
     def write(stream: BinaryIO) -> tuple[int, int]:
-        try:
-            return _write(stream, fmt, total, batches())
-        except _InputChanged as e:
-            _fail(f"{name}: {e}")
+        return _write(stream, fmt, total, batches())
 
     if out in (None, "-"):  # a reader that goes away (`| head`) ends it quietly: click handles EPIPE
         write(sys.stdout.buffer)

@@ -387,6 +387,19 @@ def test_encode_streams_in_chunks_and_writes_the_same_bytes(model_dir, tmp_path,
     assert written == old_writer(fmt, phrases, np.concatenate([c[1] for c in calls]))
 
 
+def test_an_input_that_changes_while_encoded_writes_nothing(model_dir, tmp_path, monkeypatch):
+    import pearl_cli.main as cli
+
+    src = tmp_path / "phrases.txt"
+    src.write_text("new york\nbanana\n")
+    real = cli._count_phrases
+    monkeypatch.setattr(cli, "_count_phrases", lambda binary, name: real(binary, name) + 1)  # one line since lost
+    r = CliRunner().invoke(app, ["encode", "--file", str(src), "--out", str(tmp_path / "v.npy"),
+                                 "--backbone", str(model_dir)])
+    assert "changed while it was read (3 phrases counted, then 2)" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["phrases.txt"]  # no .npy whose header says 3 rows
+
+
 def test_mistyped_hub_name_fails_at_once_when_the_hub_is_unreachable(monkeypatch):
     import huggingface_hub
     import requests
