@@ -92,12 +92,15 @@ def main() -> None:
             src.unlink()
     runs = results.setdefault("runs", {}).setdefault(args.label, [])  # runs at other sizes or dims are kept
     new = {(r["phrases"], r["dim"], r["format"]) for r in rows}
-    runs[:] = [r for r in runs if (r["phrases"], r["dim"], r["format"]) not in new] + rows
+    runs[:] = sorted([r for r in runs if (r["phrases"], r["dim"], r["format"]) not in new] + rows,
+                     key=lambda r: (-r["dim"], r["phrases"], args.formats.index(r["format"])
+                                    if r["format"] in args.formats else 99))
     results["setup"] = {"model": "random-weight BERT, 1 layer, `dim` hidden units (vectors: dim x float32)",
                         "backend": "torch", "batch_size": args.batch_size, "out": "/dev/null",
                         "phrases": "1-4 words of a 2000-word vocabulary, one a line",
                         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared), {platform.system()}",
-                        "python": platform.python_version()}
+                        "python": platform.python_version(),
+                        "seconds": "wall time on a machine shared with other jobs: not comparable between runs"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
