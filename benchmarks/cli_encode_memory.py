@@ -45,8 +45,7 @@ def tiny_model(path: Path, dim: int, vocab: list[str]) -> Path:
 def phrases_file(path: Path, n: int, vocab: list[str]) -> Path:
     rng = random.Random(n)
     with open(path, "w", encoding="utf-8") as f:
-        for _ in range(n):
-            f.write(" ".join(rng.choices(vocab, k=rng.randint(1, 4))) + "\n")
+        f.writelines(" ".join(rng.choices(vocab, k=rng.randint(1, 4))) + "\n" for _ in range(n))
     return path
 
 

@@ -244,7 +244,7 @@ def _lines(binary: BinaryIO) -> Iterator[str]:
     text = io.TextIOWrapper(binary, encoding="utf-8", newline=None)
     try:
         for line in text:
-            yield line[:-1] if line.endswith("\n") else line
+            yield line.removesuffix("\n")
     finally:
         text.detach()  # the binary file is read again
 
