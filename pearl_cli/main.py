@@ -16,15 +16,19 @@ resolve `current`, and encodes with `pearl_model`, which itself never imports `s
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.metadata
 import io
+import itertools
 import json
 import os
+import shutil
 import sys
+import tempfile
 from enum import Enum
 from pathlib import Path
-from typing import BinaryIO, List, Optional, TextIO
+from typing import BinaryIO, Iterator, List, Optional
 
 import typer
 
@@ -69,23 +73,37 @@ def _registry_module():
 
 
 def _registry(storage_root: Optional[str]):
-    return _registry_module().ModelRegistry(storage_root or "data")
+    root = storage_root or "data"
+    try:
+        return _registry_module().ModelRegistry(root)
+    except (ValueError, ImportError, OSError) as e:  # an unknown fsspec protocol, a missing driver
+        _fail(f"cannot open the registry under {root}: {e}")
+
+
+@contextlib.contextmanager
+def _registry_errors(what: str = "") -> Iterator[None]:
+    """A registry that cannot be read or changed as asked (a corrupt or hand-edited file, an
+    unreadable root): one line and exit 2, never a traceback."""
+    registry = _registry_module()
+    try:
+        yield
+    except (registry.RegistryError, OSError) as e:
+        _fail(f"{what}{e}")
 
 
 def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
     """(the spec to load, how to name it): `current` becomes the current model's directory."""
     if backbone == "current":
-        registry = _registry_module()
-        try:
-            model = _registry(storage_root).current_model()
+        reg = _registry(storage_root)
+        with _registry_errors("cannot open the current model: "):
+            try:
+                model = reg.current_model()
+            except _registry_module().NoCurrentModel as e:
+                typer.secho(f"{e}; using the backbone {DEFAULT_BACKBONE}", fg="yellow", err=True)
+                return DEFAULT_BACKBONE, DEFAULT_BACKBONE
             path = str(model.local_copy())
-            typer.secho(f"model: current = {model.version} ({path})", err=True)
-            return path, f"current: {model.version}"
-        except registry.NoCurrentModel as e:
-            typer.secho(f"{e}; using the backbone {DEFAULT_BACKBONE}", fg="yellow", err=True)
-            return DEFAULT_BACKBONE, DEFAULT_BACKBONE
-        except (registry.RegistryError, OSError) as e:
-            _fail(f"cannot open the current model: {e}")
+        typer.secho(f"model: current = {model.version} ({path})", err=True)
+        return path, f"current: {model.version}"
     return backbone, backbone
 
 
@@ -141,45 +159,61 @@ def _check_out(out: Optional[str], fmt: Format) -> None:
         _fail(f"--out {out}: permission denied")
 
 
-def _write(stream: BinaryIO, fmt: Format, phrases: List[str], vectors) -> None:
-    """npy, or one line per phrase in input order: JSON {"phrase", "vector"} or TSV phrase<TAB>values.
+CHUNK = 10_000  # phrases read, encoded and written at a time: memory stays flat in the input's size
+TEXT_ROWS = 256  # vectors formatted at a time: astype(str) holds 32 times their bytes
+
+
+def _write(stream: BinaryIO, fmt: Format, total: int, batches) -> tuple[int, int]:
+    """Write ``batches`` ((phrases, vectors) in input order, ``total`` phrases in all) as they come:
+    npy (the header for ``total`` first, then each batch's float32 rows: the bytes of np.save), or
+    one line per phrase: JSON {"phrase", "vector"} or TSV phrase<TAB>values. Returns (rows, dim).
 
     Text values are each float32's shortest decimal that reads back to the same float32.
     """
     import numpy as np
 
-    if fmt is Format.npy:
-        np.save(stream, vectors)
-        return
-    # float32 -> its shortest repr (numpy) -> the float64 with that repr: json and csv print it as is.
-    rows = vectors.astype(str).astype(np.float64).tolist()
-    text = io.TextIOWrapper(stream, encoding="utf-8", newline="", write_through=True)
+    n, dim = 0, 0
+    text = None if fmt is Format.npy else io.TextIOWrapper(stream, encoding="utf-8", newline="", write_through=True)
+    writer = csv.writer(text, dialect="excel-tab", lineterminator="\n") if fmt is Format.tsv else None
     try:
-        if fmt is Format.jsonl:
-            for p, v in zip(phrases, rows):
-                text.write(json.dumps({"phrase": p, "vector": v}, ensure_ascii=False) + "\n")
-        else:  # CSV quoting (excel-tab) keeps a phrase with a tab, quote or newline in its one field
-            writer = csv.writer(text, dialect="excel-tab", lineterminator="\n")
-            writer.writerows([p, *v] for p, v in zip(phrases, rows))
-        text.flush()
+        for phrases, vectors in batches:
+            if fmt is Format.npy:
+                if n == 0:
+                    header = np.lib.format.header_data_from_array_1_0(vectors)
+                    np.lib.format.write_array_header_1_0(stream, {**header, "shape": (total, vectors.shape[1])})
+                stream.write(np.ascontiguousarray(vectors).tobytes())
+            for start in range(0, len(phrases) if text else 0, TEXT_ROWS):
+                # float32 -> its shortest repr (numpy) -> the float64 with that repr: json and csv print it as is
+                rows = vectors[start:start + TEXT_ROWS].astype(str).astype(np.float64).tolist()
+                names = phrases[start:start + TEXT_ROWS]
+                if writer is not None:  # CSV quoting (excel-tab) keeps a phrase with a tab, quote or newline in its one field
+                    writer.writerows([p, *v] for p, v in zip(names, rows))
+                else:
+                    text.write("".join(json.dumps({"phrase": p, "vector": v}, ensure_ascii=False) + "\n"
+                                       for p, v in zip(names, rows)))
+            n, dim = n + len(phrases), vectors.shape[1]
+        if text is not None:
+            text.flush()
     finally:
-        text.detach()  # leave the underlying stream open for the caller
+        if text is not None:
+            text.detach()  # leave the underlying stream open for the caller
+    return n, dim
 
 
-def _save(out: str, fmt: Format, phrases: List[str], vectors) -> None:
-    """Write --out. A new or regular file is written beside and renamed over, so a failure leaves any
-    old file whole; a symlink, device or pipe (/dev/null, /dev/stdout) is written in place."""
+def _save(out: str, write) -> tuple[int, int]:
+    """Write --out with ``write(stream)``. A new or regular file is written beside and renamed over, so a
+    failure leaves any old file whole; a symlink, device or pipe (/dev/null, /dev/stdout) is written in place."""
     path = Path(out).expanduser()
     try:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             with open(path, "wb") as f:
-                _write(f, fmt, phrases, vectors)
-            return
+                return write(f)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "xb") as f:
-                _write(f, fmt, phrases, vectors)
+                shape = write(f)
             os.replace(tmp, path)
+            return shape
         finally:
             tmp.unlink(missing_ok=True)
     except OSError as e:
@@ -187,26 +221,69 @@ def _save(out: str, fmt: Format, phrases: List[str], vectors) -> None:
         raise typer.Exit(1)
 
 
-def _read_phrases(file: TextIO) -> List[str]:
-    """Non-blank lines (kept as they are otherwise); a note on stderr counts the blank ones skipped."""
-    name = getattr(file, "name", "-")
+def _open_input(file: str) -> BinaryIO:
+    """--file as a binary file that can be read twice (count, then encode): a pipe, standard input or
+    another stream that cannot seek is copied to a temporary file first (phrases are small beside
+    their vectors)."""
+    name = "standard input" if file == "-" else file
     try:
-        lines = file.read().split("\n")  # text mode: \r\n and \r are already \n
+        src = sys.stdin.buffer if file == "-" else open(Path(file).expanduser(), "rb")
+        if src.seekable():
+            return src
+        spool = tempfile.TemporaryFile()
+        shutil.copyfileobj(src, spool)
+        spool.seek(0)
+        return spool
+    except OSError as e:
+        _fail(f"cannot read {name}: {e.strerror or e}")
+
+
+def _lines(binary: BinaryIO) -> Iterator[str]:
+    """The lines of a UTF-8 file from its start, newline-less (\r\n and \r count as \n)."""
+    binary.seek(0)
+    text = io.TextIOWrapper(binary, encoding="utf-8", newline=None)
+    try:
+        for line in text:
+            yield line.removesuffix("\n")
+    finally:
+        text.detach()  # the binary file is read again
+
+
+def _count_phrases(binary: BinaryIO, name: str) -> int:
+    """Non-blank lines (kept as they are otherwise); a note on stderr counts the blank ones skipped.
+    Reads the whole file once, so that a file that is not UTF-8 fails before any model loads."""
+    phrases = blank = 0
+    try:
+        for line in _lines(binary):
+            if line.strip():
+                phrases += 1
+            else:
+                blank += 1
     except (OSError, UnicodeDecodeError) as e:
-        _fail(f"cannot read {'standard input' if name == '<stdin>' else name}: {e}")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start an empty one
-    items = [line for line in lines if line.strip()]
-    if len(items) < len(lines):
-        typer.secho(f"{len(lines) - len(items)} blank line(s) skipped", err=True)
-    return items
+        _fail(f"cannot read {name}: {e}")
+    if blank:
+        typer.secho(f"{blank} blank line(s) skipped", err=True)
+    return phrases
+
+
+def _phrase_chunks(phrases: List[str], binary: Optional[BinaryIO]) -> Iterator[List[str]]:
+    """The phrases (arguments, then the file's non-blank lines) in lists of at most CHUNK."""
+    lines = () if binary is None else (line for line in _lines(binary) if line.strip())
+    chunk: List[str] = []
+    for phrase in itertools.chain(phrases, lines):
+        chunk.append(phrase)
+        if len(chunk) == CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 @app.command()
 def encode(
     phrases: Optional[List[str]] = typer.Argument(None, help="phrases to embed"),
-    file: Optional[typer.FileText] = typer.Option(None, "--file", "-f", encoding="utf-8", metavar="FILE",
-                                                  help="a UTF-8 text file, one phrase a line; - for standard input"),
+    file: Optional[str] = typer.Option(None, "--file", "-f", metavar="FILE",
+                                       help="a UTF-8 text file, one phrase a line; - for standard input"),
     out: Optional[str] = typer.Option(None, "--out", "-o", metavar="FILE",
                                       help="the file to write; - or none: standard output"),
     fmt: Optional[Format] = typer.Option(None, "--format",
@@ -214,24 +291,47 @@ def encode(
                                               "the values); default: from --out's suffix, npy for other "
                                               "files, tsv on standard output"),
     backbone: str = BACKBONE,
-    batch_size: int = typer.Option(128, help="phrases per forward pass"),
+    batch_size: int = typer.Option(128, min=1, help="phrases per forward pass"),
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
-    """Embed phrases (normalised float32 vectors, in input order) and write them in full."""
+    """Embed phrases (normalised float32 vectors, in input order) and write them in full.
+
+    The input is read, encoded and written in batches, so memory does not grow with the input.
+    --file is read once before any model loads (to check and count it) and once to encode."""
+    from tqdm import tqdm
+
     fmt = _out_format(out, fmt)
     _check_out(out, fmt)
-    items = list(phrases or [])
-    if file is not None:
-        items += _read_phrases(file)
-    if not items:
+    args = list(phrases or [])
+    binary = None if file is None else _open_input(file)
+    name = "standard input" if file == "-" else file
+    total = len(args) + (0 if binary is None else _count_phrases(binary, name))
+    if not total:
         _fail("no phrases: give them as arguments or with --file (- for standard input)")
-    vectors = _encoder(_resolve(backbone, storage_root)[0], backend).encode(items, batch_size=batch_size)
+    encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
+
+    def batches():
+        n = 0
+        try:
+            with tqdm(total=total, unit="phrase", desc="encode", disable=total <= CHUNK, file=sys.stderr) as bar:
+                for chunk in _phrase_chunks(args, binary):
+                    yield chunk, encoder.encode(chunk, batch_size=batch_size, show_progress=False)
+                    n += len(chunk)
+                    bar.update(len(chunk))
+        except UnicodeDecodeError as e:  # only if the file changed after it was checked
+            _fail(f"cannot read {name}: {e}")
+        if n != total:  # the file changed after it was counted: an npy header would lie
+            _fail(f"{name} changed while it was read ({total} phrases counted, then {n})")
+
+    def write(stream: BinaryIO) -> tuple[int, int]:
+        return _write(stream, fmt, total, batches())
+
     if out in (None, "-"):  # a reader that goes away (`| head`) ends it quietly: click handles EPIPE
-        _write(sys.stdout.buffer, fmt, items, vectors)
+        write(sys.stdout.buffer)
     else:
-        _save(out, fmt, items, vectors)
-        typer.echo(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {out} ({fmt.value})", err=True)
+        n, dim = _save(out, write)
+        typer.echo(f"wrote {n} x {dim} vectors to {out} ({fmt.value})", err=True)
 
 
 @app.command()
@@ -261,7 +361,7 @@ def similar(
 def distill(
     model: str = typer.Argument("current", help="the teacher: current, a backbone spec or a model directory"),
     out: str = typer.Option(..., "--out", "-o", metavar="DIR", help="the directory to write the static model to"),
-    pca_dims: int = typer.Option(256, help="the static vectors' size (0: the teacher's)"),
+    pca_dims: int = typer.Option(256, min=0, help="the static vectors' size (0: the teacher's)"),
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
     """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
@@ -283,7 +383,8 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
     from rich.table import Table
 
     reg = _registry(storage_root)
-    rows = reg.summary()
+    with _registry_errors():
+        rows = reg.summary()
     table = Table(title=f"models registered under {reg.root}")
     for col in ("", "version", "trained", "training set", "steps", "benchmark avg", "decision"):
         table.add_column(col, no_wrap=col in ("version", "training set"))  # versions are copied from here
@@ -302,13 +403,9 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
 def models_show(version: Optional[str] = typer.Argument(None, help="a model version (default: the current one)"),
                 storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """A registry entry as JSON (the current pointer and its history when no version is given)."""
-    RegistryError = _registry_module().RegistryError  # noqa: N806
-
     reg = _registry(storage_root)
-    try:
+    with _registry_errors():
         doc = reg.entry(version) if version else reg.pointer()
-    except RegistryError as e:
-        _fail(str(e))
     if doc is None:
         _fail(f"no current model under {reg.root}")
     typer.echo(json.dumps(doc, indent=2))
@@ -319,13 +416,9 @@ def models_promote(version: str = typer.Argument(..., help="a registered model v
                    reason: str = typer.Option("promoted by hand", help="recorded in the pointer's history"),
                    storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """Make a registered model current (no gate: an operator's decision)."""
-    RegistryError = _registry_module().RegistryError  # noqa: N806
-
     reg = _registry(storage_root)
-    try:
+    with _registry_errors():
         ptr = reg.promote(version, reason, expected_current=reg.current_version())
-    except RegistryError as e:
-        _fail(str(e))
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 
@@ -334,12 +427,9 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
                     reason: Optional[str] = typer.Option(None, help="recorded in the pointer's history"),
                     storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """Point `current` back at the previous model (or at --to)."""
-    RegistryError = _registry_module().RegistryError  # noqa: N806
-
-    try:
-        ptr = _registry(storage_root).rollback(to, reason)
-    except RegistryError as e:
-        _fail(str(e))
+    reg = _registry(storage_root)
+    with _registry_errors():
+        ptr = reg.rollback(to, reason)
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 

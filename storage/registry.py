@@ -45,6 +45,8 @@ HISTORY = "history"
 _ATTEMPTS = 20  # an unconditional promotion retries this often when others keep promoting first
 CURRENT_SPEC = "current"  # what `pearl encode` and the evaluate flow accept for "the current model"
 _UNSET = object()
+# what an entry must hold for the registry to list, summarise and promote it
+ENTRY_KEYS = ("version", "url", "training_set", "training", "trained_at", "registered_at")
 
 
 class RegistryError(RuntimeError):
@@ -75,6 +77,22 @@ class NoCurrentModel(RegistryError):
 
 class PromotionConflict(RegistryError):
     """The current model changed between the gate's reading of it and the promotion."""
+
+
+def _read_json(fs, path: str, required: tuple[str, ...]) -> dict:
+    """A registry file as a dict; RegistryError (not a raw JSON or key error) for one that is not
+    a JSON object with ``required`` keys, e.g. after a hand edit. FileNotFoundError passes through."""
+    with fs.open(path, "r") as fh:
+        try:
+            doc = json.load(fh)
+        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+            raise RegistryError(f"{path} is not valid JSON ({e}): fix or restore it") from None
+    if not isinstance(doc, dict):
+        raise RegistryError(f"{path} is not a JSON object: fix or restore it")
+    missing = [k for k in required if k not in doc]
+    if missing:
+        raise RegistryError(f"{path} lacks {', '.join(missing)}: fix or restore it")
+    return doc
 
 
 def _now() -> str:
@@ -138,8 +156,7 @@ class ModelRegistry:
 
     def entry(self, version: str) -> dict:
         try:
-            with self.fs.open(self._entry_path(version), "r") as fh:
-                return json.load(fh)
+            return _read_json(self.fs, self._entry_path(version), ENTRY_KEYS)
         except FileNotFoundError:
             raise ModelNotRegistered(f"model {version} is not in the registry under {redact(self.root)}") from None
 
@@ -149,10 +166,7 @@ class ModelRegistry:
             paths = self.fs.glob(f"{self.base}/models/*.json")
         except FileNotFoundError:
             paths = []
-        out = []
-        for p in paths:
-            with self.fs.open(p, "r") as fh:
-                out.append(json.load(fh))
+        out = [_read_json(self.fs, p, ENTRY_KEYS) for p in paths]
         return sorted(out, key=lambda e: e["registered_at"])
 
     def summary(self) -> list[dict]:
@@ -177,8 +191,7 @@ class ModelRegistry:
         path = f"{self.base}/{CURRENT}"
         ptr = None
         try:
-            with self.fs.open(path, "r") as fh:
-                ptr = json.load(fh)
+            ptr = _read_json(self.fs, path, ("version", "history"))
         except FileNotFoundError:
             pass
         while True:  # promotions newer than current.json (cut short, or overtaken): the history files decide

@@ -230,7 +230,7 @@ def no_model(monkeypatch):
     import pearl_cli.main as cli
 
     loaded = []
-    monkeypatch.setattr(cli, "_encoder", lambda spec: loaded.append(spec))
+    monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": loaded.append(spec))
     return loaded
 
 
@@ -260,10 +260,146 @@ def test_a_failed_write_leaves_the_old_file_whole(model_dir, tmp_path, monkeypat
     def disk_full(*a, **kw):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(np, "save", disk_full)
+    monkeypatch.setattr(np.lib.format, "write_array_header_1_0", disk_full)
     r = CliRunner().invoke(app, ["encode", "banana", "--out", str(out), "--backbone", str(model_dir)])
     assert r.exit_code == 1 and "cannot write" in r.output and "No space left" in r.output
     assert out.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["v.npy"]  # no temporary left
+
+
+def one_line_error(r, code: int = 2) -> str:
+    """A failure reported as one line on stderr: no traceback, no exception left uncaught."""
+    assert r.exit_code == code and isinstance(r.exception, SystemExit), (r.exception, r.output)
+    assert len(r.stderr.splitlines()) == 1 and "Traceback" not in r.output, r.output
+    return r.stderr
+
+
+@pytest.mark.parametrize("make_input, message", [
+    (lambda tmp: tmp / "missing.txt", "No such file or directory"),
+    (lambda tmp: tmp, "Is a directory"),
+    (lambda tmp: (tmp / "late.txt").write_bytes(b"ok\n" * 5000 + b"caf\xe9\n") and tmp / "late.txt", "utf-8"),
+])
+def test_unreadable_input_fails_in_one_line_before_the_model_is_loaded(make_input, message, tmp_path, no_model):
+    r = CliRunner().invoke(app, ["encode", "--file", str(make_input(tmp_path)), "--backbone", "x"])
+    assert message in one_line_error(r) and "cannot read" in r.stderr and no_model == []
+
+
+def test_batch_size_below_one_is_refused_before_the_model_is_loaded(no_model):
+    r = CliRunner().invoke(app, ["encode", "banana", "--batch-size", "0", "--backbone", "x"])
+    assert r.exit_code == 2 and "--batch-size" in r.output and "Traceback" not in r.output
+    assert no_model == []  # a usage error, as click reports any bad option value
+
+
+@pytest.fixture
+def promoted(model_dir, tmp_path):
+    """A storage root with m1 registered and current."""
+    from storage.registry import ModelRegistry
+
+    root = tmp_path / "store"
+    registered(str(root), model_dir, "m1")
+    ModelRegistry(str(root)).promote("m1", "first")
+    return root
+
+
+POINTER_DAMAGE = [
+    ('{"version": "m1", ', "not valid JSON"),
+    ('{"version": "../../etc", "history": []}', "'../../etc' is not a version"),
+    ("null", "not a JSON object"),
+]
+READ_POINTER = [["models", "list"], ["models", "show"], ["models", "rollback"], ["models", "promote", "m1"],
+                ["encode", "banana"]]
+READ_ENTRY = [["models", "list"], ["models", "show", "m1"], ["models", "promote", "m1"]]
+
+
+@pytest.mark.parametrize("file, text, message, command", [
+    *(("current.json", text, message, command) for text, message in POINTER_DAMAGE for command in READ_POINTER),
+    *(("models/m1.json", "{}", "m1.json lacks version", command) for command in READ_ENTRY),
+    *(("models/m1.json", "[", "m1.json is not valid JSON", command) for command in READ_ENTRY),
+])
+def test_a_damaged_registry_is_one_line_not_a_traceback(promoted, file, text, message, command):
+    (promoted / "registry" / file).write_text(text)
+    r = CliRunner().invoke(app, [*command, "--storage-root", str(promoted)])
+    assert message in one_line_error(r)
+
+
+def test_an_unreadable_pointer_is_one_line(promoted):
+    pointer = promoted / "registry" / "current.json"
+    pointer.unlink()
+    pointer.mkdir()  # reading it is an OSError (tests run as root: a chmod would not stop them)
+    r = CliRunner().invoke(app, ["models", "list", "--storage-root", str(promoted)])
+    assert "current.json" in one_line_error(r)
+
+
+def test_a_corrupt_pointer_prints_no_traceback_from_the_shell(promoted):
+    import subprocess
+    import sys
+
+    (promoted / "registry" / "current.json").write_text("{")
+    proc = subprocess.run([sys.executable, "-m", "pearl_cli", "models", "list", "--storage-root", str(promoted)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert "current.json is not valid JSON" in proc.stderr
+
+
+def old_writer(fmt: str, phrases, vectors) -> bytes:
+    """What `pearl encode` wrote before it streamed (the whole array at once): the bytes to keep."""
+    import csv
+    import io
+
+    buf = io.BytesIO()
+    if fmt == "npy":
+        np.save(buf, vectors)
+        return buf.getvalue()
+    rows = vectors.astype(str).astype(np.float64).tolist()
+    text = io.StringIO(newline="")
+    if fmt == "jsonl":
+        for p, v in zip(phrases, rows):
+            text.write(json.dumps({"phrase": p, "vector": v}, ensure_ascii=False) + "\n")
+    else:
+        csv.writer(text, dialect="excel-tab", lineterminator="\n").writerows([p, *v] for p, v in zip(phrases, rows))
+    return text.getvalue().encode("utf-8")
+
+
+@pytest.mark.parametrize("fmt", ["npy", "jsonl", "tsv"])
+@pytest.mark.parametrize("to_stdout", [False, True])
+def test_encode_streams_in_chunks_and_writes_the_same_bytes(model_dir, tmp_path, monkeypatch, fmt, to_stdout):
+    import pearl_cli.main as cli
+
+    monkeypatch.setattr(cli, "CHUNK", 2)  # 5 phrases: encoded and written as 2 + 2 + 1
+    monkeypatch.setattr(cli, "TEXT_ROWS", 1)
+    real, calls = cli._encoder, []
+
+    class Spy:
+        def __init__(self, encoder):
+            self.encoder = encoder
+
+        def encode(self, items, **kw):
+            calls.append((list(items), self.encoder.encode(items, **kw)))
+            return calls[-1][1]
+
+    monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": Spy(real(spec, backend)))
+    src = tmp_path / "phrases.txt"
+    src.write_bytes('new york\r\n\nthe "times"\tpost\n  \nbanana café\rlast, no newline'.encode())
+    out = tmp_path / f"v.{fmt}"
+    args = ["encode", "the times", "--file", str(src), "--backbone", str(model_dir), "--format", fmt]
+    r = CliRunner().invoke(app, args if to_stdout else [*args, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    phrases = ["the times", "new york", 'the "times"\tpost', "banana café", "last, no newline"]
+    assert [c[0] for c in calls] == [phrases[:2], phrases[2:4], phrases[4:]]
+    written = r.stdout_bytes if to_stdout else out.read_bytes()
+    assert written == old_writer(fmt, phrases, np.concatenate([c[1] for c in calls]))
+
+
+def test_an_input_that_changes_while_encoded_writes_nothing(model_dir, tmp_path, monkeypatch):
+    import pearl_cli.main as cli
+
+    src = tmp_path / "phrases.txt"
+    src.write_text("new york\nbanana\n")
+    real = cli._count_phrases
+    monkeypatch.setattr(cli, "_count_phrases", lambda binary, name: real(binary, name) + 1)  # one line since lost
+    r = CliRunner().invoke(app, ["encode", "--file", str(src), "--out", str(tmp_path / "v.npy"),
+                                 "--backbone", str(model_dir)])
+    assert "changed while it was read (3 phrases counted, then 2)" in one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["phrases.txt"]  # no .npy whose header says 3 rows
 
 
 def test_mistyped_hub_name_fails_at_once_when_the_hub_is_unreachable(monkeypatch):

@@ -320,3 +320,29 @@ def test_promoting_on_a_store_without_a_conditional_write_is_refused(tmp_path, m
     with pytest.raises(RegistryError, match=r"cannot promote on .*: sftp:// offers no conditional write"):
         reg.promote("m1", "first")
     assert reg.current_version() is None
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_text("{not json"), "is not valid JSON"),
+    (lambda p: p.write_bytes(b'{"version": "caf\xe9"}'), "is not valid JSON"),
+    (lambda p: p.write_text("[1, 2]"), "is not a JSON object"),
+    (lambda p: p.write_text(json.dumps({"previous": None})), "lacks version, history"),
+])
+@pytest.mark.parametrize("which", ["pointer", "entry"])
+def test_a_damaged_registry_file_is_a_registry_error(root, tmp_path, damage, message, which):
+    """A hand-edited or truncated file: RegistryError naming the file (the CLI reports it in one
+    line), not a raw JSONDecodeError or KeyError."""
+    reg = ModelRegistry(root)
+    stored_model(root, "m1", tmp_path)
+    reg.register("m1")
+    reg.promote("m1", "first")
+    path = Path(root) / "registry" / ("current.json" if which == "pointer" else "models/m1.json")
+    damage(path)
+    if which == "entry":
+        message = message.replace("version, history", "version, url, training_set, training, trained_at, "
+                                                       "registered_at")
+    for read in ((reg.pointer, reg.current_model) if which == "pointer" else (reg.entries, lambda: reg.entry("m1"))):
+        with pytest.raises(RegistryError, match=rf"{path.name} {message}"):
+            read()
+    with pytest.raises(RegistryError, match=message):
+        reg.summary()
