@@ -300,9 +300,10 @@ def promoted(model_dir, tmp_path):
     return root
 
 
+# (a pointer that parses but names a bad version with an empty history is not damage any more: the
+# registry's newer history/<n>.json, promotion's commit point, wins over it)
 POINTER_DAMAGE = [
     ('{"version": "m1", ', "not valid JSON"),
-    ('{"version": "../../etc", "history": []}', "'../../etc' is not a version"),
     ("null", "not a JSON object"),
 ]
 READ_POINTER = [["models", "list"], ["models", "show"], ["models", "rollback"], ["models", "promote", "m1"],
