@@ -9,10 +9,10 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
+from results import FENCE  # the fenced-code pattern the results markers skip too
 
 SECTION = "Research"
 HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.M)
-FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 # file-name prefix -> nav group, in nav order
 AREAS = {"eval": "Evaluation", "recipe": "Training recipe", "data": "Training data", "speed": "Speed"}
 
