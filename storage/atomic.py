@@ -39,7 +39,7 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
-def _fsync(path: str, directory: bool = False) -> None:
+def fsync_path(path: str, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
     try:
         os.fsync(fd)
@@ -65,10 +65,10 @@ def atomic_path(fs: fsspec.AbstractFileSystem, final: str) -> Iterator[str]:
     try:
         yield tmp
         if is_local(fs):
-            _fsync(tmp)  # the data is on disk before the name points at it
+            fsync_path(tmp)  # the data is on disk before the name points at it
         fs.mv(tmp, final)
         if is_local(fs):
-            _fsync(parent, directory=True)  # and the rename itself
+            fsync_path(parent, directory=True)  # and the rename itself
     except BaseException:
         try:
             fs.rm(tmp)
@@ -83,6 +83,18 @@ def atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> No
             fh.write(text)
 
 
+def check_exclusive(fs: fsspec.AbstractFileSystem) -> None:
+    """Raise ExclusiveWriteUnsupported unless :func:`write_exclusive` is atomic on ``fs`` (checked
+    before long work whose commit needs it)."""
+    if is_local(fs):
+        return
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if not protocols & EXCLUSIVE_PROTOCOLS:
+        raise ExclusiveWriteUnsupported(
+            f"{'/'.join(sorted(protocols))}:// offers no conditional write through fsspec, so two writers could "
+            f"both succeed; use a local root or one of {', '.join(sorted(EXCLUSIVE_PROTOCOLS - {'memory'}))}")
+
+
 def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool:
     """Create ``path`` holding ``text`` unless it exists, atomically: True when this call created
     it, False when it existed (another writer came first). Readers see the whole file or none."""
@@ -93,19 +105,15 @@ def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool
         try:
             with open(tmp, "w") as fh:
                 fh.write(text)
-            _fsync(tmp)
+            fsync_path(tmp)
             os.link(tmp, path)  # fails when the name exists: the one atomic create-if-absent with content
         except FileExistsError:
             return False
         finally:
             Path(tmp).unlink(missing_ok=True)
-        _fsync(parent, directory=True)
+        fsync_path(parent, directory=True)
         return True
-    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
-    if not protocols & EXCLUSIVE_PROTOCOLS:
-        raise ExclusiveWriteUnsupported(
-            f"{'/'.join(sorted(protocols))}:// offers no conditional write through fsspec, so two writers could "
-            f"both succeed; use a local root or one of {', '.join(sorted(EXCLUSIVE_PROTOCOLS - {'memory'}))}")
+    check_exclusive(fs)
     try:
         fs.pipe_file(path, text.encode(), mode="create")
     except FileExistsError:
@@ -116,8 +124,9 @@ def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool
 def clean_leftovers(fs: fsspec.AbstractFileSystem, directory: str, *, recursive: bool = False,
                     grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
     """Remove the temporary files of killed writers in ``directory``: names with ``.tmp-`` last
-    modified more than ``grace_s`` ago (a live writer's temporary file is younger). Files whose
-    age the store cannot tell are kept. Returns what was removed."""
+    modified more than ``grace_s`` ago (a live writer's temporary file is younger), a staging
+    directory with all it holds. Files whose age the store cannot tell are kept. Returns what
+    was removed."""
     try:
         paths = fs.find(directory) if recursive else fs.ls(directory, detail=False)
     except (FileNotFoundError, NotADirectoryError):
@@ -129,7 +138,7 @@ def clean_leftovers(fs: fsspec.AbstractFileSystem, directory: str, *, recursive:
         try:
             if now - fs.modified(p).timestamp() <= grace_s:
                 continue
-            fs.rm(p)
+            fs.rm(p, recursive=True)
         except (NotImplementedError, FileNotFoundError):  # undatable, or its writer just renamed it
             continue
         removed.append(p)

@@ -305,14 +305,10 @@ def latest_version(root: str, name: str) -> str | None:
     return check_version(f"the version in {path}", version)  # an edited pointer leads nowhere else
 
 
-def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, version: str, body: dict, *,
-                     code_version: str, params: dict, inputs: dict[str, str], stats: dict | None = None,
-                     extra: dict | None = None) -> dict:
-    """Write ``path/_manifest.json`` (``body`` + provenance), then point ``<name>/_latest.json`` at it.
-
-    The one place both datasets and file sets finish a version: the manifest comes last.
-    """
-    manifest = redact({
+def new_manifest(name: str, version: str, body: dict, *, code_version: str, params: dict,
+                 inputs: dict[str, str], stats: dict | None = None, extra: dict | None = None) -> dict:
+    """A version's manifest: ``body`` (what it holds) + provenance, credentials redacted."""
+    return redact({
         "name": name,
         "version": version,
         **body,
@@ -324,6 +320,12 @@ def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, versio
         **({"extra": extra} if extra else {}),
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
     })
+
+
+def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, version: str, body: dict, **provenance) -> dict:
+    """Write ``path/_manifest.json`` (:func:`new_manifest`), then point ``<name>/_latest.json`` at it:
+    a dataset's parts are all in place, so the manifest comes last."""
+    manifest = new_manifest(name, version, body, **provenance)
     clean_leftovers(fs, path, recursive=True)  # a killed earlier attempt's temporary files
     atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
     publish_latest(fs, path, version, manifest["created_at"])

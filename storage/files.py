@@ -1,12 +1,17 @@
 """Versioned directories of arbitrary files (trained models) on any fsspec filesystem.
 
 The file-set twin of :mod:`storage.datasets`: a version lives at ``<root>/<name>/<version>/``
-beside the Parquet datasets, with the same rules. Every file is copied under a temporary
-name and then moved, so a file that exists is whole. ``_manifest.json`` (files with sizes
-and sha256, parameters, inputs, code version, git commit, stats) is written last: a
-directory without one is incomplete and is never read. ``<root>/<name>/_latest.json``
-names the version written last. The version is the same content address as a dataset's
+beside the Parquet datasets, with the same rules. ``_manifest.json`` (files with sizes and
+sha256, parameters, inputs, code version, git commit, stats) marks a version complete: a
+directory without one is never read. ``<root>/<name>/_latest.json`` names the version
+written last. The version is the same content address as a dataset's
 (:func:`storage.datasets.dataset_version`).
+
+Unlike a dataset's parts, two uploads of one version need not hold the same bytes (two runs
+trained it, on different devices), so an upload is staged apart and committed whole in one
+atomic step: on a local root a directory rename, on an object store the manifest's
+create-if-absent write, the manifest naming the staged directory (``_runs/<random>/``).
+The first upload to commit wins; the others return its manifest.
 
 Re-uploading a version that is already complete is a no-op: the stored files and the
 manifest are kept as they are and the existing manifest is returned (the version is a
@@ -15,9 +20,12 @@ readers' feet).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
+import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +33,14 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from storage.atomic import TMP as _TMP
-from storage.datasets import MANIFEST, Versioned, atomic_path, dataset_version, publish_manifest
+from storage.atomic import TMP, check_exclusive, fsync_path, is_local, write_exclusive
+from storage.datasets import MANIFEST, Versioned, dataset_version, new_manifest, publish_latest
+from storage.redact import redact
 
 __all__ = ["FileSet", "plan_fileset", "default_cache"]
+
+RUNS = "_runs"  # an object store's staged uploads, inside the version directory
+log = logging.getLogger(__name__)
 
 
 def default_cache() -> Path:
@@ -49,6 +61,13 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _remove(fs, path: str) -> None:
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
 
 
 def _local_files(local_dir: Path) -> list[tuple[str, Path]]:
@@ -80,10 +99,12 @@ class FileSet(Versioned):
         stats: dict | None = None,
         extra: dict | None = None,
     ) -> dict:
-        """Copy every file under ``local_dir`` (recursively, keeping relative paths), then
-        write the manifest and ``_latest.json``. A complete version is left untouched, published
-        as ``_latest.json`` and its manifest returned. Files of an earlier, interrupted upload that the new one does
-        not contain are removed before the manifest is written."""
+        """Copy every file under ``local_dir`` (recursively, keeping relative paths) into a staging
+        area of this upload's own, then commit it whole in one atomic step, and publish ``_latest.json``.
+
+        Two uploads of one version at once (two runs that trained it) never mix their files: the
+        first to commit wins, and the other discards its staged copy and returns the winner's
+        manifest, as does an upload of a version that is already complete."""
         if self.is_complete():
             return self.reuse()
         local_dir = Path(local_dir)
@@ -94,32 +115,112 @@ class FileSet(Versioned):
             raise ValueError(f"{local_dir} holds no files to upload")
         if any(rel == MANIFEST for rel, _ in files):
             raise ValueError(f"{local_dir} must not contain a top-level {MANIFEST}: the name is reserved")
-        fs = self.fs
-        fs.makedirs(self.path, exist_ok=True)
-        entries = []
-        for rel, src in files:
-            final = f"{self.path}/{rel}"
-            with atomic_path(fs, final) as tmp:
-                fs.put_file(str(src), tmp)
-            size = src.stat().st_size
-            if fs.size(final) != size:
-                raise OSError(f"{final}: stored {fs.size(final)} bytes, expected {size}")
-            entries.append({"file": rel, "bytes": size, "sha256": _sha256(src)})
-        self._prune({e["file"] for e in entries})
+        entries = [{"file": rel, "bytes": src.stat().st_size, "sha256": _sha256(src)} for rel, src in files]
         body = {"kind": "files", "files": entries, "bytes": sum(e["bytes"] for e in entries)}
-        return publish_manifest(fs, self.path, self.name, self.version, body, code_version=code_version,
-                                params=params, inputs=inputs, stats=stats, extra=extra)
+        commit = self._commit_renamed if is_local(self.fs) else self._commit_named
+        manifest = new_manifest(self.name, self.version, body, code_version=code_version, params=params,
+                                inputs=inputs, stats=stats, extra=extra)
+        manifest = commit(files, manifest)
+        if manifest is None:
+            log.info("%s %s version %s was committed by another upload first: keeping that one",
+                     self.kind, self.name, self.version)
+            return self.reuse()
+        publish_latest(self.fs, self.path, self.version, manifest["created_at"])
+        return manifest
 
-    def _prune(self, keep: set[str]) -> None:
-        """Remove leftovers of an earlier attempt (not temp files: a concurrent upload may own them)."""
-        fs, base = self.fs, self.path.strip("/") + "/"
-        for p in fs.find(self.path):
-            rel = p.lstrip("/")
-            if not rel.startswith(base):
-                continue
-            rel = rel[len(base):]
-            if rel not in keep and not rel.rsplit("/", 1)[-1].startswith(_TMP):
-                fs.rm(p)
+    def _stage(self, staging: str, files: list[tuple[str, Path]]) -> None:
+        fs = self.fs
+        for rel, src in files:
+            dest = f"{staging}/{rel}"
+            fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
+            fs.put_file(str(src), dest)
+            if fs.size(dest) != src.stat().st_size:
+                raise OSError(f"{redact(dest)}: stored {fs.size(dest)} bytes, expected {src.stat().st_size}")
+
+    def _commit_renamed(self, files: list[tuple[str, Path]], manifest: dict) -> dict | None:
+        """A local root: staged beside the versions as ``<name>/.tmp-<random>/`` (manifest included),
+        fsync'ed, then renamed to ``<name>/<version>``. A directory rename is atomic and fails onto a
+        non-empty directory, so exactly one upload's directory becomes the version. None: another won."""
+        parent = self.path.rsplit("/", 1)[0]
+        staging = f"{parent}/{TMP}{uuid.uuid4().hex}"
+        try:
+            self._stage(staging, files)
+            Path(staging, MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+            for p in Path(staging).rglob("*"):
+                fsync_path(str(p), directory=p.is_dir())
+            for _ in range(3):
+                try:
+                    os.rename(staging, self.path)
+                    fsync_path(parent, directory=True)
+                    return manifest
+                except OSError as e:
+                    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                        raise
+                if self.is_complete():
+                    return None
+                self._set_aside_leftovers(parent)
+            raise OSError(f"{self.url}: could not commit the upload (the directory kept changing)")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _set_aside_leftovers(self, parent: str) -> None:
+        """Remove files an interrupted upload of older code wrote straight into the version directory
+        (moved aside first: a version committed meanwhile is put back, never deleted)."""
+        aside = f"{parent}/{TMP}{uuid.uuid4().hex}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        if Path(aside, MANIFEST).exists():  # committed between the check and the move
+            try:
+                os.rename(aside, self.path)
+                return
+            except OSError:  # another commit took the name: that one stands
+                pass
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def _commit_named(self, files: list[tuple[str, Path]], manifest: dict) -> dict | None:
+        """An object store, where nothing renames a directory in one step: staged under
+        ``<version>/_runs/<random>/``; the commit is the manifest, created only if absent (the store's
+        conditional write), naming that directory. None: another upload's manifest came first."""
+        check_exclusive(self.fs)  # before copying gigabytes that could not be committed
+        manifest = {**manifest, "dir": f"{RUNS}/{uuid.uuid4().hex}"}
+        staging = f"{self.path}/{manifest['dir']}"
+        fs = self.fs
+        try:
+            self._stage(staging, files)
+            won = write_exclusive(fs, f"{self.path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+        except BaseException:
+            _remove(fs, staging)
+            if self.is_complete():  # the winner cleared this staging under it: lost, not failed
+                return None
+            raise
+        if not won:
+            _remove(fs, staging)
+            return None
+        # What is not the committed version is garbage now: an interrupted upload's files (older
+        # code wrote them in place; now a killed run's staging). A live loser's staging too: it
+        # cannot commit any more, and ends as a loss.
+        for p in fs.ls(self.path, detail=False):
+            if p.rstrip("/").rsplit("/", 1)[-1] not in (MANIFEST, RUNS):
+                _remove(fs, p)
+        for p in fs.ls(f"{self.path}/{RUNS}", detail=False):
+            if p.rstrip("/").rsplit("/", 1)[-1] != staging.rsplit("/", 1)[-1]:
+                _remove(fs, p)
+        return manifest
+
+    def stored_path(self, rel: str, manifest: dict | None = None) -> str:
+        """Where file ``rel`` of the committed version is stored (an object store's version keeps its
+        files in the directory its manifest names)."""
+        _relative_file(rel, self)
+        return f"{self._base(manifest or self.manifest())}/{rel}"
+
+    def _base(self, manifest: dict) -> str:
+        return self.file_path(manifest["dir"]) if manifest.get("dir") else self.path
+
+    def open(self, rel: str, mode: str = "rb"):
+        """Open file ``rel`` of the committed version for reading."""
+        return self.fs.open(self.stored_path(rel), mode)
 
     # --- local access ----------------------------------------------------------------
     def local_copy(self, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -157,10 +258,11 @@ class FileSet(Versioned):
             return target
 
         if isinstance(self.fs, LocalFileSystem):
-            missing = [rel for rel, _ in entries if not (Path(self.path) / rel).is_file()]
+            base = Path(self._base(manifest))
+            missing = [rel for rel, _ in entries if not (base / rel).is_file()]
             if missing:
                 raise OSError(f"{self.url}: {missing[0]} is listed in the manifest but missing")
-            return verified(Path(self.path))
+            return verified(base)
         target = Path(cache_dir) if cache_dir else default_cache() / self.name / self.version
         marker = target / MANIFEST
         if marker.exists():
@@ -179,14 +281,14 @@ class FileSet(Versioned):
         for rel, entry in entries:
             dest = target / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f"{_TMP}{uuid.uuid4().hex}-{dest.name}")
+            tmp = dest.with_name(f"{TMP}{uuid.uuid4().hex}-{dest.name}")
             try:
-                fs.get_file(f"{self.path}/{entry['file']}", str(tmp))
+                fs.get_file(self.stored_path(rel, manifest), str(tmp))
                 check(rel, tmp, entry)
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
-        tmp_marker = marker.with_name(f"{_TMP}{uuid.uuid4().hex}-{MANIFEST}")
+        tmp_marker = marker.with_name(f"{TMP}{uuid.uuid4().hex}-{MANIFEST}")
         tmp_marker.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp_marker, marker)  # written last: a cache without it is downloaded again
         return verified(target)

@@ -15,12 +15,17 @@ hash-chosen distractor titles, before training, after each epoch and on the expo
 """
 from __future__ import annotations
 
+import fcntl
 import heapq
 import json
 import logging
+import os
 import shutil
 import tempfile
+import uuid
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Iterator
 
 from storage.buckets import stable_hash
 from storage.datasets import Dataset, check_version, latest_version, resolve_root
@@ -34,6 +39,7 @@ from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 # -9: the WordNet groups of names are dev signals of their own (selection.synonym_signal)
 CODE_VERSION = "train-9"
 HISTORY_FILE = "training_log.json"
+LOCK = ".lock"  # a run's checkpoint directory is its own while a live process holds this file's lock
 log = logging.getLogger(__name__)
 
 def check_train_config(cfg) -> None:
@@ -157,6 +163,7 @@ def plan_model(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg)
 
 
 def checkpoint_dir(out: FileSet) -> Path:
+    """Where the runs of model version ``out`` keep their checkpoints, one directory each."""
     if "://" not in out.root:
         return Path(out.root) / "checkpoints" / out.version
     from pearl_model.inference.backbones import cache_root
@@ -164,10 +171,53 @@ def checkpoint_dir(out: FileSet) -> Path:
     return cache_root() / "checkpoints" / out.version
 
 
-def restart_dir(out: FileSet, i: int) -> Path:
-    """Checkpoints of restart ``i`` (0: the run's own directory, as without restarts)."""
+def _lock(directory: Path) -> int | None:
+    """An open descriptor holding ``directory``'s lock, or None when a live process holds it.
+    The kernel drops the lock when its process dies, however it dies."""
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def run_checkpoints(out: FileSet) -> Iterator[Path]:
+    """This run's own checkpoint directory, ``checkpoint_dir(out)/<random>/``, locked while the run
+    lives: two runs of one version (train/pearl and train/pearl-gpu) never write, resume from or
+    prune each other's checkpoints. A directory nobody holds is an interrupted run's: the next run
+    of the version adopts the one that got furthest, and resumes from it."""
     base = checkpoint_dir(out)
-    return base if i == 0 else base.with_name(f"{base.name}-restart{i}")
+
+    def furthest(d: Path) -> int:
+        return max((int(p.name[5:]) for p in d.rglob("step-*") if p.name[5:].isdigit()), default=-1)
+
+    try:
+        runs = [d for d in base.iterdir() if not d.name.startswith(".") and (d / LOCK).is_file()]
+    except FileNotFoundError:
+        runs = []
+    for directory in sorted(runs, key=furthest, reverse=True):
+        fd = _lock(directory)
+        if fd is not None:
+            log.info("resuming from the checkpoints of an interrupted run of model %s: %s", out.version, directory)
+            break
+    else:
+        # locked under a hidden name first: no other run can adopt it between mkdir and lock
+        hidden = base / f".new-{uuid.uuid4().hex}"
+        hidden.mkdir(parents=True)
+        fd = _lock(hidden)
+        directory = hidden.rename(base / hidden.name.removeprefix(".new-"))
+    try:
+        yield directory
+    finally:
+        os.close(fd)
+
+
+def restart_dir(run_dir: Path, i: int) -> Path:
+    """Checkpoints of restart ``i`` (0: the run's own directory, as without restarts)."""
+    return run_dir if i == 0 else run_dir / f"restart{i}"
 
 
 def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, backbone: str, cfg, *,
@@ -210,67 +260,69 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
     # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
     # which one depends on the seed (docs/research/recipe-seeds.md); another seed is tried only while no kept
     # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.
-    best, tried = None, []
-    for i in range(cfg.restarts):
-        if i:
-            model = build(cfg.seed + i)
-        res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
-                    checkpoint_dir=restart_dir(out, i), on_log=on_log, reference=original, select=select)
-        kept = res.kept  # the exported checkpoint's
-        if kept and len(cfg.average_weights) > 1:
-            kept = choose_average_weight(model, select, kept, cfg.average_weights, cfg.select_rule)
-        rank = selection_rank(kept, cfg.select_rule) if kept else (-1,)  # below any scored run
-        tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step,
-                      "average_weight": kept.get("average_weight"), "select_worst": kept.get("select_worst"),
-                      "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
-        if best is None or rank > best[0]:
-            best = (rank, model, res, kept, cfg.seed + i)
-        if kept.get("select_worst", -1.0) >= 0:
-            break
-    _, model, res, kept, seed = best
-    first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
-    summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
-               "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
-               "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
-               "device": str(device), "resumed_from_step": res.resumed_from,
-               "positives_drawn": res.positive_kinds, **read_counts,
-               **({"selected_step": res.selected_step,
-                   **{k: v for k, v in kept.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
-               **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
-               **(res.validation[-1] if res.validation else {}),
-               **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
-               **({"alias_holdout_pairs": len(retrieval.aliases), "alias_holdout_titles": len(retrieval.titles)}
-                  if retrieval else {}),
-               **({"restarts_tried": len(tried), "selected_seed": seed,
-                   "seconds": round(sum(t["seconds"] for t in tried), 1)} if len(tried) > 1 else {})}
-    params = model_params(backbone, cfg)
-    meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": backbone,
-            "params": params, "summary": summary}
-    scale = summary["char_scale"] = kept.get("char_scale", cfg.char_scales[0])
-    weight = summary["average_weight"] = kept.get("average_weight", cfg.average_weights[0])
-    if "average_weights_tried" in kept:
-        summary["average_weights_tried"] = kept["average_weights_tried"]
-    history = json.dumps({"history": res.history, "validation": res.validation, "selection": res.selection,
-                          "selection_baseline": baseline, "restarts": tried})
-    with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
-        path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
-                            average_weight=weight, metadata=meta, char_scale=scale,
-                            extra_files={HISTORY_FILE: history})  # in the export's checksums
-        if retrieval is not None:  # what is promoted is the averaged model: score it too
-            exported = load_pearl(path, device=str(device))
-            summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
-            del exported
-        manifest = out.upload(path, code_version=CODE_VERSION, params=params,
-                              inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
-                              stats=summary)
-    # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
-    for i in range(cfg.restarts):
-        shutil.rmtree(restart_dir(out, i), ignore_errors=True)
+    with run_checkpoints(out) as run_dir:
+        best, tried = None, []
+        for i in range(cfg.restarts):
+            if i:
+                model = build(cfg.seed + i)
+            res = train(model, train_ex, cfg.updated(seed=cfg.seed + i), validation=val_ex, retrieval=retrieval,
+                        checkpoint_dir=restart_dir(run_dir, i), on_log=on_log, reference=original, select=select)
+            kept = res.kept  # the exported checkpoint's
+            if kept and len(cfg.average_weights) > 1:
+                kept = choose_average_weight(model, select, kept, cfg.average_weights, cfg.select_rule)
+            rank = selection_rank(kept, cfg.select_rule) if kept else (-1,)  # below any scored run
+            tried.append({"seed": cfg.seed + i, "selected_step": res.selected_step,
+                          "average_weight": kept.get("average_weight"), "select_worst": kept.get("select_worst"),
+                          "select_mean": kept.get("select_mean"), "seconds": round(res.seconds, 1)})
+            if best is None or rank > best[0]:
+                best = (rank, model, res, kept, cfg.seed + i)
+            if kept.get("select_worst", -1.0) >= 0:
+                break
+        _, model, res, kept, seed = best
+        first = res.validation[0] if res.validation and res.validation[0]["step"] == 0 else {}
+        summary = {"steps": res.steps, "train_phrases": len(train_ex), "validation_phrases": len(val_ex),
+                   "seconds": round(res.seconds, 1), "anchors_per_s": round(res.anchors_per_s, 1),
+                   "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
+                   "device": str(device), "resumed_from_step": res.resumed_from,
+                   "positives_drawn": res.positive_kinds, **read_counts,
+                   **({"selected_step": res.selected_step,
+                       **{k: v for k, v in kept.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
+                   **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),
+                   **(res.validation[-1] if res.validation else {}),
+                   **{f"{k}_before": v for k, v in first.items() if k.startswith("val_alias_")},
+                   **({"alias_holdout_pairs": len(retrieval.aliases), "alias_holdout_titles": len(retrieval.titles)}
+                      if retrieval else {}),
+                   **({"restarts_tried": len(tried), "selected_seed": seed,
+                       "seconds": round(sum(t["seconds"] for t in tried), 1)} if len(tried) > 1 else {})}
+        params = model_params(backbone, cfg)
+        meta = {"training_set": training_set.version, "char_encoder": char_encoder.version, "backbone": backbone,
+                "params": params, "summary": summary}
+        scale = summary["char_scale"] = kept.get("char_scale", cfg.char_scales[0])
+        weight = summary["average_weight"] = kept.get("average_weight", cfg.average_weights[0])
+        if "average_weights_tried" in kept:
+            summary["average_weights_tried"] = kept["average_weights_tried"]
+        history = json.dumps({"history": res.history, "validation": res.validation, "selection": res.selection,
+                              "selection_baseline": baseline, "restarts": tried})
+        with tempfile.TemporaryDirectory(prefix="pearl-export-") as tmp:
+            path = export_pearl(model, Path(tmp) / "model", original_backbone_state=original,
+                                average_weight=weight, metadata=meta, char_scale=scale,
+                                extra_files={HISTORY_FILE: history})  # in the export's checksums
+            if retrieval is not None:  # what is promoted is the averaged model: score it too
+                exported = load_pearl(path, device=str(device))
+                summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
+                del exported
+            manifest = out.upload(path, code_version=CODE_VERSION, params=params,
+                                  inputs={"training_set": training_set.version, "char_encoder": char_encoder.version},
+                                  stats=summary)
+        # The model is stored: its checkpoints (weights + Adam state, ~3x the model) have no further use.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with suppress(OSError):  # the version's directory, unless another run of it has one there
+            run_dir.parent.rmdir()
     return manifest
 
 
 def training_log(out: FileSet) -> dict:
-    with out.fs.open(f"{out.path}/{HISTORY_FILE}", "r") as fh:
+    with out.open(HISTORY_FILE, "r") as fh:
         return json.load(fh)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,7 @@ def test_incomplete_version_is_never_read(any_root, tmp_path):
     upload(f, model_dir(tmp_path))
     local = f.local_copy(cache_dir=tmp_path / "cache")
     assert (local / "model.bin").read_bytes() == (tmp_path / "model" / "model.bin").read_bytes()
-    assert not f.fs.exists(f"{f.path}/stale.bin")
+    assert not f.fs.exists(f"{f.path}/stale.bin") and not f.fs.exists(f.stored_path("stale.bin"))
 
 
 def test_reupload_of_a_complete_version_is_a_no_op(any_root, tmp_path):
@@ -97,9 +98,9 @@ def test_reupload_of_a_complete_version_is_a_no_op(any_root, tmp_path):
     (other / "model.bin").write_bytes(b"different")
     again = upload(f, other)
     assert again == first  # the existing manifest, untouched
-    with f.fs.open(f"{f.path}/model.bin", "rb") as fh:
+    with f.open("model.bin") as fh:
         assert fh.read() == (tmp_path / "model" / "model.bin").read_bytes()
-    assert not f.fs.exists(f"{f.path}/other")
+    assert not f.fs.exists(f.stored_path("other"))
 
 
 def test_upload_rejects_bad_inputs(root, tmp_path):
@@ -170,3 +171,43 @@ def test_a_reused_file_set_version_is_published_again(root, tmp_path):
     assert latest_version(root, "models") == "bbbb"
     assert upload(a, src)["version"] == "aaaa"  # complete: reused, untouched
     assert latest_version(root, "models") == "aaaa"
+
+
+def test_two_uploads_of_one_version_at_once_never_mix_their_files(any_root, tmp_path, monkeypatch):
+    """Two runs that trained one version upload it at once, interleaved (A starts, B uploads whole,
+    A goes on): exactly one upload's files are the version, all matching its manifest."""
+    f = plan_fileset(any_root, "models", "t-1", PARAMS, INPUTS)
+    a, b = model_dir(tmp_path / "a", b"A" * 1000), model_dir(tmp_path / "b", b"B" * 1000)
+    (a / "config.json").write_text('{"dim": 9}')
+    cls = type(f.fs)
+    real, a_paused, b_done = cls.put_file, threading.Event(), threading.Event()
+
+    def put_file(self, lpath, rpath, *args, **kwargs):
+        out = real(self, lpath, rpath, *args, **kwargs)
+        if threading.current_thread().name == "A" and not a_paused.is_set():
+            a_paused.set()  # A has copied one file
+            assert b_done.wait(30)
+        return out
+
+    monkeypatch.setattr(cls, "put_file", put_file)
+    results: dict = {}
+
+    def upload_a():
+        try:
+            results["A"] = upload(f, a)
+        except BaseException as e:  # seen by the assertions below
+            results["A"] = e
+
+    thread = threading.Thread(target=upload_a, name="A")
+    thread.start()
+    assert a_paused.wait(30)
+    try:
+        results["B"] = upload(f, b)
+    finally:
+        b_done.set()
+        thread.join(30)
+    assert results["A"] == results["B"] == f.manifest()  # B committed first; A gives way
+    local = f.local_copy(cache_dir=tmp_path / "cache")  # every file checked against the manifest
+    assert (local / "model.bin").read_bytes() == b"B" * 1000
+    assert (local / "config.json").read_text() == '{"dim": 8}'
+    assert not [p for p in f.fs.find(f.path.rsplit("/", 1)[0]) if "/.tmp-" in p]  # no staging left behind

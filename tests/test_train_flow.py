@@ -362,3 +362,36 @@ def test_the_train_result_is_stored_as_json_and_retrain_reads_it_as_json(tiny_ba
         with pytest.raises(Exception, match="not a train flow's result"):
             train_on_deployment_task("train/pearl-gpu", {}, 60)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_two_runs_of_one_model_version_keep_their_own_checkpoints(tmp_path):
+    """train/pearl and train/pearl-gpu training one version at once get a checkpoint directory each;
+    a run that died leaves its directory to the next run of the version, which resumes from it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tasks.training as tt
+    from storage.files import FileSet
+
+    out = FileSet(str(tmp_path / "store"), "models", "abcd1234")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time, tasks.training as tt\nfrom storage.files import FileSet\n"
+         f"with tt.run_checkpoints(FileSet({out.root!r}, 'models', 'abcd1234')) as d:\n"
+         "    (d / 'step-0000004').mkdir(); print(d, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        held = Path(holder.stdout.readline().strip())
+        assert held.parent == tt.checkpoint_dir(out) and (held / "step-0000004").is_dir()
+        with tt.run_checkpoints(out) as mine, tt.run_checkpoints(out) as third:
+            assert len({held, mine, third}) == 3  # live runs never share, however many
+            (mine / "step-0000002").mkdir()
+        holder.send_signal(signal.SIGKILL)  # killed: the kernel drops its lock
+        holder.wait(30)
+        with tt.run_checkpoints(out) as next_run:
+            assert next_run == held  # of the interrupted runs, the one that got furthest (step 4)
+    finally:
+        holder.kill()
+        holder.wait(30)
