@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,16 @@ def test_two_uploads_of_one_version_at_once_never_mix_their_files(any_root, tmp_
     assert (local / "model.bin").read_bytes() == b"B" * 1000
     assert (local / "config.json").read_text() == '{"dim": 8}'
     assert not [p for p in f.fs.find(f.path.rsplit("/", 1)[0]) if "/.tmp-" in p]  # no staging left behind
+
+
+def test_a_killed_uploads_staging_is_removed_once_old(root, tmp_path):
+    f = plan_fileset(root, "models", "t-1", PARAMS, INPUTS)
+    dead = Path(f.path).parent / ".tmp-0123456789abcdef"  # a killed upload's staging directory
+    (dead / "sub").mkdir(parents=True)
+    (dead / "sub" / "model.bin").write_bytes(b"half")
+    fresh = Path(f.path).parent / ".tmp-fedcba9876543210"  # a live upload's: young
+    fresh.mkdir()
+    old = time.time() - 7 * 3600
+    os.utime(dead, (old, old))
+    upload(f, model_dir(tmp_path))
+    assert not dead.exists() and fresh.is_dir()

@@ -126,7 +126,7 @@ def test_local_copy_checks_the_manifests_sha256(root, memory_root, tmp_path, mon
     flip_byte(tmp_path / "dl" / "model.safetensors", at=10)  # a changed download: fetched again
     f = plan_fileset(memory_root, "model", "t-1", {}, {})
     assert (f.local_copy(cache_dir=tmp_path / "dl") / "model.safetensors").read_bytes() == b"\x01" * 1000
-    f.fs.pipe_file(f"{f.path}/model.safetensors", b"\x02" * 1000)  # changed in the store itself
+    f.fs.pipe_file(f.stored_path("model.safetensors"), b"\x02" * 1000)  # changed in the store itself
     shutil.rmtree(tmp_path / "dl")
     with pytest.raises(OSError, match=r"model\.safetensors does not match its manifest"):
         f.local_copy(cache_dir=tmp_path / "dl")
