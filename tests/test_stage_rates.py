@@ -40,7 +40,7 @@ def test_the_benchmark_and_the_flow_run_one_wiring(monkeypatch, tmp_path):
     corpus_wiring, with Prefect's steps and the measured ones: a benchmark that ran its own
     copy of the stages would not get here."""
     import flows.build_corpus as bc
-    from tasks.steps import PREFECT
+    from runs.steps import PREFECT
 
     seen, signature = [], inspect.signature(bc.corpus_wiring)
 
