@@ -72,7 +72,7 @@ MB = 2**20
 # Full English Wikipedia, the sizes the projection scales to (override on the command line).
 # Articles and words: https://en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia (6,816,939
 # articles and 4.5 billion words in April 2024). Pages of a pages-articles dump with the
-# redirects: ~23M (tasks/pages.py, find_duplicate_pages, on a full dump). Sentences: ~150M
+# redirects: ~23M (tasks/pages/, find_duplicate_pages, on a full dump). Sentences: ~150M
 # (4.5B words at ~30 words per kept prose sentence; lists, tables and infoboxes are not kept).
 ENWIKI = {"articles": 6.7e6, "pages": 23e6, "sentences": 150e6}
 METHOD = ("the flow's wiring (corpus_wiring) with each Prefect task body (task.fn) where the flow runs it: "
@@ -80,7 +80,7 @@ METHOD = ("the flow's wiring (corpus_wiring) with each Prefect task body (task.f
           "process; no Prefect server; models loaded before their stage (load_s); each (workers, replicate) in a "
           "fresh process")
 SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia, "
-                "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages.py); ~150M sentences "
+                "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages/); ~150M sentences "
                 "(4.5B words / ~30 words per kept sentence)")
 
 

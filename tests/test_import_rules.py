@@ -18,8 +18,7 @@ FORBIDDEN = {"pearl_model": ("storage", "runs", "tasks", "flows", "pearl_cli", "
              "pearl_cli": ("benchmarks",)}
 PACKAGES = ("pearl_model", "storage", "runs", "tasks", "flows", "pearl_cli")  # the module graph that has no cycle
 # modules of tasks/ that are helpers, not stages (no Prefect task, no dataset of their own)
-HELPERS = {"wikitext": "the pages stage's wikitext rendering (mwparserfromhell)",
-           "corpus_config": "the stages' settings (pydantic), which build-corpus and retrain take as parameters"}
+HELPERS = {"corpus_config": "the stages' settings (pydantic), which build-corpus and retrain take as parameters"}
 
 
 def imports(path: Path, root: Path) -> set[str]:
@@ -77,7 +76,7 @@ def test_a_broken_rule_is_reported(tmp_path, where, source, reported):
         (tmp_path / floor).mkdir(parents=True, exist_ok=True)
     (tmp_path / "tasks" / "pkg" / "__init__.py").write_text("")
     (tmp_path / "tasks" / "a.py").write_text("helper = 1\n")
-    (tmp_path / "tasks" / "c.py").write_text("from tasks import wikitext\nfrom tasks.wikitext import clean\n")
+    (tmp_path / "tasks" / "c.py").write_text("from tasks import corpus_config\nfrom tasks.corpus_config import ReadConfig\n")
     (tmp_path / "tasks" / "pkg" / "ok.py").write_text("from tasks.pkg import inner\nfrom .inner import x\n")
     (tmp_path / where).write_text(source)
     assert broken_rules(tmp_path) == [reported]

@@ -133,7 +133,7 @@ def test_replicated_json_lines_keep_ids_distinct(tmp_path):
 
 
 def test_copy_titles_keep_what_page_kind_reads():
-    from tasks.wikitext import page_kind
+    from tasks.pages.wikitext import page_kind
 
     assert page_kind(sr.copy_title("Mercury (disambiguation)", 3)) == "disambiguation"
     assert page_kind(sr.copy_title("List of moons", 3)) == "list"

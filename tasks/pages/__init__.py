@@ -20,7 +20,7 @@ import syntok.segmenter as segmenter
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
-from tasks import wikitext
+from tasks.pages import wikitext
 
 CODE_VERSION = "pages-4"
 # alias_mentions rows per page read (the sample's 206 enwiki pages: 36.6; rounded up)
