@@ -91,7 +91,7 @@ def wiring_args(source, storage_root: str, workers: int, overrides: dict) -> dic
     import inspect
 
     from flows.build_corpus import build_corpus, corpus_stages
-    from tasks.corpus_config import STAGES, group_settings
+    from flows.corpus_config import STAGES, group_settings
 
     grouped, rest = group_settings(overrides, STAGES)
     bound = inspect.signature(build_corpus.fn).bind(source=source, storage_root=storage_root, dask_workers=workers,

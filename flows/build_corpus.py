@@ -19,13 +19,13 @@ from typing import Annotated, Optional, Union
 from prefect import flow
 from pydantic import Field
 
+from flows.corpus_config import (
+    NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
+)
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from runs.steps import PREFECT, Steps
 from tasks.aliases import aliases_stage
 from tasks.augmentations import augmentation_report_task, augmentations_stage
-from tasks.corpus_config import (
-    NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
-)
 from tasks.corpus_report import corpus_report_task, corpus_summary_task
 from tasks.negatives import block_bucket_count, negatives_report_task, negatives_stage
 from tasks.pages import alias_bucket_count, pages_stage
@@ -113,7 +113,7 @@ def build_corpus(
 ) -> dict:
     """Build the corpus datasets from a Wikipedia dump.
 
-    Each stage's settings are one parameter (`tasks/corpus_config.py`: every field's default,
+    Each stage's settings are one parameter (`flows/corpus_config.py`: every field's default,
     bounds and description); give only the fields to change, e.g. `read={"max_pages": 50}` or
     `phrases={"parser": "pmi"}`.
 
