@@ -371,7 +371,7 @@ def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]
 
 
 def chart_png(deltas: list[tuple[str, dict[str, float]]]) -> bytes:
-    from tasks.figures import png_bytes, pyplot
+    from runs.figures import png_bytes, pyplot
 
     plt = pyplot()
     cols = list(deltas[0][1])
@@ -404,7 +404,7 @@ def report(results: Path, artifact: bool = typer.Option(False, help="publish the
         from prefect import flow
         from prefect.artifacts import create_markdown_artifact
 
-        from tasks.figures import markdown_image
+        from runs.figures import markdown_image
 
         @flow(name="ablations-report")
         def publish() -> None:

@@ -13,7 +13,7 @@ process (sampled every 50 ms), bytes written; per step the same, and its number 
 
 How a stage is run: the flow's own wiring, `corpus_wiring` (flows/build_corpus.py, which the
 `corpus-stages` flow runs with Prefect's task runs), with the arguments `build_corpus` gives it
-(its defaults and the overrides) and `MeasuredSteps` for how its tasks run (tasks/steps.py): each
+(its defaults and the overrides) and `MeasuredSteps` for how its tasks run (runs/steps.py): each
 task's body (`task.fn`) where the flow runs it, `.map` over the Dask workers (one future per
 item, gathered: the flow's `.result()` barrier), `.submit` as one task on a worker (raw_pages),
 and a direct call (`plan-*`, `commit-*`, reports, word_vectors, held-out aliases) in this
@@ -23,7 +23,7 @@ Not through a Prefect server: with one, each stage would also carry the API's pe
 calls and a server process on the same 2 cores, and its windows would have to be pieced
 together from task-run timestamps; here a stage is exactly the span between two barriers.
 Outside a run the tasks' run logs are off (`prefect.logging.disable_run_logger`) and their
-artifacts are computed, not sent (`tasks.steps.publish`). What is left out: the Prefect API's
+artifacts are computed, not sent (`runs.artifacts.publish`). What is left out: the Prefect API's
 overhead per task run (the number of tasks per step is recorded), and model loading (spaCy,
 WordNet, E5, fastText neighbours), which the wiring names with `steps.load` and which is done
 on every worker before the stage's tasks need it and reported as `load_s`: once per worker,
@@ -64,7 +64,7 @@ import typer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from phrase_mining import PeakPerProcess  # noqa: E402  (benchmarks/ is on sys.path)
 
-from tasks.steps import Steps  # noqa: E402
+from runs.steps import Steps  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 MB = 2**20
@@ -72,7 +72,7 @@ MB = 2**20
 # Full English Wikipedia, the sizes the projection scales to (override on the command line).
 # Articles and words: https://en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia (6,816,939
 # articles and 4.5 billion words in April 2024). Pages of a pages-articles dump with the
-# redirects: ~23M (tasks/pages.py, find_duplicate_pages, on a full dump). Sentences: ~150M
+# redirects: ~23M (tasks/pages/, find_duplicate_pages, on a full dump). Sentences: ~150M
 # (4.5B words at ~30 words per kept prose sentence; lists, tables and infoboxes are not kept).
 ENWIKI = {"articles": 6.7e6, "pages": 23e6, "sentences": 150e6}
 METHOD = ("the flow's wiring (corpus_wiring) with each Prefect task body (task.fn) where the flow runs it: "
@@ -80,7 +80,7 @@ METHOD = ("the flow's wiring (corpus_wiring) with each Prefect task body (task.f
           "process; no Prefect server; models loaded before their stage (load_s); each (workers, replicate) in a "
           "fresh process")
 SOURCES_NOTE = ("enwiki sizes: 6.7M articles and 4.5B words (en.wikipedia.org/wiki/Wikipedia:Size_of_Wikipedia, "
-                "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages.py); ~150M sentences "
+                "April 2024); ~23M pages with redirects in a pages-articles dump (tasks/pages/); ~150M sentences "
                 "(4.5B words / ~30 words per kept sentence)")
 
 
@@ -91,7 +91,7 @@ def wiring_args(source, storage_root: str, workers: int, overrides: dict) -> dic
     import inspect
 
     from flows.build_corpus import build_corpus, corpus_stages
-    from tasks.corpus_config import STAGES, group_settings
+    from flows.corpus_config import STAGES, group_settings
 
     grouped, rest = group_settings(overrides, STAGES)
     bound = inspect.signature(build_corpus.fn).bind(source=source, storage_root=storage_root, dask_workers=workers,
@@ -304,7 +304,7 @@ def warm_imports() -> None:
     task of a stage does not carry it."""
     import importlib
 
-    from tasks.figures import pyplot
+    from runs.figures import pyplot
 
     for module in ("flows.build_corpus", "gensim.models", "pearl_model.pairs.synonyms", "pearl_model.pairs.negatives"):
         importlib.import_module(module)
@@ -359,7 +359,7 @@ def map_widths() -> dict:
 
 
 class MeasuredSteps(Steps):
-    """The wiring's steps (tasks.steps.Steps) where the flow runs them, each measured: `map` and
+    """The wiring's steps (runs.steps.Steps) where the flow runs them, each measured: `map` and
     `submit` run the task bodies on the Dask workers (one future per item, gathered: the flow's
     `.result()` barrier), `call` runs one in this process, as a Prefect flow runs a task it calls
     directly. Per step: wall and CPU seconds of the processes doing it, peak RSS of every process

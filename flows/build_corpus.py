@@ -7,7 +7,7 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
 dataset's version and rows, a link to the subflow run and its stage reports). Their wiring is
-`corpus_wiring`, a plain function of how the tasks run (`tasks.steps.Steps`), so that
+`corpus_wiring`, a plain function of how the tasks run (`runs.steps.Steps`), so that
 benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
 inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
 reuses the extraction.
@@ -19,12 +19,13 @@ from typing import Annotated, Optional, Union
 from prefect import flow
 from pydantic import Field
 
-from flows.dask_runner import dask_task_runner, report_dask_dashboard
-from tasks.aliases import aliases_stage
-from tasks.augmentations import augmentation_report_task, augmentations_stage
-from tasks.corpus_config import (
+from flows.corpus_config import (
     NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
 )
+from flows.dask_runner import dask_task_runner, report_dask_dashboard
+from runs.steps import PREFECT, Steps
+from tasks.aliases import aliases_stage
+from tasks.augmentations import augmentation_report_task, augmentations_stage
 from tasks.corpus_report import corpus_report_task, corpus_summary_task
 from tasks.negatives import block_bucket_count, negatives_report_task, negatives_stage
 from tasks.pages import alias_bucket_count, pages_stage
@@ -34,7 +35,6 @@ from tasks.phrase_types import phrase_types_stage
 from tasks.phrases import phrases_stage
 from tasks.raw_pages import raw_pages_stage
 from tasks.raw_pages.sequential import check_input_complete_task
-from tasks.steps import PREFECT, Steps
 from tasks.training_set import training_set_stage
 from tasks.word_vectors import word_vectors_task
 
@@ -43,7 +43,7 @@ def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str
                   pages: PagesConfig, phrases: PhrasesConfig, word_vectors: WordVectorsConfig,
                   positives: PositivesConfig, negatives: NegativesConfig, training_set: TrainingSetConfig,
                   negative_backbone: str, backbone_cache_dir: Optional[str]) -> dict:
-    """The corpus stages in order, their tasks run by `steps` (tasks/steps.py): the flow's Prefect
+    """The corpus stages in order, their tasks run by `steps` (runs/steps.py): the flow's Prefect
     task runs, or benchmarks/stage_rates.py's measured ones. Returns the run's counts and versions."""
     raw, raw_manifest = raw_pages_stage(source, storage_root, read.params(), read.multistream_index, steps=steps)
     # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
@@ -113,7 +113,7 @@ def build_corpus(
 ) -> dict:
     """Build the corpus datasets from a Wikipedia dump.
 
-    Each stage's settings are one parameter (`tasks/corpus_config.py`: every field's default,
+    Each stage's settings are one parameter (`flows/corpus_config.py`: every field's default,
     bounds and description); give only the fields to change, e.g. `read={"max_pages": 50}` or
     `phrases={"parser": "pmi"}`.
 

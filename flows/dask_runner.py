@@ -7,7 +7,7 @@ from prefect import get_run_logger
 from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
 
-from tasks.steps import publish_link
+from runs.artifacts import publish_link
 
 # The dashboard has no authentication, so the local cluster's listens on loopback only;
 # PEARL_DASK_DASHBOARD (host:port, e.g. 0.0.0.0:8787) opens it elsewhere on purpose.

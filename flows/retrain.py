@@ -19,10 +19,10 @@ from prefect import flow
 from pydantic import Field
 
 from flows.build_corpus import build_corpus
+from flows.corpus_config import STAGES, group_settings
 from flows.evaluate import evaluate
 from flows.train import train
 from pearl_model.training.config import TrainConfig
-from tasks.corpus_config import STAGES, group_settings
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
 from tasks.training import model_directory_task, train_on_deployment_task
 
@@ -66,7 +66,7 @@ def retrain(
         source: the dump(s) build-corpus reads (see build-corpus).
         storage_root: datasets, models and the model registry (local path or fsspec URL).
         corpus: more build-corpus parameters and stage settings in one flat dict, e.g.
-            {"max_pages": 100, "parser": "benepar"} (tasks/corpus_config.py: which stage each is).
+            {"max_pages": 100, "parser": "benepar"} (flows/corpus_config.py: which stage each is).
         training: train parameters and training settings (TrainConfig's fields) in one dict, e.g.
             {"epochs": 2, "batch_size": 512} or {"max_steps": 10, "char_epochs": 1}.
         train_deployment: train through this deployment (e.g. "train/pearl-gpu", on the GPU work

@@ -94,9 +94,10 @@ elif [ ! -x /usr/bin/chromium ]; then
     fi
 fi
 
-# The pipeline (flows/, tasks/, storage/) runs from this checkout, beside its prefect.yaml: the
-# distribution installs only pearl_model and pearl_cli (generic top-level names like `tasks`
-# would collide in a shared environment), and this .pth puts the checkout on the venv's path.
+# The pipeline (flows/, tasks/, runs/, storage/) runs from this checkout, beside its
+# prefect.yaml: the distribution installs only pearl_model and pearl_cli (generic top-level
+# names like `tasks` would collide in a shared environment), and this .pth puts the checkout
+# on the venv's path.
 "$VENV/bin/python" - "$ROOT" <<'PY'
 import pathlib, sys, sysconfig
 pathlib.Path(sysconfig.get_paths()["purelib"], "pearl-pipeline-checkout.pth").write_text(sys.argv[1] + "\n")

@@ -66,7 +66,7 @@ def plan_aliases(mentions: Dataset, params: dict) -> Dataset:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-aliases", cache_policy=NONE)

@@ -354,7 +354,8 @@ def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vecto
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+from runs.artifacts import publish  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-augmentations", cache_policy=NONE)

@@ -277,7 +277,7 @@ def metrics_table(stats: dict) -> list[dict]:
 
 
 def loss_png(history: list[float]) -> bytes:
-    from tasks.figures import png_bytes, pyplot
+    from runs.figures import png_bytes, pyplot
 
     fig, ax = pyplot().subplots(figsize=(5, 3))
     ax.plot(range(1, len(history) + 1), history, marker="o")
@@ -288,7 +288,7 @@ def loss_png(history: list[float]) -> bytes:
 
 
 def loss_markdown(result: dict) -> str:
-    from tasks.figures import markdown_image
+    from runs.figures import markdown_image
 
     m = result["metrics"]
     return "\n".join([f"# Char encoder `{result['version']}`", "",
@@ -306,7 +306,7 @@ from prefect.logging import get_run_logger  # noqa: E402
 def char_encoder_task(storage_root: str, params: dict | None = None, vectors: Dataset | None = None) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from tasks.steps import publish_link
+    from runs.artifacts import publish_link
 
     logger = get_run_logger()
     result = run_char_encoder(storage_root, params, vectors)

@@ -102,7 +102,7 @@ def counts_table(counts: dict) -> list[dict]:
 
 def distribution_png(counts: dict, length_rows: list[dict]) -> bytes:
     """Where the pages went and how long the sentences are, as one PNG."""
-    from tasks.figures import png_bytes, pyplot
+    from runs.figures import png_bytes, pyplot
 
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(10, 3.6), dpi=100)
     outcome = {"kept": counts["kept"], **{f"filtered: {k}": v for k, v in counts["filtered"].items()},
@@ -124,7 +124,7 @@ def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) ->
               f"**{sum(counts['filtered'].values())}** + quarantined **{sum(counts['quarantined'].values())}**.",
               "", "A directory without `_manifest.json` is incomplete and is never read."]
     if png:
-        from tasks.figures import markdown_image
+        from runs.figures import markdown_image
 
         lines += ["", markdown_image(png, "pages and sentence lengths")]
     return "\n".join(lines)
@@ -149,7 +149,7 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import publish  # noqa: E402
+from runs.artifacts import publish  # noqa: E402
 
 
 @task(name="corpus-report", cache_policy=NONE)

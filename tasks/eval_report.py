@@ -56,7 +56,7 @@ def report_markdown(table: list[dict], manifest: dict, map_png: bytes | None) ->
               "`char3gram` is scored on AutoFJ only, as in the paper. Rows marked (paper) are the "
               "figures printed in the PEARL paper's Table 1, not reproduced here."]
     if map_png:
-        from tasks.figures import markdown_image
+        from runs.figures import markdown_image
 
         lines += ["", "## Entity map (t-SNE of CoNLL-2003 entity names)", "", markdown_image(map_png, "entity map")]
     return "\n".join(lines)
@@ -67,7 +67,7 @@ def entity_map_png(encoder, names: list[str], labels: list[str], title: str, see
     import numpy as np
     from sklearn.manifold import TSNE
 
-    from tasks.figures import png_bytes, pyplot
+    from runs.figures import png_bytes, pyplot
 
     vectors = encoder.encode(names, normalize=True)
     xy = TSNE(n_components=2, metric="cosine", init="pca", random_state=seed,

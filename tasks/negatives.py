@@ -210,7 +210,8 @@ def candidate_work(candidate_stats: list[dict]) -> dict:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps, publish  # noqa: E402
+from runs.artifacts import publish  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-negatives", cache_policy=NONE)

@@ -157,7 +157,7 @@ from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
-from tasks.steps import PREFECT, Steps  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-phrase-occurrences", cache_policy=NONE)

@@ -12,8 +12,8 @@ from collections import Counter
 
 from pearl_model.phrases.labels import ENTITY_TYPES, LEXICAL_TYPES, PAPER_LEXICAL_SHARE
 from pearl_model.phrases.mining import by_reason, check_stats
+from runs.figures import markdown_image, png_bytes, pyplot
 from storage.datasets import Dataset
-from tasks.figures import markdown_image, png_bytes, pyplot
 
 
 class PhraseCountsDoNotReconcile(AssertionError):
@@ -127,7 +127,7 @@ from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import publish  # noqa: E402
+from runs.artifacts import publish  # noqa: E402
 
 
 @task(name="phrase-report", cache_policy=NONE)

@@ -207,7 +207,7 @@ def commit_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params:
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-phrase-types", cache_policy=NONE)

@@ -180,7 +180,7 @@ def commit_phrases(out: Dataset, occurrences: Dataset, params: dict, bucket_stat
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-pmi-word-totals", cache_policy=NONE)

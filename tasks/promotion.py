@@ -239,8 +239,8 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
 @task(name="dataset-links", cache_policy=NONE)
 def dataset_links_task(storage_root: str, versions: dict[str, str]) -> None:
     """One link artifact per dataset version the run used, under a stable key per dataset."""
+    from runs.artifacts import publish_link
     from storage.datasets import Dataset, resolve_root
-    from tasks.steps import publish_link
 
     root = resolve_root(storage_root)
     for name, version in versions.items():

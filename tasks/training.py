@@ -327,7 +327,7 @@ def training_log(out: FileSet) -> dict:
 
 
 def curves_png(history: list[dict], validation: list[dict]) -> bytes:
-    from tasks.figures import png_bytes, pyplot
+    from runs.figures import png_bytes, pyplot
 
     plt = pyplot()
     aliases = [(v["step"], v["val_alias_top1"], v["val_alias_mrr"]) for v in validation if "val_alias_top1" in v]
@@ -456,8 +456,8 @@ def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
 def training_report_task(out: FileSet) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from tasks.figures import markdown_image
-    from tasks.steps import publish_link
+    from runs.artifacts import publish_link
+    from runs.figures import markdown_image
 
     man = out.manifest()
     logs = training_log(out)

@@ -157,7 +157,8 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from tasks.steps import PREFECT, Steps, publish_link  # noqa: E402
+from runs.artifacts import publish_link  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="heldout-aliases", cache_policy=NONE)

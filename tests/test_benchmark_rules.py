@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT = ("pearl_model", "tasks", "flows", "storage", "pearl_cli")
+PROJECT = ("pearl_model", "tasks", "flows", "runs", "storage", "pearl_cli")
 
 
 def _private(name: str) -> bool:

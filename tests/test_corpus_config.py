@@ -1,11 +1,11 @@
-"""build-corpus's per-stage settings (tasks/corpus_config.py): the version inputs they produce are
+"""build-corpus's per-stage settings (flows/corpus_config.py): the version inputs they produce are
 those the flat parameters produced before them, a flat dict reaches the right stage, and a value out
 of bounds is refused with its name."""
 from __future__ import annotations
 
 import pytest
 
-from tasks.corpus_config import (
+from flows.corpus_config import (
     STAGES, NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig,
     WordVectorsConfig, group_settings,
 )

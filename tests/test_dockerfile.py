@@ -156,6 +156,14 @@ def test_dockerignore_keeps_out_local_state_but_not_what_the_dockerfile_copies(t
         assert (ROOT / s).exists(), f"COPY {s}: not in the repository"
 
 
+def test_the_image_copies_every_package_of_the_checkout():
+    # the Dockerfile names them one by one: a new floor left out imports fine here and fails in the image
+    copied = {w.rstrip("/") for keyword, args in INSTRUCTIONS if keyword == "COPY" for w in args.split()[:-1]}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert {"flows", "tasks", "runs", "storage", "pearl_model", "pearl_cli"} <= packages
+    assert packages <= copied, f"not copied into the image: {sorted(packages - copied)}"
+
+
 @pytest.mark.parametrize("variant, deployment", [("cpu", "wiki"), ("gpu", "pearl-gpu")])
 def test_each_variant_serves_its_pool(variant, deployment):
     deployments = {d["name"]: d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}

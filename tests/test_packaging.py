@@ -1,6 +1,6 @@
 """What `pip install .` puts into site-packages: the library and the command only, with their
-licence metadata; the pipeline's generic top-level names (flows, tasks, storage) stay in the
-checkout, which scripts/setup.sh puts on the project venv's path."""
+licence metadata; the pipeline's generic top-level names (flows, tasks, runs, storage) stay in
+the checkout, which scripts/setup.sh puts on the project venv's path."""
 from __future__ import annotations
 
 import shutil

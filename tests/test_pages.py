@@ -10,7 +10,6 @@ import pytest
 
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, RAW_PAGES, SENTENCES
-from tasks import wikitext
 from tasks.pages import (
     SENTENCE_ID_STRIDE,
     alias_bucket,
@@ -20,6 +19,7 @@ from tasks.pages import (
     find_duplicate_pages,
     plan_page_outputs,
     split_sentences,
+    wikitext,
 )
 
 

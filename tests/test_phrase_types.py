@@ -7,13 +7,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from flows.corpus_config import PhrasesConfig
 from storage.datasets import Dataset
 from storage.schemas import SENTENCES
 from tasks import phrase_occurrences as occ_stage
 from tasks import phrase_report
 from tasks import phrase_types
 from tasks import phrases as phrase_stage
-from tasks.corpus_config import PhrasesConfig
 from tests.test_phrase_stages import SENTENCES_TEXT, params, run_stages, sentences_dataset, table_rows
 
 

@@ -40,7 +40,7 @@ def test_the_benchmark_and_the_flow_run_one_wiring(monkeypatch, tmp_path):
     corpus_wiring, with Prefect's steps and the measured ones: a benchmark that ran its own
     copy of the stages would not get here."""
     import flows.build_corpus as bc
-    from tasks.steps import PREFECT
+    from runs.steps import PREFECT
 
     seen, signature = [], inspect.signature(bc.corpus_wiring)
 
@@ -133,7 +133,7 @@ def test_replicated_json_lines_keep_ids_distinct(tmp_path):
 
 
 def test_copy_titles_keep_what_page_kind_reads():
-    from tasks.wikitext import page_kind
+    from tasks.pages.wikitext import page_kind
 
     assert page_kind(sr.copy_title("Mercury (disambiguation)", 3)) == "disambiguation"
     assert page_kind(sr.copy_title("List of moons", 3)) == "list"

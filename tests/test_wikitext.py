@@ -1,10 +1,10 @@
-"""tasks.wikitext: wikitext -> prose, link anchors, page kind, redirects."""
+"""tasks.pages.wikitext: wikitext -> prose, link anchors, page kind, redirects."""
 from __future__ import annotations
 
 import pytest
 
-from tasks import wikitext
-from tasks.wikitext import anchors, clean, normalize_title, page_kind, parse, redirect_target
+from tasks.pages import wikitext
+from tasks.pages.wikitext import anchors, clean, normalize_title, page_kind, parse, redirect_target
 
 
 def text_of(src: str) -> str:

@@ -1,6 +1,6 @@
 """The configuration reference, generated from the settings models themselves (the one place each
 setting's default, bounds and description live): build-corpus's stage models
-(`tasks/corpus_config.py`, one flow parameter each) and `TrainConfig` (the `train` flow's
+(`flows/corpus_config.py`, one flow parameter each) and `TrainConfig` (the `train` flow's
 `training` parameter). A page holding the line `<!-- config-reference -->` gets, per model, a
 table of field, type, default, bounds and description. A field without a description raises
 `MissingDescription`, which fails the build.
@@ -34,8 +34,8 @@ class MissingDescription(ValueError):
 
 def models() -> list[tuple[str, str, type[BaseModel]]]:
     """(flow, parameter, model) for every settings model, in the order a run uses them."""
+    from flows.corpus_config import STAGES
     from pearl_model import TrainConfig
-    from tasks.corpus_config import STAGES
 
     return ([("build-corpus", name, model) for name, model in STAGES.items()]
             + [("train", "training", TrainConfig)])

@@ -8,7 +8,7 @@ readers became this package) keeps working.
 """
 from prefect import unmapped
 
-from tasks.steps import PREFECT, Steps
+from runs.steps import PREFECT, Steps
 from tasks.raw_pages.multistream import (
     Stream, commit_multistream_task, decompress_streams, index_for, plan_multistream, plan_multistream_task,
     plan_partitions, raw_partition_task, read_index, write_multistream,

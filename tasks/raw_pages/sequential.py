@@ -334,7 +334,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
-from tasks.steps import publish  # noqa: E402
+from runs.artifacts import publish  # noqa: E402
 
 
 @task(name="plan-raw-pages", cache_policy=NONE)

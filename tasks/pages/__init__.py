@@ -20,7 +20,7 @@ import syntok.segmenter as segmenter
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
-from tasks import wikitext
+from tasks.pages import wikitext
 
 CODE_VERSION = "pages-4"
 # alias_mentions rows per page read (the sample's 206 enwiki pages: 36.6; rounded up)
@@ -276,7 +276,7 @@ from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
-from tasks.steps import PREFECT, Steps  # noqa: E402
+from runs.steps import PREFECT, Steps  # noqa: E402
 
 
 @task(name="plan-pages", cache_policy=NONE)

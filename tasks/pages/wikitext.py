@@ -1,9 +1,9 @@
 """Wikitext to plain text, link anchors and page kind, with mwparserfromhell.
 
-A helper of the pages stage (not a stage itself). mwparserfromhell gives the node tree;
-the rendering choices (what counts as prose) are ours: templates, references, tables,
-files and categories carry no sentences, and the reference-like sections at the end of
-an article are lists of citations, not prose.
+Part of the pages stage (tasks/pages/), not a stage of its own. mwparserfromhell gives the
+node tree; the rendering choices (what counts as prose) are ours: templates, references,
+tables, files and categories carry no sentences, and the reference-like sections at the end
+of an article are lists of citations, not prose.
 """
 from __future__ import annotations
 
