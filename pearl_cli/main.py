@@ -31,11 +31,35 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.inference.onnx_backend import BACKENDS
 
-app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.")
+
+
+class _OneLineErrors(TyperGroup):
+    """Usage errors as one line on stderr (exit 2), as the commands' own errors are, instead of
+    typer's framed usage block: scripts and logs read them."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            typer.echo("pearl: aborted", err=True)
+            sys.exit(1)
+        except typer.TyperException as e:  # typer's click errors: usage errors carry their command
+            ctx = getattr(e, "ctx", None)
+            where = ctx.command_path if ctx else "pearl"
+            hint = f" (`{where} --help` lists the options)" if ctx else ""
+            typer.echo(f"{where}: {e.format_message()}{hint}", err=True)
+            sys.exit(getattr(e, "exit_code", 1))
+        sys.exit(rv if isinstance(rv, int) else 0)  # an Exit's code, or 0 after a command returned
+
+
+app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.", cls=_OneLineErrors)
 
 
 def _print_version(value: bool) -> None:

@@ -284,9 +284,16 @@ def test_unreadable_input_fails_in_one_line_before_the_model_is_loaded(make_inpu
 
 
 def test_batch_size_below_one_is_refused_before_the_model_is_loaded(no_model):
-    r = CliRunner().invoke(app, ["encode", "banana", "--batch-size", "0", "--backbone", "x"])
-    assert r.exit_code == 2 and "--batch-size" in r.output and "Traceback" not in r.output
-    assert no_model == []  # a usage error, as click reports any bad option value
+    r = CliRunner().invoke(app, ["encode", "banana", "--batch-size", "0", "--backbone", "x"], prog_name="pearl")
+    assert "--batch-size" in one_line_error(r) and "pearl encode --help" in r.stderr
+    assert no_model == []  # a usage error, refused before anything loads
+
+
+def test_usage_errors_are_one_line_and_exit_2():
+    for args in (["encode", "--no-such-option"], ["no-such-command"], ["models", "promote"]):
+        assert one_line_error(CliRunner().invoke(app, args, prog_name="pearl")).startswith("pearl")
+    r = CliRunner().invoke(app, ["--help"])
+    assert r.exit_code == 0 and "encode" in r.output
 
 
 @pytest.fixture
