@@ -98,11 +98,34 @@ def gpu_parts(enc, batch_size: int, repeats: int) -> dict:
         if enc.device.type == "cuda":
             torch.cuda.synchronize()
 
+    from pearl_model.inference.encoder import CudaRunner
+
     feats = {}
     out = {"tokenise_only_phrases_per_s": round(timed(tokenise, PHRASES, repeats), 1)}
     feats.update({n: tokenise(PHRASES[:n]) for n in (256, len(PHRASES))})
     out["forward_only_phrases_per_s"] = round(timed(forward, PHRASES, repeats), 1)
+    if not pearl:  # the graphs apply to a transformer's forward alone
+        with patched(CudaRunner, forward="graphs"):
+            out["forward_only_graphs_phrases_per_s"] = round(timed(forward, PHRASES, repeats), 1)
     return out
+
+
+def graphs_first_call(enc, phrases, results: dict) -> None:
+    """The graph rows are the best of repeated calls, whose graphs were captured by the first: one
+    call on a model with none captured yet, and whether a capture failed (then they ran eagerly)."""
+    from pearl_model.inference.encoder import GPU_BATCH_SIZE, CudaRunner, KeptForward
+
+    kept = KeptForward._kept.get(enc.model)
+    if kept is None:  # a PEARL export (--short): no graph rows ran
+        return
+    results["graph_capture_failed"] = kept.failed
+    results["graph_shapes_captured"] = sorted(kept.graphs)
+    KeptForward._kept.pop(enc.model)
+    with patched(CudaRunner, forward="graphs"):
+        t0 = time.perf_counter()
+        enc.encode(phrases, batch_size=GPU_BATCH_SIZE, backend="torch", show_progress=False)
+        results["graphs_first_call_phrases_per_s"] = round(len(phrases) / (time.perf_counter() - t0), 1)
+    print("graphs", {k: results[k] for k in ("graph_capture_failed", "graphs_first_call_phrases_per_s")}, flush=True)
 
 
 SHORT = False  # --short: the GPU default row alone (and the halves), not each part undone
@@ -122,6 +145,10 @@ def gpu_rows(enc, row, batch_size: int) -> None:
     variant(f"encode(torch, gpu default: bf16 weights, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE)
     if SHORT:
         return
+    # CudaRunner.forward: length-bucketed batches, with a CUDA graph per bucket and without
+    for bs in (GPU_BATCH_SIZE, 512, 4096):
+        variant(f"encode(torch, CUDA graphs over length buckets, batch {bs})", bs, forward="graphs")
+    variant(f"encode(torch, length buckets without graphs, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, forward="buckets")
     variant(f"encode(torch, bf16 autocast, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="autocast")
     variant(f"encode(torch, fp32, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="fp32")
     variant(f"encode(torch, four tokenising threads, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, workers=4)
@@ -196,6 +223,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e, show_progress=False))
     if cuda:
         gpu_rows(enc, row, batch_size)
+        graphs_first_call(enc, phrases, results)
         PHRASES[:] = phrases
         results["gpu_parts"] = gpu_parts(enc, batch_size, repeats)
         print("gpu_parts", results["gpu_parts"], flush=True)
