@@ -165,18 +165,19 @@ class CudaRunner:
     copied without blocking, results left on the GPU (``encode_batches`` syncs once per
     ``GPU_FLUSH_BATCHES``), so the host queues the next batch while the GPU runs this one.
 
-    The weights are a bf16 copy made when the runner is built (one per ``encode()`` call, since a
-    model being trained changes); ``cast``: "autocast" casts per op instead, as training does;
-    "fp32" runs the weights as they are (the reference the benchmark compares with).
+    ``forward`` (a transformer with bf16 weights; else "eager"): "graphs", the default, pads each
+    batch to a (:func:`bucket` rows, :func:`bucket` tokens) shape and replays one CUDA graph per
+    shape: the forward of short phrases is a few hundred small kernels, bound by their launches
+    (docs/research/speed-gpu.md). :class:`KeptForward` keeps the bf16 weights and the graphs'
+    memory with the model, refreshing the weights each ``encode()`` call (a model being trained
+    changes); on a CPU "graphs" pads without capturing. "buckets" pads without graphs; "eager"
+    runs each batch as it comes, with a bf16 copy of the weights made per call.
 
-    ``forward`` (a transformer with bf16 weights; else "eager"): "buckets" pads each batch to a
-    (:func:`bucket` rows, :func:`bucket` tokens) shape, "graphs" also replays one CUDA graph per
-    shape (:class:`KeptForward`, which keeps the bf16 weights and the graphs' memory with the model;
-    on a CPU it is "buckets"): the forward of short phrases is a few hundred small kernels, bound
-    by their launches."""
+    ``cast``: "autocast" casts per op instead, as training does; "fp32" runs the weights as they
+    are (the reference the benchmark compares with); both run "eager"."""
 
     cast = "weights"  # "weights" | "autocast" | "fp32": benchmarks/encode_throughput.py --device cuda
-    forward = "eager"  # "eager" | "buckets" | "graphs": benchmarks/encode_throughput.py --device cuda
+    forward = "graphs"  # "graphs" | "buckets" | "eager": benchmarks/encode_throughput.py --device cuda
     workers = 1  # tokenising threads: the Rust tokenizer parallelises each batch itself; more measured slower
 
     def __init__(self, model, device, pool: bool):
