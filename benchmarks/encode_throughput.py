@@ -98,11 +98,33 @@ def gpu_parts(enc, batch_size: int, repeats: int) -> dict:
         if enc.device.type == "cuda":
             torch.cuda.synchronize()
 
+    from pearl_model.inference.encoder import CudaRunner
+
     feats = {}
     out = {"tokenise_only_phrases_per_s": round(timed(tokenise, PHRASES, repeats), 1)}
     feats.update({n: tokenise(PHRASES[:n]) for n in (256, len(PHRASES))})
     out["forward_only_phrases_per_s"] = round(timed(forward, PHRASES, repeats), 1)
+    if not pearl:  # a transformer alone has graphs: its forward without them
+        with patched(CudaRunner, forward="eager"):
+            out["forward_only_eager_phrases_per_s"] = round(timed(forward, PHRASES, repeats), 1)
     return out
+
+
+def graphs_first_call(enc, phrases, results: dict) -> None:
+    """The graph rows are the best of repeated calls, whose graphs were captured by the first: one
+    call on a model with none captured yet, and whether a capture failed (then they ran eagerly)."""
+    from pearl_model.inference.encoder import GPU_BATCH_SIZE, KeptForward
+
+    kept = KeptForward._kept.get(enc.model)
+    if kept is None:  # a PEARL export (--short): no graph rows ran
+        return
+    results["graph_capture_failed"] = kept.failed
+    results["graph_shapes_captured"] = sorted(kept.graphs)
+    KeptForward._kept.pop(enc.model)
+    t0 = time.perf_counter()
+    enc.encode(phrases, batch_size=GPU_BATCH_SIZE, backend="torch", show_progress=False)
+    results["graphs_first_call_phrases_per_s"] = round(len(phrases) / (time.perf_counter() - t0), 1)
+    print("graphs", {k: results[k] for k in ("graph_capture_failed", "graphs_first_call_phrases_per_s")}, flush=True)
 
 
 SHORT = False  # --short: the GPU default row alone (and the halves), not each part undone
@@ -119,14 +141,18 @@ def gpu_rows(enc, row, batch_size: int) -> None:
                 return enc.encode(p, batch_size=bs, backend="torch", show_progress=False)
         row(name, fn)
 
-    variant(f"encode(torch, gpu default: bf16 weights, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE)
+    variant(f"encode(torch, gpu default: bf16 weights, CUDA graphs over length buckets, batch {GPU_BATCH_SIZE})",
+            GPU_BATCH_SIZE)
     if SHORT:
         return
+    variant(f"encode(torch, length buckets without graphs, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, forward="buckets")
+    variant(f"encode(torch, eager forward: no buckets, no graphs, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE,
+            forward="eager")
     variant(f"encode(torch, bf16 autocast, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="autocast")
     variant(f"encode(torch, fp32, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, cast="fp32")
     variant(f"encode(torch, four tokenising threads, batch {GPU_BATCH_SIZE})", GPU_BATCH_SIZE, workers=4)
     for bs in sorted({128, 512, 2048, 4096} - {GPU_BATCH_SIZE}):
-        variant(f"encode(torch, bf16 weights, batch {bs})", bs)
+        variant(f"encode(torch, bf16 weights, CUDA graphs, batch {bs})", bs)
 
 
 def sentence_transformer(enc, spec: str, device: str):
@@ -196,6 +222,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
         row(f"encode(backend={engine})", lambda p, e=engine: enc.encode(p, batch_size=batch_size, backend=e, show_progress=False))
     if cuda:
         gpu_rows(enc, row, batch_size)
+        graphs_first_call(enc, phrases, results)
         PHRASES[:] = phrases
         results["gpu_parts"] = gpu_parts(enc, batch_size, repeats)
         print("gpu_parts", results["gpu_parts"], flush=True)

@@ -134,6 +134,71 @@ def test_tensor_results_are_gathered_in_order_across_flushes(monkeypatch):
     assert np.allclose(unit, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
 
 
+def test_buckets_are_few_and_pad_little():
+    from pearl_model.inference.encoder import bucket
+
+    assert [bucket(n) for n in (1, 8, 9, 40, 64, 65, 544, 1000, 1024)] == [8, 8, 16, 40, 64, 80, 640, 1024, 1024]
+    sizes = [bucket(n) for n in range(1, 4097)]
+    assert all(n <= b <= max(n + 7, n * 5 // 4) for n, b in zip(range(1, 4097), sizes))
+    assert len(set(sizes[:512])) <= 24  # up to 512 tokens: at most this many graphs a batch size
+
+
+def test_bucketed_forward_gives_the_eager_vectors(tiny, monkeypatch):
+    """Batches padded to bucket shapes (extra tokens and extra rows, as the CUDA graphs replay them)
+    give the vectors of the unpadded batches: padding is masked out and padded rows dropped. On a
+    CPU "graphs" pads without capturing; the capture itself needs a GPU (the benchmark checks it)."""
+    import copy
+
+    import pearl_model.inference.encoder as E
+
+    model = copy.deepcopy(tiny.model)  # its kept bf16 weights are changed below
+    phrases = ["car", "the new york times review of a city", "red", "bank of the river", "york",
+               " ".join(WORDS), "a red car", ""]
+    featurize = lambda b: tiny.tokenizer(b, padding=True, truncation=True, max_length=16,  # noqa: E731
+                                         return_tensors="pt")
+
+    def encode(forward, m=model):
+        monkeypatch.setattr(E.CudaRunner, "forward", forward)
+        runner = E.CudaRunner(m, torch.device("cpu"), pool=True)
+        return E.encode_batches(phrases, 3, 32, featurize, runner, True, False, "t")
+
+    padded, rows = E.pad_to_bucket(featurize(phrases[:3]), pad_id=0, max_length=64)
+    assert rows == 3 and padded["input_ids"].shape == (8, 16)
+    assert padded["attention_mask"][3:].sum(1).tolist() == [1] * 5  # padding rows attend to one token
+    eager = encode("eager")
+    for forward in ("buckets", "graphs"):
+        got = encode(forward)
+        assert (got * eager).sum(1).min() > 0.9999, forward
+        assert np.allclose(got, eager, atol=2e-3), forward
+    # the kept weights follow the model between calls (a graph replays them where they were captured)
+    kept = E.KeptForward.of(model, torch.bfloat16)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight.mul_(-1.5)
+    changed = encode("buckets")
+    assert E.KeptForward.of(model, torch.bfloat16) is kept
+    assert (changed * encode("eager")).sum(1).min() > 0.9999
+    assert not np.allclose(changed, eager, atol=1e-2)
+
+
+def test_the_captured_forward_reads_nothing_back_to_the_host(tiny, monkeypatch):
+    """A CUDA graph capture forbids host syncs: the bucketed forward, as captured, turns no tensor
+    into a Python value (transformers 4.x would, to skip an all-ones mask, without
+    ``_mask_read_skipped``)."""
+    import pearl_model.inference.encoder as E
+
+    monkeypatch.setattr(E.CudaRunner, "forward", "graphs")
+    runner = E.CudaRunner(tiny.model, torch.device("cpu"), pool=True)
+    feats, _ = runner.prepare(tiny.tokenizer(["the new york times", "a red car"], padding=True, return_tensors="pt"))
+
+    def host_read(*_):
+        raise AssertionError("a tensor read on the host")
+
+    with E._mask_read_skipped(), torch.inference_mode():
+        monkeypatch.setattr(torch.Tensor, "__bool__", host_read)
+        monkeypatch.setattr(torch.Tensor, "item", host_read)
+        runner.run_forward(feats)
+
+
 def test_default_batch_size_is_larger_on_a_gpu():
     from pearl_model.inference.encoder import default_batch_size
 

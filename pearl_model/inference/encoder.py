@@ -5,7 +5,11 @@ that each batch pads to similar lengths, then put back in the caller's order.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
@@ -55,46 +59,174 @@ def torch_runner(model, device, pool: bool) -> Callable:
     return run
 
 
+def bucket(n: int) -> int:
+    """``n`` rounded up so that padded batches share a few shapes (one CUDA graph each): to a
+    multiple of 8 up to 64, then in four steps per doubling (at most 1/4 padding)."""
+    step = max(8, 1 << max(n.bit_length() - 3, 0))
+    return -(-n // step) * step
+
+
+def pad_to_bucket(features: dict, pad_id: int, max_length: int) -> tuple[dict, int]:
+    """``(features padded to (bucket(rows), bucket(length)), rows)``: padded tokens are masked
+    out (attention and mean pooling), padded rows are dropped after the forward."""
+    rows, length = features["input_ids"].shape
+    extra = (0, min(bucket(length), max(max_length, length)) - length, 0, bucket(rows) - rows)
+    out = {k: torch.nn.functional.pad(v, extra, value=pad_id if k == "input_ids" else 0)
+           for k, v in features.items()}
+    out["attention_mask"][rows:, 0] = 1  # a padding row attends to one token: no fully masked softmax
+    return out, rows
+
+
+class KeptForward:
+    """A transformer's bf16 weights and its CUDA graphs (one per padded batch shape), kept with the
+    model across ``encode()`` calls: a graph bakes in its tensors' addresses, so the weights are
+    refreshed in place each call (a model being trained changes) and captured shapes replay."""
+
+    _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, weights: dict, dtype):
+        self.device = next(iter(weights.values())).device
+        self.params = {k: (v.to(dtype) if v.is_floating_point() else v.clone()) for k, v in weights.items()}
+        self.graphs: dict = {}  # (rows, length) -> (graph, static inputs, static output)
+        self.pool = None
+        self.failed: str | None = None  # why capture failed: this model then runs without graphs
+        self.lock = threading.Lock()  # one replay at a time: static inputs and outputs are shared
+
+    @classmethod
+    def of(cls, model, dtype) -> KeptForward:
+        weights = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        kept = cls._kept.get(model)
+        if kept is None or [(k, v.shape, v.device) for k, v in kept.params.items()] != \
+                [(k, v.shape, v.device) for k, v in weights.items()]:
+            kept = cls._kept[model] = cls(weights, dtype)
+        else:
+            with torch.no_grad():
+                for k, v in weights.items():
+                    kept.params[k].copy_(v)
+        return kept
+
+    def replay(self, features: dict, forward: Callable):
+        """``forward(features)`` by the graph of this shape (captured on first use): a copy of its
+        output; None where capture failed."""
+        with self.lock:
+            entry = self.graphs.get(tuple(features["input_ids"].shape))
+            if entry is None and self.failed is None:
+                entry = self._capture(features, forward)
+            if entry is None:
+                return None
+            graph, static, out = entry
+            for k, v in features.items():
+                static[k].copy_(v, non_blocking=True)
+            graph.replay()
+            return out.clone()  # the next replay overwrites ``out``
+
+    def _capture(self, features: dict, forward: Callable):
+        static = {k: v.to(self.device) for k, v in features.items()}
+        try:
+            side = torch.cuda.Stream(self.device)  # warm-up off the capture, as torch.cuda.graph asks
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                forward(static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self.pool = self.pool or torch.cuda.graph_pool_handle()  # the shapes share one memory pool
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: the tokenising thread pins memory meanwhile, which a global capture forbids
+            with _mask_read_skipped(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = forward(static)
+        except RuntimeError as e:
+            self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            warnings.warn(f"CUDA graph capture failed, encoding without graphs: {self.failed}", stacklevel=2)
+            return None
+        self.graphs[tuple(features["input_ids"].shape)] = entry = (graph, static, out)
+        return entry
+
+
+@contextlib.contextmanager
+def _mask_read_skipped():
+    """transformers 4.x reads an attention mask on the host to skip it when it is all ones, a sync a
+    CUDA graph capture forbids, unless it believes it is tracing; 5.x counts a capture as tracing."""
+    try:
+        import transformers.modeling_attn_mask_utils as mask_utils
+    except ImportError:
+        yield
+        return
+    saved = getattr(mask_utils, "is_torchdynamo_compiling", None)
+    if saved is not None:
+        mask_utils.is_torchdynamo_compiling = lambda: True
+    try:
+        yield
+    finally:
+        if saved is not None:
+            mask_utils.is_torchdynamo_compiling = saved
+
+
 class CudaRunner:
     """The GPU path of ``encode()``: bf16 weights, inputs pinned in the tokenising threads and
     copied without blocking, results left on the GPU (``encode_batches`` syncs once per
     ``GPU_FLUSH_BATCHES``), so the host queues the next batch while the GPU runs this one.
 
-    The weights are a bf16 copy made when the runner is built (one per ``encode()`` call, since a
-    model being trained changes); ``cast``: "autocast" casts per op instead, as training does;
-    "fp32" runs the weights as they are (the reference the benchmark compares with)."""
+    ``forward`` (a transformer with bf16 weights; else "eager"): "graphs", the default, pads each
+    batch to a (:func:`bucket` rows, :func:`bucket` tokens) shape and replays one CUDA graph per
+    shape: the forward of short phrases is a few hundred small kernels, bound by their launches
+    (docs/research/speed-gpu.md). :class:`KeptForward` keeps the bf16 weights and the graphs'
+    memory with the model, refreshing the weights each ``encode()`` call (a model being trained
+    changes); on a CPU "graphs" pads without capturing. "buckets" pads without graphs; "eager"
+    runs each batch as it comes, with a bf16 copy of the weights made per call.
+
+    ``cast``: "autocast" casts per op instead, as training does; "fp32" runs the weights as they
+    are (the reference the benchmark compares with); both run "eager"."""
 
     cast = "weights"  # "weights" | "autocast" | "fp32": benchmarks/encode_throughput.py --device cuda
+    forward = "graphs"  # "graphs" | "buckets" | "eager": benchmarks/encode_throughput.py --device cuda
     workers = 1  # tokenising threads: the Rust tokenizer parallelises each batch itself; more measured slower
 
     def __init__(self, model, device, pool: bool):
         self.model, self.device, self.pool = model, device, pool
         self.dtype = torch.float16 if device.type == "cuda" and not torch.cuda.is_bf16_supported() else torch.bfloat16
-        self.params = None
-        if self.cast == "weights":
+        self.params, self.kept = None, None
+        self.mode = self.forward if pool and self.cast == "weights" else "eager"
+        if self.mode != "eager":
+            self.kept = KeptForward.of(model, self.dtype)
+            self.params = self.kept.params
+        elif self.cast == "weights":
             # A PEARL model's character branch and heads stay float32: they are tiny, and its
             # forward concatenates their output with the pooled backbone vector in float32.
             cast = "" if pool else "backbone."
             self.params = {k: (v.to(self.dtype) if v.is_floating_point() and k.startswith(cast) else v)
                            for k, v in {**dict(model.named_parameters()), **dict(model.named_buffers())}.items()}
 
-    def prepare(self, features: dict) -> dict:
-        """Runs in a tokenising thread: page-locked host memory makes the copy to the GPU asynchronous."""
-        if self.device.type != "cuda":  # the tests run this runner on a CPU
-            return features
-        return {k: v.pin_memory() for k, v in features.items()}
+    def prepare(self, features: dict):
+        """Runs in a tokenising thread: padding to a bucket; page-locked host memory makes the copy to
+        the GPU asynchronous."""
+        rows = None
+        if self.mode != "eager":
+            config = self.model.config
+            features, rows = pad_to_bucket(features, getattr(config, "pad_token_id", None) or 0,
+                                           getattr(config, "max_position_embeddings", 512))
+        if self.device.type == "cuda":  # the tests run this runner on a CPU
+            features = {k: v.pin_memory() for k, v in features.items()}
+        return features if rows is None else (features, rows)
+
+    def run_forward(self, feats: dict):
+        """The unnormalised float32 vectors of ``feats`` (on the device)."""
+        if self.params is not None:
+            out = torch.func.functional_call(self.model, self.params, args=(), kwargs=feats)
+        else:
+            with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.cast == "autocast"):
+                out = self.model(**feats)
+        if self.pool:
+            return mean_pool(out.last_hidden_state.float(), feats["attention_mask"])
+        return out[0].float()
 
     def __call__(self, features):
         with torch.inference_mode():
-            feats = {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
-            if self.params is not None:
-                out = torch.func.functional_call(self.model, self.params, args=(), kwargs=feats)
-            else:
-                with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.cast == "autocast"):
-                    out = self.model(**feats)
-            if self.pool:
-                return mean_pool(out.last_hidden_state.float(), feats["attention_mask"])
-            return out[0].float()
+            features, rows = features if self.mode != "eager" else (features, None)
+            out = None
+            if self.mode == "graphs" and self.device.type == "cuda":
+                out = self.kept.replay(features, self.run_forward)
+            if out is None:
+                out = self.run_forward({k: v.to(self.device, non_blocking=True) for k, v in features.items()})
+            return out[:rows]  # a bucket's padding rows dropped
 
 
 def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: Callable, run: Callable,
