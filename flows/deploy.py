@@ -56,7 +56,9 @@ def check_api(client, url: str) -> None:
     except httpx.HTTPStatusError as e:
         code = e.response.status_code
         if code == 401:
-            given = "a PREFECT_API_AUTH_STRING it does not accept" if os.environ.get("PREFECT_API_AUTH_STRING") \
+            from prefect.settings import PREFECT_API_AUTH_STRING
+
+            given = "a PREFECT_API_AUTH_STRING it does not accept" if PREFECT_API_AUTH_STRING.value() \
                 else "no PREFECT_API_AUTH_STRING"
             raise SetupError(f"the Prefect API at {url} refused the request (401 Unauthorized): this client sent "
                              f"{given}; set it to the server's auth string") from None
