@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     log(f"deploying {PROJECT / 'prefect.yaml'} (retrain/weekly's schedule {env['PEARL_SCHEDULE']})")
     return subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
-                          cwd=PROJECT, env=env).returncode
+                          cwd=PROJECT, env=env, check=False).returncode
 
 
 if __name__ == "__main__":

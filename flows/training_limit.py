@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 TRAINING_LIMIT = "pearl-training"
 TRAINING_SLOTS = 1
@@ -80,5 +80,6 @@ def training_slot() -> Iterator[None]:
     with concurrency(TRAINING_LIMIT, occupy=1, lease_duration=LEASE_SECONDS, strict=True,
                      raise_on_lease_renewal_failure=False, holder=holder):
         waited = time.monotonic() - started
-        _logger().info(f"holding a slot of {TRAINING_LIMIT!r}" + (f" after waiting {waited:.0f}s" if waited >= 1 else ""))
+        _logger().info(f"holding a slot of {TRAINING_LIMIT!r}"
+                       + (f" after waiting {waited:.0f}s" if waited >= 1 else ""))
         yield
