@@ -52,11 +52,12 @@ def ensure_training_limit(client) -> bool:
 
 
 def _logger() -> logging.Logger:
+    from prefect.exceptions import MissingContextError
     from prefect.logging import get_run_logger
 
     try:
         return get_run_logger()
-    except Exception:  # outside a flow or task run
+    except MissingContextError:  # outside a flow or task run
         return logging.getLogger(__name__)
 
 
