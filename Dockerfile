@@ -6,10 +6,10 @@
 #   docker run --rm --gpus all -e PREFECT_API_URL=http://<server>:4200/api -e PREFECT_API_AUTH_STRING pearl-pipeline:gpu
 #
 # The worker runs as the unprivileged user `pearl` (uid 1000); PEARL_WORKER_POOL picks another
-# pool. The `wiki` deployment's pull step changes into $PEARL_PROJECT_DIR as it was when the
-# deployment was made, so deploy from the image for runs that land here (`deploy` stops at
-# train/pearl-gpu while the `gpu` pool does not exist: start the GPU worker first):
-#   docker run --rm -e PREFECT_API_URL=... pearl-pipeline prefect --no-prompt deploy --all
+# pool. The deployments' pull step changes into each worker's own $PEARL_PROJECT_DIR (/app here),
+# so deployments made from any checkout (`bash scripts/deploy.sh` with PREFECT_API_URL set) run
+# here. A machine with only this image can deploy from it (pools and training limit included):
+#   docker run --rm -e PREFECT_API_URL=... -e PREFECT_API_AUTH_STRING pearl-pipeline python -m flows.deploy
 # (add -e PEARL_SCHEDULE=on to deploy retrain/weekly's Monday schedule on; it is off by default).
 # Datasets land in /app/data (writable by `pearl`): mount a volume there, or give storage_root
 # an object-store URL, to keep them. The benchmark flow reads $PEARL_BENCHMARKS (mount them).

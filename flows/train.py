@@ -15,6 +15,7 @@ from prefect import flow
 from pydantic import Field
 
 from flows.evaluate import evaluate
+from flows.training_limit import training_slot
 from pearl_model.training.config import TrainConfig
 from storage.datasets import VERSION_PATTERN
 from tasks.char_encoder import char_encoder_task
@@ -68,13 +69,16 @@ def train(
     """
     training_set = resolve_training_set_task(storage_root, training_set_version)
     char_params = {"target": char_target, "epochs": char_epochs, "max_words": char_max_words, "seed": training.seed}
-    vectors = word_vectors_of_task(training_set) if char_target == "word_vectors" else None
-    char = char_encoder_task(storage_root, char_params, vectors)
+    # One training at a time on the server, whichever deployment started it (train/pearl, train/pearl-gpu,
+    # retrain's own run): a deployment's concurrency_limit counts only its own runs.
+    with training_slot():
+        vectors = word_vectors_of_task(training_set) if char_target == "word_vectors" else None
+        char = char_encoder_task(storage_root, char_params, vectors)
 
-    model = plan_model_task(training_set, char["fileset"], backbone, training)
-    train_model_task(training_set, char["fileset"], model, backbone, training, cache_dir=cache_dir,
-                     benchmark_dir=benchmark_dir, alias_holdout_pairs=alias_holdout_pairs,
-                     alias_holdout_titles=alias_holdout_titles)
+        model = plan_model_task(training_set, char["fileset"], backbone, training)
+        train_model_task(training_set, char["fileset"], model, backbone, training, cache_dir=cache_dir,
+                         benchmark_dir=benchmark_dir, alias_holdout_pairs=alias_holdout_pairs,
+                         alias_holdout_titles=alias_holdout_titles)
     report = training_report_task(model)
     if not evaluate_model:
         return {"model": report}

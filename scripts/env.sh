@@ -9,7 +9,9 @@ _pearl_env_src="${BASH_SOURCE[0]:-$0}"
 PEARL_PROJECT_DIR="$(cd "$(dirname "$_pearl_env_src")/.." && pwd -P)"
 unset _pearl_env_src
 export PEARL_PROJECT_DIR
-# prefect.yaml's pull step reads this: `directory: "{{ $PEARL_PROJECT_DIR }}"`.
+# prefect.yaml's pull step reads this: `directory: "{{ $PEARL_PROJECT_DIR }}"`, in each flow run
+# that a worker started from here runs (scripts/deploy.sh leaves it out of the deploy, so that
+# the placeholder is stored as it is and every worker resolves it to its own checkout).
 
 export PEARL_PREFECT_PORT="${PEARL_PREFECT_PORT:-4200}"
 export PEARL_RUN_DIR="$PEARL_PROJECT_DIR/run"          # pid files and logs of the services

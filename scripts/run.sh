@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one command: set up, start the local Prefect server + worker (if not running),
-# deploy prefect.yaml, run build-corpus/wiki and watch it to the end.
+# deploy prefect.yaml (scripts/deploy.sh), run build-corpus/wiki and watch it to the end.
 #
 #   bash scripts/run.sh                          # the whole sample dump into data/
 #   bash scripts/run.sh --param 'read={"max_pages": 50}'   # extra arguments go to `prefect deployment run`
@@ -19,7 +19,7 @@ bash scripts/setup.sh
 bash scripts/services.sh start
 
 echo "[run] deploying prefect.yaml" >&2
-prefect --no-prompt deploy --all
+bash scripts/deploy.sh
 # prefect.yaml gives the schedule PEARL_SCHEDULE (scripts/env.sh: off unless set).
 echo "[run] retrain/weekly's schedule (Mondays 03:00 UTC) is $PEARL_SCHEDULE;" \
     "PEARL_SCHEDULE=on or off before this script sets it" >&2

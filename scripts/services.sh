@@ -169,14 +169,10 @@ start_server() {
     log "server is up: UI at ${PREFECT_API_URL%/api}"
 }
 
-ensure_pool() {
-    local pool="$1"
-    if prefect work-pool inspect "$pool" >/dev/null 2>&1; then
-        return 0
-    fi
-    log "creating process work pool $pool"
-    prefect work-pool create "$pool" --type process >/dev/null 2>&1 \
-        || prefect work-pool inspect "$pool" >/dev/null  # lost a race: it exists now
+# The process work pools of both workers, and the training limit, created when missing: the
+# same code as `bash scripts/deploy.sh` (flows/deploy.py), which also creates prefect.yaml's pools.
+ensure_pools() {
+    python -m flows.deploy --setup-only --pool "$PEARL_WORK_POOL" --pool "$PEARL_GPU_POOL"
 }
 
 # True once worker $2 of pool $1 has sent a heartbeat since $3 (epoch seconds).
@@ -204,7 +200,6 @@ start_worker() {
         log "worker already running (pid $pid) on pool $pool"
         return 0
     fi
-    ensure_pool "$pool"
     log "starting process worker $name on pool $pool (log: $logfile)"
     since="$(date +%s)"
     echo "--- $(date -u +%FT%TZ) start" >>"$logfile"
@@ -274,11 +269,10 @@ case "${1:-status}" in
             exit 1
         fi
         start_server
+        ensure_pools
         start_worker "$PEARL_WORK_POOL" "$WORKER_PID"
         if [ "$PEARL_GPU_WORKER" = 1 ]; then
             start_worker "$PEARL_GPU_POOL" "$GPU_WORKER_PID"
-        else
-            ensure_pool "$PEARL_GPU_POOL"
         fi
         ;;
     stop)

@@ -1,7 +1,7 @@
 """Session fixtures of the end-to-end tests: one real Prefect stack and the corpus its first run builds.
 
 `stack` starts the server (UI on), the two process work pools of prefect.yaml (local-process and
-gpu) with a worker each, and deploys prefect.yaml; `first` runs build-corpus/wiki on a slice of
+gpu) with a worker each, and deploys prefect.yaml (scripts/deploy.sh); `first` runs build-corpus/wiki on a slice of
 the real sample dump. Shared by test_e2e.py (the corpus, train) and test_e2e_retrain.py
 (retrain, the schedule, the gate, the UI in a browser). Teardown fails on any survivor.
 """
@@ -32,8 +32,9 @@ def stack(tmp_path_factory):
               env={**FAST_SERVICES, "PEARL_SCHEDULE": "on"})
     try:
         s.start()
-        # `prefect deploy` from the repo root reads prefect.yaml (as scripts/run.sh does).
-        s.cli("--no-prompt", "deploy", "--all", timeout=120)
+        # The one way to deploy (scripts/run.sh uses it too): the stored pull step keeps
+        # `{{ $PEARL_PROJECT_DIR }}`, which each flow run resolves from the worker's environment.
+        s.run(["bash", "scripts/deploy.sh"], timeout=300)
         yield s
     finally:
         survivors = s.stop()

@@ -173,8 +173,16 @@ class Stack:
         return proc
 
     def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run(self.prefect_cmd(*args), timeout=timeout, check=check, what=f"prefect {' '.join(args)}")
+
+    def run(self, cmd: list[str], timeout: float = 120, check: bool = True, env: dict | None = None,
+            what: str | None = None) -> subprocess.CompletedProcess:
+        """Run `cmd` from the repo root with this stack's environment (updated by `env`, where None
+        removes a variable); stdout and stderr together in .stdout."""
+        what = what or " ".join(cmd)
+        env = {k: v for k, v in {**self.env, **(env or {})}.items() if v is not None}
         # In a session of its own so that a timeout can stop it with its children.
-        proc = subprocess.Popen(self.prefect_cmd(*args), cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         try:
@@ -182,10 +190,10 @@ class Stack:
         except subprocess.TimeoutExpired:
             stop_tree([proc])
             out, _ = proc.communicate()
-            pytest.fail(f"`prefect {' '.join(args)}` ran over {timeout}s:\n{out[-4000:]}\n{self.log_tails()}")
+            pytest.fail(f"`{what}` ran over {timeout}s:\n{out[-4000:]}\n{self.log_tails()}")
         result = subprocess.CompletedProcess(proc.args, proc.returncode, out, None)
         if check and result.returncode != 0:
-            pytest.fail(f"`prefect {' '.join(args)}` exited {result.returncode}:\n{out[-4000:]}\n{self.log_tails()}")
+            pytest.fail(f"`{what}` exited {result.returncode}:\n{out[-4000:]}\n{self.log_tails()}")
         return result
 
     def log_tails(self, chars: int = 6000) -> str:

@@ -1,7 +1,7 @@
 """End to end through a real Prefect server, a process worker and a local Dask cluster.
 
 Starts `prefect server start` on a free port with a temporary PREFECT_HOME, a process
-work pool and worker, deploys prefect.yaml with `prefect deploy --all`, runs
+work pool and worker, deploys prefect.yaml with `scripts/deploy.sh`, runs
 `build-corpus/wiki` on a slice of the real sample dump twice with
 `prefect deployment run --watch`, and checks the Parquet datasets, their manifests, the
 Prefect artifacts of the run, and that the second run reuses everything.
