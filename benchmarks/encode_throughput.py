@@ -115,12 +115,11 @@ def graphs_first_call(enc, phrases, results: dict) -> None:
     call on a model with none captured yet, and whether a capture failed (then they ran eagerly)."""
     from pearl_model.inference.encoder import GPU_BATCH_SIZE, KeptForward
 
-    kept = KeptForward._kept.get(enc.model)
+    kept = KeptForward.release(enc.model)
     if kept is None:  # a PEARL export (--short): no graph rows ran
         return
     results["graph_capture_failed"] = kept.failed
     results["graph_shapes_captured"] = sorted(kept.graphs)
-    KeptForward._kept.pop(enc.model)
     t0 = time.perf_counter()
     enc.encode(phrases, batch_size=GPU_BATCH_SIZE, backend="torch", show_progress=False)
     results["graphs_first_call_phrases_per_s"] = round(len(phrases) / (time.perf_counter() - t0), 1)

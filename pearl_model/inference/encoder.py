@@ -105,6 +105,11 @@ class KeptForward:
                     kept.params[k].copy_(v)
         return kept
 
+    @classmethod
+    def release(cls, model) -> KeptForward | None:
+        """Drop what is kept for ``model`` (its next ``encode()`` captures again); returns it, or None."""
+        return cls._kept.pop(model, None)
+
     def replay(self, features: dict, forward: Callable):
         """``forward(features)`` by the graph of this shape (captured on first use): a copy of its
         output; None where capture failed."""
