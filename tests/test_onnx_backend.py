@@ -181,39 +181,50 @@ def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_pat
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning is invisible on one core")
-def test_openvino_leaves_its_threads_on_every_core(model, tmp_path, monkeypatch):
+def test_openvino_leaves_its_threads_on_every_core(model, tmp_path):
     """OpenVINO pins its inference threads to the lowest cores by default: every Dask worker process
-    (one thread each) then ran its encoder on core 0, and two workers were no faster than one."""
-    import glob
-    import threading
-    import time
+    (one thread each) then ran its encoder on core 0, and two workers were no faster than one. Watched
+    in a process of its own, as a Dask worker is: threads other tests left in this one are not its."""
+    import subprocess
+    import sys
 
     pytest.importorskip("openvino")
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # a Dask worker's share: the LATENCY path
+    exported = export_pearl(model, tmp_path / "m")
+    script = f"""
+import glob, json, os, threading, time
+import torch
+torch.set_num_threads(1)  # a Dask worker's share: the LATENCY path
+from pearl_model.inference.export import load_pearl
+loaded = load_pearl({str(exported)!r}, device="cpu")
+phrases = {PHRASES!r}
+loaded.encode(phrases, backend="openvino")  # the graph built and compiled before the watch
+seen, done = set(), threading.Event()
+
+def watch():
+    while not done.is_set():
+        for status in glob.glob(f"/proc/{{os.getpid()}}/task/*/status"):
+            try:
+                text = open(status).read()
+            except OSError:  # the thread ended between the listing and the read
+                continue
+            seen.update(line.split(":\t")[1].strip() for line in text.splitlines()
+                        if line.startswith("Cpus_allowed_list"))
+        time.sleep(0.002)
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+try:
+    for _ in range(20):
+        loaded.encode(phrases * 50, batch_size=4, backend="openvino")
+finally:
+    done.set()
+    watcher.join()
+print(json.dumps(sorted(seen)))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = set(json.loads(out.stdout.strip().splitlines()[-1]))
     allowed = os.sched_getaffinity(0)
-    loaded = load_pearl(export_pearl(model, tmp_path / "m"), device="cpu")
-    loaded.encode(PHRASES, backend="openvino")  # the graph built and compiled before the watch
-    seen: set[str] = set()
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            for status in glob.glob(f"/proc/{os.getpid()}/task/*/status"):
-                try:
-                    text = open(status).read()
-                except OSError:  # the thread ended between the listing and the read
-                    continue
-                seen.update(line.split(":\t")[1].strip() for line in text.splitlines()
-                            if line.startswith("Cpus_allowed_list"))
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        for _ in range(20):
-            loaded.encode(PHRASES * 50, batch_size=4, backend="openvino")
-    finally:
-        done.set()
-        watcher.join()
     whole = f"{min(allowed)}-{max(allowed)}" if len(allowed) == max(allowed) - min(allowed) + 1 else None
     assert seen and (whole is None or seen == {whole}), seen
