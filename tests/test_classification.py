@@ -78,6 +78,7 @@ def test_csv_and_jsonl_read_alike_and_bad_records_are_named(tmp_path):
 
 def test_run_benchmark_scores_every_folder_and_skips_when_there_is_none(tmp_path, monkeypatch):
     monkeypatch.delenv("PEARL_CLASSIFICATION", raising=False)
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))  # no built sets
     for name in ("b_topics", "a_topics"):
         write(tmp_path / "classification" / name, "train", 20)
         write(tmp_path / "classification" / name, "test", 10, start=500)
@@ -89,3 +90,15 @@ def test_run_benchmark_scores_every_folder_and_skips_when_there_is_none(tmp_path
         evaluate_classification(TopicEncoder(), tmp_path / "elsewhere")
     monkeypatch.setenv("PEARL_CLASSIFICATION", str(tmp_path / "classification"))
     assert len(evaluate_classification(TopicEncoder(), None)) == 4
+
+
+def test_the_sets_built_under_pearl_cache_are_the_fallback(tmp_path, monkeypatch):
+    monkeypatch.delenv("PEARL_CLASSIFICATION", raising=False)
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
+    write(tmp_path / "cache" / "classification" / "built", "train", 20)
+    write(tmp_path / "cache" / "classification" / "built", "test", 10, start=500)
+    write(tmp_path / "bench" / "classification" / "given", "train", 20)
+    write(tmp_path / "bench" / "classification" / "given", "test", 10, start=500)
+    # the benchmark folder's own sets win; without them, the built ones are scored
+    assert {r["dataset"] for r in evaluate_classification(TopicEncoder(), tmp_path / "bench")} == {"classification:given"}
+    assert {r["dataset"] for r in evaluate_classification(TopicEncoder(), tmp_path / "none")} == {"classification:built"}

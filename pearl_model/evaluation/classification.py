@@ -1,7 +1,6 @@
 """Short-text classification: a logistic-regression probe on frozen phrase vectors (PEARL's extra task).
 
-No short-text classification set ships offline here (the note of issue 17 says what was
-searched), so the probe reads any dataset put in the common shape:
+The probe reads any dataset put in the common shape:
 
     <dir>/train.jsonl, <dir>/test.jsonl      one {"text": ..., "label": ...} object a line
 
@@ -9,7 +8,10 @@ searched), so the probe reads any dataset put in the common shape:
 phrase (unit vectors), scikit-learn's `LogisticRegression` (lbfgs, multinomial) is fitted on
 train and scored on test: accuracy (primary) and macro-F1. The encoder is frozen: the probe
 measures what the vectors already separate. `run_benchmark(..., datasets=["classification"])`
-scores every dataset folder under `<benchmark_dir>/classification/` (or `$PEARL_CLASSIFICATION`).
+scores every dataset folder under the classification root: `$PEARL_CLASSIFICATION`, else
+`<benchmark_dir>/classification/`, else `$PEARL_CACHE/classification/`, where
+`scripts/setup.sh` builds three sets from offline packages (`scripts/classification_data.py`:
+VADER's rated tweets, gensim's Pang & Lee sentences, the ovos articles' descriptions by topic).
 A line without text or label is an error naming file:line, never a silent drop.
 """
 from __future__ import annotations
@@ -64,17 +66,23 @@ def _split_file(folder: Path, split: str) -> Path:
     raise DatasetMissing(f"no {split}.jsonl or {split}.csv in {folder}")
 
 
-def probe_scores(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_test: list[str],
-                 c: float = 1.0) -> tuple[float, float]:
-    """(accuracy, macro-F1), 0..1, of a logistic regression fitted on train, scored on test."""
+def probe_predictions(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_test: list[str],
+                      c: float = 1.0) -> np.ndarray:
+    """The test labels a logistic regression fitted on train predicts (deterministic: lbfgs)."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import accuracy_score, f1_score
 
     unseen = sorted(set(y_test) - set(y_train))
     if unseen:
         raise ValueError(f"test labels never seen in train: {unseen[:5]}")
-    clf = LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train)
-    predicted = clf.predict(x_test)
+    return LogisticRegression(C=c, max_iter=2000).fit(x_train, y_train).predict(x_test)
+
+
+def probe_scores(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_test: list[str],
+                 c: float = 1.0) -> tuple[float, float]:
+    """(accuracy, macro-F1), 0..1, of a logistic regression fitted on train, scored on test."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    predicted = probe_predictions(x_train, y_train, x_test, y_test, c)
     return float(accuracy_score(y_test, predicted)), float(f1_score(y_test, predicted, average="macro"))
 
 
@@ -89,14 +97,23 @@ def evaluate_folder(encoder, folder: str | Path, batch_size: int | None = None) 
     return [row(encoder, TASK, name, "accuracy", 100 * acc), row(encoder, TASK, name, "macro_f1", 100 * f1)]
 
 
+def built_root() -> Path:
+    """Where `scripts/classification_data.py` builds the offline sets: `$PEARL_CACHE/classification`."""
+    return Path(os.environ.get("PEARL_CACHE", Path.home() / ".cache" / "pearl_model")).expanduser() / "classification"
+
+
 def classification_root(benchmark_dir) -> Path:
-    """$PEARL_CLASSIFICATION, else `<benchmark_dir>/classification`; missing: DatasetMissing."""
-    root = Path(os.environ["PEARL_CLASSIFICATION"]) if os.environ.get("PEARL_CLASSIFICATION") else \
-        Path(benchmark_dir or ".") / "classification"
-    if not root.is_dir():
-        raise DatasetMissing(f"no classification datasets: {root} does not exist (put <name>/train.jsonl "
-                             "and <name>/test.jsonl there, or set $PEARL_CLASSIFICATION)")
-    return root
+    """$PEARL_CLASSIFICATION, else `<benchmark_dir>/classification`, else the built sets; none: DatasetMissing."""
+    if os.environ.get("PEARL_CLASSIFICATION"):
+        candidates = [Path(os.environ["PEARL_CLASSIFICATION"])]
+    else:
+        candidates = [Path(benchmark_dir or ".") / "classification", built_root()]
+    for root in candidates:
+        if root.is_dir():
+            return root
+    raise DatasetMissing(f"no classification datasets: {' nor '.join(map(str, candidates))} exists (put "
+                         "<name>/train.jsonl and <name>/test.jsonl there, set $PEARL_CLASSIFICATION, or run "
+                         "scripts/classification_data.py)")
 
 
 def evaluate_classification(encoder, benchmark_dir=None, batch_size: int | None = None) -> list[dict]:
