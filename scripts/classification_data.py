@@ -116,8 +116,6 @@ def read_vader_tweets(sdist: Path, cut: float = VADER_CUT) -> Read:
             except KeyError:
                 raise SourceError(f"{sdist}:{VADER_MEMBER}: no {VADER_TWEETS} inside") from None
     except (tarfile.TarError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise SourceError(f"{sdist} does not exist") from None
         raise SourceError(f"{sdist}: not a readable tar.gz ({e})") from None
     out = Read()
     for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
@@ -235,8 +233,7 @@ def write_dataset(folder: Path, splits: dict, manifest: dict) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     for split, records in splits.items():
         with open(tmp / f"{split}.jsonl", "w", encoding="utf-8") as fh:
-            for text, label in sorted(records):
-                fh.write(json.dumps({"text": text, "label": label}, ensure_ascii=False) + "\n")
+            fh.writelines(json.dumps({"text": t, "label": label}, ensure_ascii=False) + "\n" for t, label in sorted(records))
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if folder.exists():
         shutil.rmtree(folder)
@@ -295,6 +292,8 @@ def build(name: str, out_root: Path, downloads: Path, force: bool = False, paths
     paths = paths or {}
     if name == "vader_tweets":
         src = Path(paths.get(name) or vader_sdist(downloads))
+        if not src.is_file():
+            raise SourceError(f"{src} does not exist")
         source = {**VADER, "file": f"{src.name}:{VADER_MEMBER}:{VADER_TWEETS}", "sha256": sha256_file(src)}
         if not force and up_to_date(out_root / name, source["sha256"]):
             return None
