@@ -103,10 +103,19 @@ import pathlib, sys, sysconfig
 pathlib.Path(sysconfig.get_paths()["purelib"], "pearl-pipeline-checkout.pth").write_text(sys.argv[1] + "\n")
 PY
 
+# The short-text classification sets, built from packages into $PEARL_CACHE/classification
+# (scripts/classification_data.py; idempotent, quick when built; pip downloads the pinned
+# vaderSentiment sdist once). A failure is a warning: only the classification probe needs them.
+build_classification_data() {
+    "$VENV/bin/python" "$ROOT/scripts/classification_data.py" </dev/null \
+        || log "warning: some classification datasets were not built (see above); the classification probe skips them"
+}
+
 want="$(hash_inputs)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [ "$want" = "$have" ] && [ -z "${PEARL_FORCE_SETUP:-}" ]; then
     log ".venv is up to date with pyproject.toml + requirements.lock"
+    build_classification_data
     exit 0
 fi
 
@@ -117,4 +126,5 @@ rm -f "$STAMP"
 "$VENV/bin/python" -m pip install --quiet --no-deps -r requirements-data.txt </dev/null
 "$VENV/bin/python" -m pip check >&2 || log "warning: pip check reports conflicts (see above)"
 echo "$want" >"$STAMP"
+build_classification_data
 log "done"
