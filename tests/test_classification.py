@@ -97,6 +97,7 @@ def test_the_sets_built_under_pearl_cache_are_the_fallback(tmp_path, monkeypatch
     monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
     write(tmp_path / "cache" / "classification" / "built", "train", 20)
     write(tmp_path / "cache" / "classification" / "built", "test", 10, start=500)
+    (tmp_path / "cache" / "classification" / ".built-tmp123").mkdir()  # a build under way is no dataset
     write(tmp_path / "bench" / "classification" / "given", "train", 20)
     write(tmp_path / "bench" / "classification" / "given", "test", 10, start=500)
     # the benchmark folder's own sets win; without them, the built ones are scored

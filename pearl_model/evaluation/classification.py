@@ -59,7 +59,9 @@ def read_split(path: str | Path) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
-def _split_file(folder: Path, split: str) -> Path:
+def split_file(folder: str | Path, split: str) -> Path:
+    """`<folder>/<split>.jsonl`, else `<split>.csv`; neither: DatasetMissing."""
+    folder = Path(folder)
     for suffix in (".jsonl", ".csv"):
         if (folder / f"{split}{suffix}").is_file():
             return folder / f"{split}{suffix}"
@@ -89,8 +91,8 @@ def probe_scores(x_train: np.ndarray, y_train: list[str], x_test: np.ndarray, y_
 def evaluate_folder(encoder, folder: str | Path, batch_size: int | None = None) -> list[dict]:
     """Rows for one dataset folder (train + test files), named after the folder."""
     folder = Path(folder)
-    train_texts, y_train = read_split(_split_file(folder, "train"))
-    test_texts, y_test = read_split(_split_file(folder, "test"))
+    train_texts, y_train = read_split(split_file(folder, "train"))
+    test_texts, y_test = read_split(split_file(folder, "test"))
     vectors = encode_unique(encoder, train_texts + test_texts, normalize=True, batch_size=batch_size)
     acc, f1 = probe_scores(vectors[:len(train_texts)], y_train, vectors[len(train_texts):], y_test)
     name = f"{DATASET}:{folder.name}"
@@ -119,7 +121,7 @@ def classification_root(benchmark_dir) -> Path:
 def evaluate_classification(encoder, benchmark_dir=None, batch_size: int | None = None) -> list[dict]:
     """Rows for every dataset folder under the classification root, in name order."""
     root = classification_root(benchmark_dir)
-    folders = sorted(p for p in root.iterdir() if p.is_dir())
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))  # not a build's temporaries
     if not folders:
         raise DatasetMissing(f"no dataset folders in {root}")
     return [r for folder in folders for r in evaluate_folder(encoder, folder, batch_size)]
