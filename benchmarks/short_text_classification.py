@@ -87,10 +87,21 @@ def score(vectors, train, test, draws: int) -> dict:
     for tr, te in splitter.split(vectors, y_all):
         p = probe_predictions(vectors[tr], list(y_all[tr]), vectors[te], list(y_all[te]))
         per_draw.append(100 * float(np.mean(p == y_all[te])))
-    return {"accuracy": round(100 * float(correct.mean()), 2), "accuracy_low": round(low, 2),
-            "accuracy_high": round(high, 2), "macro_f1": round(100 * float(f1_score(ys, pred, average="macro")), 2),
+    return {"accuracy": round(100 * float(correct.mean()), 2), "accuracy_low": round(float(low), 2),
+            "accuracy_high": round(float(high), 2), "macro_f1": round(100 * float(f1_score(ys, pred, average="macro")), 2),
             "resplit": {"mean": round(statistics.fmean(per_draw), 2), "std": round(statistics.stdev(per_draw), 2)
                         if len(per_draw) > 1 else 0.0, "n": len(per_draw), "draws": [round(a, 2) for a in per_draw]}}
+
+
+def beside_the_nine(report: dict, nine: Path) -> dict:
+    """Each model's row of the nine-dataset table (pearl_benchmark.py's file) with its accuracy on
+    every set here added as columns."""
+    rows = json.loads(nine.read_text())["table"] if nine and nine.is_file() else []
+    by_model = {r["model"]: r for r in rows}
+    return {"source": nine.name if nine else None,
+            "rows": [{**by_model.get(spec, {"model": spec}),
+                      **{name: r["accuracy"] for name, r in m["datasets"].items()}}
+                     for spec, m in report["models"].items()]}
 
 
 def main() -> None:
@@ -109,6 +120,8 @@ def main() -> None:
     ap.add_argument("--benchmark-dir", type=Path, default=None, help="its classification/ folder, if any")
     ap.add_argument("--draws", type=int, default=5)
     ap.add_argument("--backend", default="auto")
+    ap.add_argument("--nine", type=Path, default=Path(__file__).parent / "results" / "pearl_benchmark.json",
+                    help="a pearl_benchmark.py results file: its row of each model goes beside these scores")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     models, benchmark_dir, draws, backend, out = args.models, args.benchmark_dir, args.draws, args.backend, args.out
@@ -119,6 +132,7 @@ def main() -> None:
     report = {"command": " ".join(["python", "benchmarks/short_text_classification.py", *sys.argv[1:]]),
               "machine": platform.processor() or platform.machine(), "draws": draws,
               "rules": {"min_test_per_class": MIN_TEST_PER_CLASS, "max_length_gain": MAX_LENGTH_GAIN},
+              "interval": {"confidence": 95, "resamples": RESAMPLES, "seed": 0},
               "datasets": {}, "models": {}}
     for name, (train, test) in data.items():
         manifest_path = root / name / "manifest.json"
@@ -134,7 +148,8 @@ def main() -> None:
             "train": len(train[0]), "test": len(test[0]), "classes": len(per_class),
             "min_test_per_class": min(per_class.values()), **base,
             "holds_up": not why, "why_not": "; ".join(why) or None,
-            "counts": manifest.get("counts"), "rule": manifest.get("rule"), "overlap": manifest.get("overlap")}
+            "counts": manifest.get("counts"), "rule": manifest.get("rule"), "split": manifest.get("split"),
+            "overlap": manifest.get("overlap")}
         print(name, report["datasets"][name], flush=True)
     for spec in models:
         t0 = time.perf_counter()
@@ -147,6 +162,7 @@ def main() -> None:
         report["models"][spec] = {"datasets": rows, "seconds": round(time.perf_counter() - t0, 1)}
     report["table"] = [{"model": spec, "dataset": name, **report["datasets"][name], **r, "resplit": r["resplit"]}
                        for spec, m in report["models"].items() for name, r in m["datasets"].items()]
+    report["beside_the_nine"] = beside_the_nine(report, args.nine)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1) + "\n")

@@ -56,7 +56,8 @@ def evaluate(
         datasets: a subset (ppdb, ppdb_filtered, turney, bird, yago, umls, conll2003, bc5cdr, autofj), plus
             `analogy` when asked for (word analogies, 3CosAdd; not in the paper's table) and
             `classification` (a logistic-regression probe per dataset folder under
-            <benchmark_dir>/classification or $PEARL_CLASSIFICATION).
+            $PEARL_CLASSIFICATION, <benchmark_dir>/classification, else the sets setup.sh builds in
+            $PEARL_CACHE/classification).
         seeds: seeds of the PPDB classifiers (mean and std are reported).
         storage_root: where eval_results and the figures are written.
         cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
