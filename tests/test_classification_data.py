@@ -78,7 +78,6 @@ def test_vader_tweets_binarised_counts_add_up_and_split_is_stable(tmp_path):
 
 
 def test_split_is_a_fixed_function_of_the_text():
-    assert [cd.split_of(t) for t in ("a", "b", "c", "d")] == [cd.split_of(t) for t in ("a", "b", "c", "d")]
     share = sum(cd.split_of(f"text {i}") == "test" for i in range(5000)) / 5000
     assert abs(share - cd.TEST_PERCENT / 100) < 0.02
     # pinned: a change of the hash or the cut-off moves items between train and test
