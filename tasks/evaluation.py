@@ -17,7 +17,7 @@ import pyarrow as pa
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import EVAL_RESULTS
 
-CODE_VERSION = "evaluation-1"
+CODE_VERSION = "evaluation-2"  # 2: the stable protocol (draws, per-item scores)
 log = logging.getLogger(__name__)
 
 

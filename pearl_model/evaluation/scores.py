@@ -2,26 +2,26 @@
 and the checkpoint selection all read."""
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
-
 from . import DATASETS
 
 
-def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float | None, str]]:
-    """(model, dataset) -> (mean, std over seeds or None, metric) of each dataset's primary
-    metric: the first metric the task reports for it. Rows without a model count as model ""."""
+def primary_rows(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """(model, dataset) -> the row of the dataset's primary metric: the first metric the task
+    reports for it. Rows without a model count as model ""."""
     first_metric: dict[str, str] = {}
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    out = {}
     for r in rows:
         first_metric.setdefault(r["dataset"], r["metric"])
         if r["metric"] == first_metric[r["dataset"]]:
-            values[(r.get("model", ""), r["dataset"])].append(r["value"])
-    out = {}
-    for key, vals in values.items():
-        std = statistics.stdev(vals) if len(vals) > 1 else None
-        out[key] = (statistics.fmean(vals), std, first_metric[key[1]])
+            out[(r.get("model", ""), r["dataset"])] = r
     return out
+
+
+def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float | None, str]]:
+    """(model, dataset) -> (value, std over draws or None for one draw, metric) of each
+    dataset's primary metric."""
+    return {key: (r["value"], r["std"] if r.get("n", 1) > 1 else None, r["metric"])
+            for key, r in primary_rows(rows).items()}
 
 
 def in_table_order(datasets) -> list[str]:
