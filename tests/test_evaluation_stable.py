@@ -165,3 +165,13 @@ def test_every_string_is_encoded_once_per_model_across_datasets_and_views():
     unit = enc.encode(["b", "a"])
     assert sorted(seen) == ["a", "b"]
     assert np.allclose(raw[1], [0, 2]) and np.allclose(unit, [[0, 1], [1, 0]])
+
+
+def test_the_evaluate_stage_refuses_too_few_draws_before_loading_any_model(tmp_path, bench):
+    from tasks.evaluation import plan_results
+
+    with pytest.raises(ValueError, match="ppdb, ppdb_filtered score a random probe"):
+        plan_results(str(tmp_path), ["m"], str(bench), None, [0], 10)
+    with pytest.raises(ValueError, match="conll2003, bc5cdr score a random KMeans draw"):
+        plan_results(str(tmp_path), ["m"], str(bench), None, [0, 1], 1)
+    assert plan_results(str(tmp_path), ["m"], str(bench), ["turney"], [0], 1).name == "eval_results"

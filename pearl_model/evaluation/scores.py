@@ -3,6 +3,7 @@ and the checkpoint selection all read."""
 from __future__ import annotations
 
 from . import DATASETS
+from .stable import Difference, paired_difference
 
 
 def primary_rows(rows: list[dict]) -> dict[tuple[str, str], dict]:
@@ -27,3 +28,20 @@ def primary_scores(rows: list[dict]) -> dict[tuple[str, str], tuple[float, float
 def in_table_order(datasets) -> list[str]:
     """The paper's Table 1 column order; datasets it does not have follow, sorted."""
     return [d for d in DATASETS if d in datasets] + sorted(d for d in datasets if d not in DATASETS)
+
+
+def paired_changes(rows: list[dict], model: str, baseline: str) -> dict[str, tuple[dict, dict, Difference | None]]:
+    """dataset -> (``model``'s primary row, ``baseline``'s, the paired difference model - baseline
+    with its interval; None where the rows hold nothing to pair), for the datasets both were
+    scored on in this run, in table order."""
+    primary = primary_rows(rows)
+    datasets = in_table_order({d for m, d in primary if m == model} & {d for m, d in primary if m == baseline})
+    out = {}
+    for d in datasets:
+        a, b = primary[(model, d)], primary[(baseline, d)]
+        try:
+            diff = paired_difference(a, b)
+        except ValueError:  # a dataset without per-draw or per-item scores (the extra tasks)
+            diff = None
+        out[d] = (a, b, diff)
+    return out

@@ -12,7 +12,7 @@ differs between them is the model, not the luck of the draw or of the item sampl
   resamples from a fixed seed, so the interval is reproducible): the difference of accuracies,
   or of Pearson correlations with the gold scores for BIRD.
 - An average over datasets sums the datasets' variances (their samples are independent): a
-  normal interval around the mean difference.
+  normal interval around the mean difference (an average of one dataset is that dataset's).
 
 An interval that holds 0 is reported as "no difference": the run cannot tell the two apart.
 """
@@ -113,9 +113,12 @@ def paired_difference(a: dict, b: dict) -> Difference:
 
 
 def average_difference(diffs: list[Difference]) -> Difference:
-    """The mean of datasets' differences, its interval normal with the datasets' variances summed."""
+    """The mean of datasets' differences, its interval normal with the datasets' variances summed
+    (one dataset: its own difference and interval)."""
     if not diffs:
         raise ValueError("no differences to average")
+    if len(diffs) == 1:
+        return diffs[0]
     from scipy import stats
 
     change = float(np.mean([d.change for d in diffs]))
