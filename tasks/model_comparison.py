@@ -7,35 +7,18 @@ interval holds 0 is "no difference" (`pearl_model.evaluation.stable`).
 """
 from __future__ import annotations
 
-import statistics
-
-from pearl_model.evaluation.scores import paired_changes
-from pearl_model.evaluation.stable import average_difference
+from pearl_model.evaluation.scores import compare as paired_lines
 from storage.datasets import Dataset
 
 
 def compare(rows: list[dict], model: str, baseline: str) -> list[dict]:
-    """One line per dataset both were scored on, then the average over those datasets."""
-    changes = paired_changes(rows, model, baseline)
-    lines = []
-    for d, (ours, base, diff) in changes.items():
-        lines.append({"dataset": d, "metric": ours["metric"], "backbone": round(base["value"], 1),
-                      "trained": round(ours["value"], 1), "change": round(ours["value"] - base["value"], 1),
-                      **interval_columns(diff)})
-    if lines:
-        diffs = [diff for _, _, diff in changes.values()]
-        base = statistics.fmean(b["value"] for _, b, _ in changes.values())
-        ours = statistics.fmean(a["value"] for a, _, _ in changes.values())
-        lines.append({"dataset": "average", "metric": "", "backbone": round(base, 1), "trained": round(ours, 1),
-                      "change": round(ours - base, 1),
-                      **interval_columns(average_difference(diffs) if None not in diffs else None)})
-    return lines
-
-
-def interval_columns(diff) -> dict:
-    if diff is None:
-        return {"low": None, "high": None, "verdict": "not paired"}
-    return {"low": round(diff.low, 1), "high": round(diff.high, 1), "verdict": diff.verdict}
+    """One line per dataset both were scored on, then the average over those datasets (x100,
+    one decimal)."""
+    return [{"dataset": x["dataset"], "metric": x["metric"], "backbone": round(x["baseline"], 1),
+             "trained": round(x["model"], 1), "change": round(x["change"], 1),
+             "low": x["low"] if x["low"] is None else round(x["low"], 1),
+             "high": x["high"] if x["high"] is None else round(x["high"], 1), "verdict": x["verdict"]}
+            for x in paired_lines(rows, model, baseline)]
 
 
 def comparison_markdown(lines: list[dict], model: str, baseline: str) -> str:

@@ -41,19 +41,12 @@ class GateDecision:
     current_average: float | None = None
 
 
-def _line(dataset: str, current: float | None, candidate: float, diff, verdict: str) -> dict:
-    return {"dataset": dataset, "current": None if current is None else round(current, 2),
-            "candidate": round(candidate, 2), "change": None if current is None else round(candidate - current, 2),
-            "low": diff and round(diff.low, 2), "high": diff and round(diff.high, 2), "verdict": verdict}
-
-
 def decide(rows: list[dict], candidate: str, current: str | None, average_tolerance: float = 0.5,
            dataset_tolerance: float = 3.0) -> GateDecision:
     """Promote or keep, with the reasons. ``rows``: the `eval_results` rows of one run that scored
     ``candidate`` and ``current`` (model names as the rows give them; ``current`` None when no
     model is current yet)."""
-    from pearl_model.evaluation.scores import paired_changes, primary_rows
-    from pearl_model.evaluation.stable import average_difference
+    from pearl_model.evaluation.scores import compare, primary_rows
 
     if average_tolerance < 0 or dataset_tolerance < 0:
         raise ValueError("tolerances are drops in points and cannot be negative")
@@ -63,50 +56,45 @@ def decide(rows: list[dict], candidate: str, current: str | None, average_tolera
     if not cand or bad:
         what = f"non-finite scores on {', '.join(bad)}" if bad else "no benchmark scores"
         return GateDecision(False, [f"the candidate has {what}: not promoted"])
-    cand_avg = statistics.fmean(cand.values())
     if current is None:
         return GateDecision(True, ["no model is current yet: the first trained model is promoted"],
-                            [_line(d, None, v, None, "new") for d, v in cand.items()], round(cand_avg, 2), None)
+                            [{"dataset": d, "current": None, "candidate": round(v, 2), "change": None, "low": None,
+                              "high": None, "verdict": "new"} for d, v in cand.items()],
+                            round(statistics.fmean(cand.values()), 2), None)
 
     missing = [d for (m, d) in primary if m == current and d not in cand]
-    changes = paired_changes(rows, candidate, current)
-    lines, reasons, promote = [], [], True
-    for d, (c, b, diff) in changes.items():
-        change = c["value"] - b["value"]
-        collapsed = diff.high < -dataset_tolerance if diff is not None else change < -dataset_tolerance
-        verdict = (f"drop > {dataset_tolerance:g} seen" if collapsed else
-                   diff.verdict if diff is not None else "not paired")
-        lines.append(_line(d, b["value"], c["value"], diff, verdict))
-        if collapsed:
+    lines = [{"dataset": x["dataset"], "current": x["baseline"], "candidate": x["model"],
+              **{k: x[k] for k in ("change", "low", "high", "verdict")}} for x in compare(rows, candidate, current)]
+    reasons, promote = [], True
+    for x in lines[:-1]:
+        # unpaired rows (an older run's): the point change stands for the interval
+        if (x["change"] if x["high"] is None else x["high"]) < -dataset_tolerance:
             promote = False
-            reasons.append(f"{d} drops by {-change:.2f} points ({b['value']:.2f} -> {c['value']:.2f}"
-                           + (f", 95% interval {diff.low:+.2f} to {diff.high:+.2f}" if diff is not None else "")
-                           + f"), more than the dataset tolerance of {dataset_tolerance:g}")
+            x["verdict"] = f"drop > {dataset_tolerance:g} seen"
+            reasons.append(f"{x['dataset']} drops by {-x['change']:.2f} points ({x['current']:.2f} -> "
+                           f"{x['candidate']:.2f}{interval(x)}), more than the dataset tolerance of {dataset_tolerance:g}")
     if missing:
         promote = False
         reasons.append(f"the candidate was not scored on {', '.join(missing)}, which the current model was")
-    if not changes:
-        return GateDecision(False, reasons or ["no dataset scored for both models"], lines, round(cand_avg, 2), None)
-    cand_common = statistics.fmean(c["value"] for c, _, _ in changes.values())
-    cur_avg = statistics.fmean(b["value"] for _, b, _ in changes.values())
-    diffs = [diff for _, _, diff in changes.values()]
-    avg = average_difference(diffs) if None not in diffs else None
-    # unpaired (an older run's rows): the point change stands for the interval's lower end
-    low = avg.low if avg is not None else cand_common - cur_avg
-    seen = f"{cand_common - cur_avg:+.2f} points ({cur_avg:.2f} -> {cand_common:.2f}" + \
-        (f", 95% interval {avg.low:+.2f} to {avg.high:+.2f})" if avg is not None else ")")
-    if low <= -average_tolerance:
+    if not lines:
+        return GateDecision(False, reasons or ["no dataset scored for both models"], [],
+                            round(statistics.fmean(cand.values()), 2), None)
+    avg = lines[-1]
+    seen = f"{avg['change']:+.2f} points ({avg['current']:.2f} -> {avg['candidate']:.2f}{interval(avg)})"
+    if (avg["change"] if avg["low"] is None else avg["low"]) <= -average_tolerance:
         promote = False
         reasons.insert(0, f"the benchmark average changes by {seen}: the run cannot see that the candidate is "
                           f"within the average tolerance of {average_tolerance:g} of the current model"
-                          + (" (no difference)" if avg is not None and not avg.seen else ""))
+                          + (" (no difference)" if avg["verdict"] == "no difference" else ""))
+        avg["verdict"] = f"not within {average_tolerance:g}"
     if promote:
         reasons.append(f"the benchmark average changes by {seen}, above -{average_tolerance:g} (the average "
                        f"tolerance), and no dataset is seen to drop by more than {dataset_tolerance:g}")
-    verdict = f"not within {average_tolerance:g}" if low <= -average_tolerance else \
-        (avg.verdict if avg is not None else "not paired")
-    lines.append(_line("average", cur_avg, cand_common, avg, verdict))
-    return GateDecision(promote, reasons, lines, round(cand_common, 2), round(cur_avg, 2))
+    return GateDecision(promote, reasons, lines, avg["candidate"], avg["current"])
+
+
+def interval(line: dict) -> str:
+    return "" if line["low"] is None else f", 95% interval {line['low']:+.2f} to {line['high']:+.2f}"
 
 
 def alias_check(stats: dict, tolerance: float) -> str | None:

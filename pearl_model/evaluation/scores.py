@@ -2,6 +2,8 @@
 and the checkpoint selection all read."""
 from __future__ import annotations
 
+import statistics
+
 from . import DATASETS
 from .stable import Difference, paired_difference
 
@@ -45,3 +47,26 @@ def paired_changes(rows: list[dict], model: str, baseline: str) -> dict[str, tup
             diff = None
         out[d] = (a, b, diff)
     return out
+
+
+def compare(rows: list[dict], model: str, baseline: str) -> list[dict]:
+    """One line per dataset both were scored on (table order), then their average: both scores,
+    the change model - baseline and its 95% interval (``low``/``high``, None where the rows hold
+    nothing to pair), and the verdict: better, worse, "no difference" (the interval holds 0) or
+    "not paired"."""
+    from .stable import average_difference
+
+    changes = paired_changes(rows, model, baseline)
+    lines = [_line(d, base["value"], ours["value"], diff, ours["metric"]) for d, (ours, base, diff) in changes.items()]
+    if lines:
+        diffs = [diff for _, _, diff in changes.values()]
+        lines.append(_line("average", statistics.fmean(b["value"] for _, b, _ in changes.values()),
+                           statistics.fmean(a["value"] for a, _, _ in changes.values()),
+                           average_difference(diffs) if None not in diffs else None, ""))
+    return lines
+
+
+def _line(dataset: str, baseline: float, model: float, diff: Difference | None, metric: str) -> dict:
+    return {"dataset": dataset, "metric": metric, "baseline": round(baseline, 2), "model": round(model, 2),
+            "change": round(model - baseline, 2), "low": diff and round(diff.low, 2),
+            "high": diff and round(diff.high, 2), "verdict": diff.verdict if diff is not None else "not paired"}
