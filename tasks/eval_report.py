@@ -101,8 +101,10 @@ from prefect.cache_policies import NONE  # noqa: E402
 
 
 @task(name="evaluation-report", cache_policy=NONE)
-def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None) -> dict:
+def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None,
+                     side_by_side: int | None = None) -> dict:
     from pearl_model.evaluation import PAPER_ROWS, entity_names
+    from pearl_model.evaluation.common import cores_shared_by, cpu_threads
     from pearl_model.inference.loading import load_encoder
 
     rows = results.read().to_pylist()
@@ -110,7 +112,8 @@ def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None
     png = None
     if map_model:
         names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
-        png = entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+        with cpu_threads(cores_shared_by(side_by_side)):
+            png = entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
         with results.fs.open(f"{results.path}/entity_map.png", "wb") as fh:
             fh.write(png)
     create_table_artifact(table, key="benchmark-scores", description="PEARL benchmark, x100 (paper rows marked)")

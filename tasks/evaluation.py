@@ -43,14 +43,17 @@ def benchmark_fingerprint(benchmark_dir: str) -> str:
 
 
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
-                   cache_dir: str | None = None, draws: int = 10) -> list[dict]:
+                   cache_dir: str | None = None, draws: int = 10, threads: int | None = None) -> list[dict]:
+    """Rows of one model; ``threads``: the CPU threads it may use (None: the process's setting)."""
     from pearl_model.evaluation import run_benchmark
+    from pearl_model.evaluation.common import cpu_threads
     from pearl_model.inference.loading import load_encoder
 
-    model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
-    if spec == "char3gram":
-        datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
-    rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws)
+    with cpu_threads(threads):  # the engine's session is opened inside: it takes the count too
+        model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
+        if spec == "char3gram":
+            datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
+        rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws)
     return [{**r, "model": spec} for r in rows]
 
 
@@ -113,12 +116,15 @@ def plan_results_task(storage_root: str, models: list[str], benchmark_dir: str |
 
 @task(name="evaluate-model", task_run_name="evaluate-{spec}", cache_policy=NONE)
 def evaluate_model_task(spec: str, out: Dataset, index: int, benchmark_dir: str, datasets: list[str] | None,
-                        seeds: list[int], cache_dir: str | None, draws: int = 10) -> list[dict]:
+                        seeds: list[int], cache_dir: str | None, draws: int = 10,
+                        side_by_side: int | None = None) -> list[dict]:
     logger = get_run_logger()
     if out.has_part(index):  # finished before an interruption: reuse
         logger.info("%s: reusing scores from an earlier attempt", spec)
         return out.read_part(index).to_pylist()
-    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir, draws)
+    from pearl_model.evaluation.common import cores_shared_by
+
+    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir, draws, cores_shared_by(side_by_side))
     out.write_part(index, pa.Table.from_pylist(rows, schema=EVAL_RESULTS))
     logger.info("%s: %d scores", spec, len(rows))
     return rows

@@ -10,7 +10,7 @@ import pytest
 from pearl_model.evaluation import run_benchmark
 from pearl_model.evaluation.clustering import evaluate_clustering
 from pearl_model.evaluation.common import CachedEncoder
-from pearl_model.evaluation.paraphrase import split_indices, train_probe, train_probe_patiences
+from pearl_model.evaluation.paraphrase import split_indices, train_probe, train_probes
 from pearl_model.evaluation.stable import average_difference, item_score, paired_difference
 
 torch = pytest.importorskip("torch")
@@ -141,15 +141,19 @@ def test_fewer_than_two_draws_for_a_random_dataset_is_refused(tiny, bench):
     assert run_benchmark(tiny, bench, datasets=["turney"], seeds=(0,), draws=1)  # deterministic: no draws needed
 
 
-def test_one_run_gives_every_patience_as_separate_runs_would():
+def test_one_run_gives_every_seed_and_patience_as_separate_runs_would():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 6)).astype(np.float32)
     y = (x[:, 0] + rng.normal(scale=2.0, size=400) > 0).astype(np.int64)
     split = split_indices(len(y), 0)
-    both = train_probe_patiences(x, y, split, seed=1, patiences=(2, 6), max_epochs=40)
-    for p in (2, 6):
-        assert both[p] == train_probe(x, y, split, seed=1, patience=p, max_epochs=40)
-    assert both[2].epochs <= both[6].epochs
+    runs = train_probes(x, y, split, seeds=[1, 2, 3], patiences=(2, 6), max_epochs=40)
+    for seed, both in zip([1, 2, 3], runs):
+        for p in (2, 6):
+            alone = train_probe(x, y, split, seed=seed, patience=p, max_epochs=40)
+            assert (both[p].epochs, both[p].best_epoch) == (alone.epochs, alone.best_epoch)
+            assert both[p].test_accuracy == pytest.approx(alone.test_accuracy)
+        assert both[2].epochs <= both[6].epochs
+    assert len({r[6].test_accuracy for r in runs}) > 1  # the seeds are different runs
 
 
 def test_every_string_is_encoded_once_per_model_across_datasets_and_views():

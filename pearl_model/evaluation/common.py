@@ -20,6 +20,9 @@ uniformly random choice among the tied candidates. With no ties this is plain to
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+
 import numpy as np
 
 TIE_TOLERANCE = 1e-6  # scores this close to the maximum count as tied
@@ -126,3 +129,33 @@ def top1_credit_chunked(queries: np.ndarray, candidates: np.ndarray, gold_index:
         correct[np.arange(len(idx)), idx] = True
         out[start:start + chunk] = top1_credit(scores, correct)
     return out
+
+
+def cores_shared_by(tasks: int | None) -> int | None:
+    """This machine's cores shared by ``tasks`` running side by side (None: unknown, e.g. on an
+    external cluster's workers, which keep their own setting)."""
+    if not tasks:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // tasks)
+
+
+@contextmanager
+def cpu_threads(n: int | None):
+    """Within the block, torch (the probes, the ONNX/OpenVINO sessions opened there) and OpenMP/BLAS
+    (KMeans) use ``n`` threads; None: leave the process's setting. A Dask worker starts with one
+    (its nanny sets OMP_NUM_THREADS=1), sized for tasks side by side: a task that runs alone
+    would leave the other cores idle."""
+    if not n:
+        yield
+        return
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(n):
+            yield
+    finally:
+        torch.set_num_threads(before)

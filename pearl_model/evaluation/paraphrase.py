@@ -52,57 +52,81 @@ def split_indices(n: int, split_seed: int = 0) -> tuple[np.ndarray, np.ndarray, 
     return perm[:a], perm[a:b], perm[b:]
 
 
-def train_probe_patiences(x: np.ndarray, y: np.ndarray, split, seed: int, patiences=(PATIENCE,),
-                          max_epochs: int = MAX_EPOCHS, min_epochs: int = MIN_EPOCHS, lr: float = LR,
-                          batch_size: int = BATCH, hidden: int = HIDDEN) -> dict[int, ProbeResult]:
-    """Train the MLP probe on x[train] once and read it at each early-stopping patience
-    (x: pair features, y: 0/1).
+def train_probes(x: np.ndarray, y: np.ndarray, split, seeds, patiences=(PATIENCE,), max_epochs: int = MAX_EPOCHS,
+                 min_epochs: int = MIN_EPOCHS, lr: float = LR, batch_size: int = BATCH,
+                 hidden: int = HIDDEN) -> list[dict[int, ProbeResult]]:
+    """Train the MLP probe of each seed on x[train] and read it at each early-stopping patience
+    (x: pair features, y: 0/1); one dict patience -> result per seed.
 
-    A shorter patience's run is a prefix of a longer one's (the same seed, the same epochs), so
-    one run to the longest patience gives each patience's result: the test accuracy of the best
-    validation epoch seen when that patience would have stopped."""
+    The seeds train side by side as one batched MLP: seed s is slice s of every weight, with its
+    own initialisation, batch order and Adam state, so each slice follows the run that seed would
+    make alone. A shorter patience's run is a prefix of a longer one's (the same epochs), so one
+    run to the longest patience gives each patience's result: the test accuracy of the weights of
+    the best validation epoch seen when that patience would have stopped."""
     import torch
     from torch import nn
 
     train, val, test = split
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, 1))
-    # BCE-with-logits is sigmoid + BCE computed stably; sigmoid(z) >= 0.5 <=> z >= 0.
-    loss_fn = nn.BCEWithLogitsLoss()
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
     X, Y = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), torch.from_numpy(np.asarray(y, dtype=np.float32))
     Xtr, Ytr = X[train], Y[train]
+    gens, layers = [], []
+    for seed in seeds:
+        gens.append(torch.Generator().manual_seed(seed))
+        torch.manual_seed(seed)
+        layers.append(nn.Sequential(nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, 1)))
+    # (S, d, h), (S, 1, h), (S, h, 1), (S, 1, 1): slice s holds seed s's Linear layers
+    params = [torch.stack(ts).detach().requires_grad_() for ts in zip(*[
+        (m[0].weight.T, m[0].bias[None], m[2].weight.T, m[2].bias[None]) for m in layers])]
+    opt = torch.optim.Adam(params, lr=lr)
+    n_seeds = len(layers)
 
-    def accuracy(idx) -> float:
+    def logits(xb, w1, b1, w2, b2):  # xb (S, B, d) -> (S, B)
+        return torch.baddbmm(b2, torch.relu(torch.baddbmm(b1, xb, w1)), w2).squeeze(-1)
+
+    def accuracy(idx, weights) -> np.ndarray:  # per seed
         with torch.no_grad():
-            return ((model(X[idx]).squeeze(1) >= 0).float() == Y[idx]).float().mean().item()
+            xb = X[idx].expand(len(weights[0]), -1, -1)
+            return ((logits(xb, *weights) >= 0).float() == Y[idx]).float().mean(1).numpy()
 
-    waiting = sorted(set(patiences))
-    results: dict[int, ProbeResult] = {}
-    best_acc, best_epoch, best_test, epoch = -1.0, 0, 0.0, 0
+    # BCE-with-logits is sigmoid + BCE computed stably; sigmoid(z) >= 0.5 <=> z >= 0. Each seed's loss
+    # is its own batch mean; their sum leaves each slice the gradient of its own run.
+    loss_fn = nn.BCEWithLogitsLoss(reduction="none")
+    waiting = [sorted(set(patiences)) for _ in range(n_seeds)]
+    results: list[dict[int, ProbeResult]] = [{} for _ in range(n_seeds)]
+    best_acc, best_epoch, best_state = [-1.0] * n_seeds, [0] * n_seeds, [None] * n_seeds
+    tested: dict[tuple[int, int], float] = {}  # (seed index, epoch) -> test accuracy of that epoch's weights
+
+    def result(s: int, epoch: int) -> ProbeResult:
+        if (s, best_epoch[s]) not in tested:
+            tested[(s, best_epoch[s])] = float(accuracy(test, [w[None] for w in best_state[s]])[0])
+        return ProbeResult(tested[(s, best_epoch[s])], best_acc[s], best_epoch[s], epoch)
+
+    epoch = 0
     for epoch in range(1, max_epochs + 1):
-        model.train()
-        for batch in torch.randperm(len(train), generator=gen).split(batch_size):
+        order = torch.stack([torch.randperm(len(train), generator=g) for g in gens])
+        for batch in order.split(batch_size, dim=1):
             opt.zero_grad()
-            loss_fn(model(Xtr[batch]).squeeze(1), Ytr[batch]).backward()
+            loss_fn(logits(Xtr[batch], *params), Ytr[batch]).mean(1).sum().backward()
             opt.step()
-        model.eval()
-        acc = accuracy(val)
-        if acc > best_acc:  # the test accuracy of the weights of the best validation epoch
-            best_acc, best_epoch, best_test = acc, epoch, accuracy(test)
-        while waiting and epoch >= min_epochs and epoch - best_epoch >= waiting[0]:
-            results[waiting.pop(0)] = ProbeResult(best_test, best_acc, best_epoch, epoch)
-        if not waiting:
+        for s, acc in enumerate(accuracy(val, params)):
+            if not waiting[s]:
+                continue  # this seed has stopped: its slice trains on unread
+            if acc > best_acc[s]:
+                best_acc[s], best_epoch[s] = float(acc), epoch
+                best_state[s] = [w[s].detach().clone() for w in params]
+            while waiting[s] and epoch >= min_epochs and epoch - best_epoch[s] >= waiting[s][0]:
+                results[s][waiting[s].pop(0)] = result(s, epoch)
+        if not any(waiting):
             break
-    for p in waiting:  # ran to max_epochs
-        results[p] = ProbeResult(best_test, best_acc, best_epoch, epoch)
+    for s in range(n_seeds):
+        for p in waiting[s]:  # ran to max_epochs
+            results[s][p] = result(s, epoch)
     return results
 
 
 def train_probe(x: np.ndarray, y: np.ndarray, split, seed: int, patience: int = PATIENCE, **kw) -> ProbeResult:
     """Train the MLP probe on x[train] and score it on x[test] (x: pair features, y: 0/1)."""
-    return train_probe_patiences(x, y, split, seed, (patience,), **kw)[patience]
+    return train_probes(x, y, split, [seed], (patience,), **kw)[0][patience]
 
 
 def pair_features(encoder, p1: list[str], p2: list[str], normalize: bool = False,
@@ -129,7 +153,7 @@ def evaluate_ppdb(encoder, benchmark_dir, filtered: bool = False, seeds=SEEDS, s
     y = np.asarray(labels)
     indices = split_indices(len(y), split_seed)
     patiences = {"accuracy": patience} | ({"accuracy_converged": converged_patience} if converged_patience else {})
-    runs = [train_probe_patiences(x, y, indices, seed, tuple(patiences.values()), **probe_kw) for seed in seeds]
+    runs = train_probes(x, y, indices, seeds, tuple(patiences.values()), **probe_kw)
     rows = []
     for metric, p in patiences.items():
         got = [r[p] for r in runs]
