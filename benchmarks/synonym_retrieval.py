@@ -7,7 +7,8 @@
 Each seed draws its own pairs (`pearl_model.evaluation.synonym_retrieval`); with --training-set
 the synsets holding a string that training set teaches are left out, as the dev checks of a run on
 it leave them out; --all-synsets also scores the draw without that filter. Every model encodes the
-same pairs, so the change between two models is paired: the spread over seeds is the draw's.
+same pairs, so the change between two models is paired: the spread over seeds is the draw's, and
+the change's 95% interval is Student's t over the seeds ("no difference" where it holds 0).
 Also per WordNet lexicographer group (animals and plants, states/body/substances, people/places/
 groups), which says what kind of names a model loses.
 """
@@ -45,6 +46,7 @@ def main(models: list[str], training_set: Path = typer.Option(None, help="a trai
     from pearl_model.inference.loading import load_encoder
     from pearl_model.pairs.synonyms import wordnet_reader
     from pearl_model.evaluation.alias_retrieval import alias_retrieval
+    from pearl_model.evaluation.stable import paired_difference
 
     wordnet = wordnet_reader()
     lexnames = lexname_of(wordnet)
@@ -72,9 +74,12 @@ def main(models: list[str], training_set: Path = typer.Option(None, help="a trai
         by_model = {m: [r["top1"] for r in rows if (r["model"], r["filter"], r["group"]) == (m, label, group)]
                     for m in models}
         line = {"filter": label, "group": group, **{m: round(statistics.mean(v), 2) for m, v in by_model.items()}}
-        for m in models[1:]:  # paired changes against the first model, per seed
+        for m in models[1:]:  # paired changes against the first model, per seed, and their 95% interval
             changes = [b - a for a, b in zip(by_model[models[0]], by_model[m])]
             line[f"change {m}"] = [round(c, 2) for c in changes]
+            if len(changes) > 1:
+                diff = paired_difference(*({"dataset": group, "metric": "top1", "draws": by_model[k]} for k in (m, models[0])))
+                line[f"change {m} (95%)"] = diff.text()
         summary.append(line)
         print(line)
     if out:

@@ -145,20 +145,32 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     todo = [] if args.skip_pearl_benchmark else [("pearl", lambda: load_pearl(path, device=str(device)))]
     if args.benchmark_backbone:
         todo.append((args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device))))
+    from pearl_model.evaluation.scores import compare
+    from pearl_model.training.selection import dev_changes
+
+    dev, test = {}, []  # rows of each model: what pairs a change
     for name, load in todo:
         t0 = time.perf_counter()
         if args.dev:  # dev data and held-out aliases: what a recipe may be judged on
             from pearl_model.evaluation.dev import DEV_SPLITS
-            from pearl_model.training.selection import dev_scores
+            from pearl_model.training.selection import dev_rows
 
-            out.setdefault("dev", {})[name] = dev_scores(load(), args.benchmark_dir, retrieval,
-                                                         tuple(args.datasets or DEV_SPLITS), seeds=(0, 1, 2),
-                                                         synonyms=synonyms)
+            dev[name] = dev_rows(load(), args.benchmark_dir, retrieval, tuple(args.datasets or DEV_SPLITS),
+                                 seeds=(0, 1, 2), synonyms=synonyms)
+            out.setdefault("dev", {})[name] = {k: r["value"] for k, r in dev[name].items()}
         if not args.dev or (args.test and name == "pearl"):  # the test sets: a report, never a choice
-            rows = run_benchmark(load(), args.benchmark_dir, datasets=args.datasets, seeds=(0, 1, 2))
-            out.setdefault("benchmark", []).extend({**r, "model": name} for r in rows)
+            rows = [{**r, "model": name} for r in run_benchmark(load(), args.benchmark_dir, datasets=args.datasets)]
+            test += rows
+            out.setdefault("benchmark", []).extend({k: v for k, v in r.items() if k not in ("items", "item_targets")}
+                                                   for r in rows)
         out.setdefault("benchmark_seconds", {})[name] = round(time.perf_counter() - t0, 1)
         save()
+    # each change against the backbone paired, with its 95% interval ("no difference" where it holds 0)
+    if len(dev) == 2:
+        out["dev_vs_backbone"] = dev_changes(dev["pearl"], dev[args.backbone])
+    if {r["model"] for r in test} == {"pearl", args.backbone}:
+        out["benchmark_vs_backbone"] = compare(test, "pearl", args.backbone)
+    save()
 
 
 def write_heldout_retrieval(training_set: Path, out: Path) -> None:

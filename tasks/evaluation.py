@@ -17,7 +17,7 @@ import pyarrow as pa
 from storage.datasets import Dataset, dataset_version
 from storage.schemas import EVAL_RESULTS
 
-CODE_VERSION = "evaluation-1"
+CODE_VERSION = "evaluation-2"  # 2: the stable protocol (draws, per-item scores)
 log = logging.getLogger(__name__)
 
 
@@ -43,22 +43,29 @@ def benchmark_fingerprint(benchmark_dir: str) -> str:
 
 
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
-                   cache_dir: str | None = None) -> list[dict]:
+                   cache_dir: str | None = None, draws: int = 10, threads: int | None = None) -> list[dict]:
+    """Rows of one model; ``threads``: the CPU threads it may use (None: the process's setting)."""
     from pearl_model.evaluation import run_benchmark
+    from pearl_model.evaluation.common import cpu_threads
     from pearl_model.inference.loading import load_encoder
 
-    model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
-    if spec == "char3gram":
-        datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
-    rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds))
+    with cpu_threads(threads):  # the engine's session is opened inside: it takes the count too
+        model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
+        if spec == "char3gram":
+            datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
+        rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws)
     return [{**r, "model": spec} for r in rows]
 
 
 def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datasets: list[str] | None,
-                 seeds: list[int]) -> Dataset:
+                 seeds: list[int], draws: int = 10) -> Dataset:
+    """The results dataset of these models and settings; fewer than 2 draws for a dataset scored
+    over random draws is refused here, before any model is loaded."""
+    from pearl_model.evaluation import DATASETS, check_draws
     from storage.datasets import resolve_root
 
-    params = {"models": models, "datasets": datasets, "seeds": seeds}
+    check_draws(datasets or DATASETS, seeds, draws)
+    params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
     version = dataset_version("eval_results", CODE_VERSION, params,
                               {"benchmark": benchmark_fingerprint(benchmark_dir)})
     return Dataset(resolve_root(storage_root), "eval_results", version, EVAL_RESULTS)
@@ -101,20 +108,23 @@ def resolve_models_task(models: list[str], map_model: str | None, storage_root: 
 
 @task(name="plan-evaluation", cache_policy=NONE)
 def plan_results_task(storage_root: str, models: list[str], benchmark_dir: str | None,
-                      datasets: list[str] | None, seeds: list[int]) -> Dataset:
+                      datasets: list[str] | None, seeds: list[int], draws: int = 10) -> Dataset:
     if not benchmark_dir:
         raise FileNotFoundError("no benchmark directory: pass benchmark_dir, or set PEARL_BENCHMARKS")
-    return plan_results(storage_root, models, benchmark_dir, datasets, seeds)
+    return plan_results(storage_root, models, benchmark_dir, datasets, seeds, draws)
 
 
 @task(name="evaluate-model", task_run_name="evaluate-{spec}", cache_policy=NONE)
 def evaluate_model_task(spec: str, out: Dataset, index: int, benchmark_dir: str, datasets: list[str] | None,
-                        seeds: list[int], cache_dir: str | None) -> list[dict]:
+                        seeds: list[int], cache_dir: str | None, draws: int = 10,
+                        side_by_side: int | None = None) -> list[dict]:
     logger = get_run_logger()
     if out.has_part(index):  # finished before an interruption: reuse
         logger.info("%s: reusing scores from an earlier attempt", spec)
         return out.read_part(index).to_pylist()
-    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir)
+    from pearl_model.evaluation.common import cores_shared_by
+
+    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir, draws, cores_shared_by(side_by_side))
     out.write_part(index, pa.Table.from_pylist(rows, schema=EVAL_RESULTS))
     logger.info("%s: %d scores", spec, len(rows))
     return rows

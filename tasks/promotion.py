@@ -1,11 +1,22 @@
 """The promotion gate: a newly trained model against the current one, on the same benchmark run.
 
-Both models are scored in one `evaluate` run (same code, datasets and seeds), so the gate
-compares like with like. The candidate is promoted when its benchmark average is not below
-the current model's by more than ``average_tolerance`` and no dataset drops by more than
-``dataset_tolerance`` (both in points, scores x100). The first model ever trained on a
-storage root is promoted (there is nothing to compare with). Whatever the decision, the
-candidate is registered with its scores and the decision; only a promotion moves the
+Both models are scored in one `evaluate` run (same code, datasets, probe seeds, KMeans random
+states and items), so every change is paired and has a 95% interval
+(`pearl_model.evaluation.stable`). The gate acts only on a difference it can see:
+
+- a dataset blocks the promotion when its whole interval lies below ``-dataset_tolerance``: a
+  drop larger than the tolerance that the run can see, not one that the draws or the items could
+  have made;
+- the candidate is promoted only when the interval of its benchmark average change lies above
+  ``-average_tolerance``: the run can see that the candidate is at most that many points worse on
+  average (0: that it is better). A candidate the run cannot tell from the current model by more
+  than the draws' and items' noise ("no difference") is not promoted unless that noise is within
+  the tolerance.
+
+Tolerances are in points (scores x100). A dataset whose rows hold nothing to pair (the extra
+tasks of an older run) falls back to its point change against ``dataset_tolerance``. The first
+model ever trained on a storage root is promoted (there is nothing to compare with). Whatever the
+decision, the candidate is registered with its scores and the decision; only a promotion moves the
 registry's current pointer, and it names the version it replaces (compare-and-swap).
 
 An extra check, off unless ``alias_tolerance`` is given: the candidate's top-1 on the corpus's
@@ -25,58 +36,65 @@ from storage.registry import ModelRegistry
 class GateDecision:
     promote: bool
     reasons: list[str]
-    lines: list[dict] = field(default_factory=list)  # per dataset: current, candidate, change, verdict
+    lines: list[dict] = field(default_factory=list)  # per dataset: current, candidate, change, interval, verdict
     candidate_average: float | None = None
     current_average: float | None = None
 
 
-def decide(candidate: dict[str, float], current: dict[str, float] | None, average_tolerance: float = 0.5,
+def decide(rows: list[dict], candidate: str, current: str | None, average_tolerance: float = 0.5,
            dataset_tolerance: float = 3.0) -> GateDecision:
-    """Promote or keep, with the reasons. ``candidate`` / ``current``: dataset -> primary score x100
-    from the same benchmark run; ``current`` None when no model is current yet."""
+    """Promote or keep, with the reasons. ``rows``: the `eval_results` rows of one run that scored
+    ``candidate`` and ``current`` (model names as the rows give them; ``current`` None when no
+    model is current yet)."""
+    from pearl_model.evaluation.scores import compare, primary_rows
+
     if average_tolerance < 0 or dataset_tolerance < 0:
         raise ValueError("tolerances are drops in points and cannot be negative")
-    bad = sorted(d for d, v in candidate.items() if v is None or not math.isfinite(v))
-    if not candidate or bad:
+    primary = primary_rows(rows)
+    cand = {d: r["value"] for (m, d), r in primary.items() if m == candidate}
+    bad = sorted(d for d, v in cand.items() if v is None or not math.isfinite(v))
+    if not cand or bad:
         what = f"non-finite scores on {', '.join(bad)}" if bad else "no benchmark scores"
         return GateDecision(False, [f"the candidate has {what}: not promoted"])
-    cand_avg = statistics.fmean(candidate.values())
     if current is None:
         return GateDecision(True, ["no model is current yet: the first trained model is promoted"],
-                            [{"dataset": d, "current": None, "candidate": round(v, 2), "change": None, "verdict": "new"}
-                             for d, v in candidate.items()], round(cand_avg, 2), None)
+                            [{"dataset": d, "current": None, "candidate": round(v, 2), "change": None, "low": None,
+                              "high": None, "verdict": "new"} for d, v in cand.items()],
+                            round(statistics.fmean(cand.values()), 2), None)
 
-    missing = [d for d in current if d not in candidate]
-    common = [d for d in current if d in candidate]
-    lines, reasons, promote = [], [], True
-    for d in common:
-        change = candidate[d] - current[d]
-        collapsed = change < -dataset_tolerance
-        lines.append({"dataset": d, "current": round(current[d], 2), "candidate": round(candidate[d], 2),
-                      "change": round(change, 2), "verdict": f"drop > {dataset_tolerance:g}" if collapsed else "ok"})
-        if collapsed:
+    missing = [d for (m, d) in primary if m == current and d not in cand]
+    lines = [{"dataset": x["dataset"], "current": x["baseline"], "candidate": x["model"],
+              **{k: x[k] for k in ("change", "low", "high", "verdict")}} for x in compare(rows, candidate, current)]
+    reasons, promote = [], True
+    for x in lines[:-1]:
+        # unpaired rows (an older run's): the point change stands for the interval
+        if (x["change"] if x["high"] is None else x["high"]) < -dataset_tolerance:
             promote = False
-            reasons.append(f"{d} drops by {-change:.2f} points ({current[d]:.2f} -> {candidate[d]:.2f}), "
-                           f"more than the dataset tolerance of {dataset_tolerance:g}")
+            x["verdict"] = f"drop > {dataset_tolerance:g} seen"
+            reasons.append(f"{x['dataset']} drops by {-x['change']:.2f} points ({x['current']:.2f} -> "
+                           f"{x['candidate']:.2f}{interval(x)}), more than the dataset tolerance of {dataset_tolerance:g}")
     if missing:
         promote = False
         reasons.append(f"the candidate was not scored on {', '.join(missing)}, which the current model was")
-    if not common:
-        return GateDecision(False, reasons or ["no dataset scored for both models"], lines, round(cand_avg, 2), None)
-    cand_common = statistics.fmean(candidate[d] for d in common)
-    cur_avg = statistics.fmean(current[d] for d in common)
-    delta = cand_common - cur_avg
-    if delta < -average_tolerance:
+    if not lines:
+        return GateDecision(False, reasons or ["no dataset scored for both models"], [],
+                            round(statistics.fmean(cand.values()), 2), None)
+    avg = lines[-1]
+    seen = f"{avg['change']:+.2f} points ({avg['current']:.2f} -> {avg['candidate']:.2f}{interval(avg)})"
+    if (avg["change"] if avg["low"] is None else avg["low"]) <= -average_tolerance:
         promote = False
-        reasons.insert(0, f"the benchmark average drops by {-delta:.2f} points ({cur_avg:.2f} -> {cand_common:.2f}), "
-                          f"more than the average tolerance of {average_tolerance:g}")
+        reasons.insert(0, f"the benchmark average changes by {seen}: the run cannot see that the candidate is "
+                          f"within the average tolerance of {average_tolerance:g} of the current model"
+                          + (" (no difference)" if avg["verdict"] == "no difference" else ""))
+        avg["verdict"] = f"not within {average_tolerance:g}"
     if promote:
-        reasons.append(f"the benchmark average changes by {delta:+.2f} points ({cur_avg:.2f} -> {cand_common:.2f}; "
-                       f"tolerance {average_tolerance:g}) and no dataset drops by more than {dataset_tolerance:g}")
-    lines.append({"dataset": "average", "current": round(cur_avg, 2), "candidate": round(cand_common, 2),
-                  "change": round(delta, 2), "verdict": f"drop > {average_tolerance:g}" if delta < -average_tolerance
-                  else "ok"})
-    return GateDecision(promote, reasons, lines, round(cand_common, 2), round(cur_avg, 2))
+        reasons.append(f"the benchmark average changes by {seen}, above -{average_tolerance:g} (the average "
+                       f"tolerance), and no dataset is seen to drop by more than {dataset_tolerance:g}")
+    return GateDecision(promote, reasons, lines, avg["candidate"], avg["current"])
+
+
+def interval(line: dict) -> str:
+    return "" if line["low"] is None else f", 95% interval {line['low']:+.2f} to {line['high']:+.2f}"
 
 
 def alias_check(stats: dict, tolerance: float) -> str | None:
@@ -101,12 +119,13 @@ def decision_markdown(decision: GateDecision, candidate: str, current: str | Non
     out = [f"# {title}", "", f"- candidate: `{candidate}`", f"- current before this run: `{current or 'none'}`", ""]
     out += ["## Why", ""] + [f"- {r}" for r in decision.reasons]
     if decision.lines:
-        out += ["", "## Benchmark, same run for both (x100)", "",
-                "| dataset | current | candidate | change | verdict |", "|---|---|---|---|---|"]
+        out += ["", "## Benchmark, same run for both (x100; changes paired, 95% intervals)", "",
+                "| dataset | current | candidate | change | 95% interval | verdict |", "|---|---|---|---|---|---|"]
         fmt = (lambda v: "" if v is None else f"{v:.2f}")
         out += [f"| {x['dataset']} | {fmt(x['current'])} | {fmt(x['candidate'])} | "
-                f"{'' if x['change'] is None else format(x['change'], '+.2f')} | {x['verdict']} |"
-                for x in decision.lines]
+                f"{'' if x['change'] is None else format(x['change'], '+.2f')} | "
+                f"{'' if x.get('low') is None else format(x['low'], '+.2f') + ' to ' + format(x['high'], '+.2f')} | "
+                f"{x['verdict']} |" for x in decision.lines]
     return "\n".join(out)
 
 
@@ -130,12 +149,13 @@ def scores_by_model(rows: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
-def gate(storage_root: str, candidate: str, current: str | None, scores: dict[str, dict[str, float]],
+def gate(storage_root: str, candidate: str, current: str | None, rows: list[dict],
          candidate_key: str, current_key: str | None, eval_version: str | None, average_tolerance: float,
          dataset_tolerance: float, run: dict | None = None,
          alias_tolerance: float | None = None) -> tuple[GateDecision, str]:
-    """Decide, register the candidate with its scores and the decision, promote when it passes.
-    Returns the decision and the outcome (promoted, kept, unchanged)."""
+    """Decide on ``rows`` (`eval_results` of one run, the models named ``candidate_key`` and
+    ``current_key``), register the candidate with its scores and the decision, promote when it
+    passes. Returns the decision and the outcome (promoted, kept, unchanged)."""
     reg = ModelRegistry(storage_root)
     if current is not None and candidate == current:
         prior = reg.entry(candidate)
@@ -143,9 +163,8 @@ def gate(storage_root: str, candidate: str, current: str | None, scores: dict[st
                                         "inputs or parameters), which is already current"],
                                 candidate_average=(prior.get("benchmark") or {}).get("average"))
         return decision, "unchanged"
-    cand_scores = scores.get(candidate_key, {})
-    cur_scores = scores.get(current_key) if current_key is not None else None
-    decision = decide(cand_scores, cur_scores, average_tolerance, dataset_tolerance)
+    cand_scores = scores_by_model(rows).get(candidate_key, {})
+    decision = decide(rows, candidate_key, current_key, average_tolerance, dataset_tolerance)
     if alias_tolerance is not None:
         failed = alias_check(reg.model(candidate).manifest().get("stats") or {}, alias_tolerance)
         if failed:
@@ -210,13 +229,12 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
     from storage.datasets import Dataset, resolve_root
     from storage.schemas import EVAL_RESULTS
 
-    scores: dict = {}
+    rows: list[dict] = []
     if evaluation is not None:
-        rows = Dataset(resolve_root(storage_root), "eval_results", evaluation["version"], EVAL_RESULTS).read()
-        scores = scores_by_model(rows.to_pylist())
+        rows = Dataset(resolve_root(storage_root), "eval_results", evaluation["version"], EVAL_RESULTS).read().to_pylist()
     ctx = get_run_context()
     run = {"flow_run_id": str(ctx.task_run.flow_run_id)} if getattr(ctx, "task_run", None) else None
-    decision, outcome = gate(storage_root, candidate["version"], current and current["version"], scores,
+    decision, outcome = gate(storage_root, candidate["version"], current and current["version"], rows,
                              candidate["dir"], current and current["dir"], evaluation and evaluation["version"],
                              average_tolerance, dataset_tolerance, run, alias_tolerance)
     from prefect.logging import get_run_logger
@@ -228,7 +246,8 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
     if decision.lines:
         create_table_artifact(decision.lines, key="benchmark-vs-current",
                               description=f"candidate {candidate['version']} vs current "
-                                          f"{current and current['version']}, same benchmark run, x100")
+                                          f"{current and current['version']}, same benchmark run, x100, "
+                                          "paired changes with 95% intervals")
     create_table_artifact(ModelRegistry(storage_root).summary(), key="model-registry",
                           description="registered models, newest first; 'current' marks the promoted one")
     now = ModelRegistry(storage_root).current_version()

@@ -372,19 +372,21 @@ def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = 
     backbone's scores (``baseline``) as its first row (empty without any check)."""
     if not selection:
         return ""
-    from pearl_model.training.selection import criteria
+    from pearl_model.training.selection import changes_text, criteria
 
     cols = [f"dev_{k}" for k in criteria({k[4:]: v for k, v in selection[0].items() if k.startswith("dev_")})]
     scaled = any("char_scale" in r for r in selection)
-    head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change", "kept"]
+    head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change",
+            "changes seen (95%)", "kept"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if baseline:
         lines.append("| " + " | ".join(["backbone", *([""] if scaled else []),
                                          *(f"{baseline[c[4:]]:.1f}" if c[4:] in baseline else "" for c in cols),
-                                         "", "", ""]) + " |")
+                                         "", "", "", ""]) + " |")
     for r in selection:
         cells = [str(r["step"]), *([f"{r['char_scale']:g}"] if scaled else []), *(f"{r[c]:.1f}" for c in cols),
                  f"{r['select_worst']:+.1f}", f"{r['select_mean']:+.1f}",
+                 changes_text(r["select_changes"]) if "select_changes" in r else "",
                  "**kept**" if r["step"] == stats.get("selected_step") else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return ("\n\n## Checkpoints scored on dev data (as exported; changes against the backbone, x100)\n\n"
@@ -422,8 +424,11 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
 
     def on_log(rec: dict) -> None:
         if "select_worst" in rec:
-            logger.info("dev selection at step %d: worst change against the backbone %+.2f, mean %+.2f",
-                        rec["step"], rec["select_worst"], rec["select_mean"])
+            from pearl_model.training.selection import changes_text
+
+            logger.info("dev selection at step %d: worst change against the backbone %+.2f, mean %+.2f; %s",
+                        rec["step"], rec["select_worst"], rec["select_mean"],
+                        changes_text(rec["select_changes"]) if "select_changes" in rec else "")
             return
         logger.info("step %d/%d  loss %.4f (InfoNCE %.4f, type %.4f, type acc %.2f)  lr %.2e  %.0f anchors/s",
                     rec["step"], rec["total_steps"], rec["loss"], rec["infonce"], rec["type_ce"], rec["type_acc"],

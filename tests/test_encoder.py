@@ -234,3 +234,23 @@ def test_fast_tokenizer_on_real_e5(e5):
     got = FastTokenizer(e5.tokenizer, 512)(texts)
     assert got["input_ids"].shape[1] == 512
     assert torch.equal(got["input_ids"], ref["input_ids"]) and torch.equal(got["attention_mask"], ref["attention_mask"])
+
+
+def test_batches_group_phrases_by_token_length_not_characters(tiny):
+    from pearl_model.inference.encoder import encode_batches
+
+    phrases = ["review", "a a a", "car", "the new york times", "river"]
+    lengths = tiny.token_lengths(phrases)
+    padded = tiny.featurize(phrases)["attention_mask"].sum(1).tolist()
+    assert list(lengths) == padded == [3, 5, 3, 6, 3]  # [CLS] ... [SEP]
+    seen = []
+
+    def featurize(batch):
+        seen.append(batch)
+        return batch
+
+    out = encode_batches(phrases, 2, 4, featurize, lambda b: np.ones((len(b), 4), np.float32), False, False, "t",
+                         tiny.token_lengths)
+    assert out.shape == (5, 4)
+    # by characters "review" (6) would share a batch with "a a a" (5 chars, 5 tokens)
+    assert seen == [["the new york times", "a a a"], ["review", "car"], ["river"]]

@@ -93,3 +93,21 @@ def test_the_weight_candidates_are_bounded_and_named_when_wrong():
     for bad in ([0.5, 1.5], [], -0.1):
         with pytest.raises(ValidationError, match="average_weight"):
             TrainConfig(average_weight=bad)
+
+
+def test_each_criterion_change_has_an_interval_and_no_difference_is_said():
+    from pearl_model.evaluation.common import draws_row, row
+
+    base = {"bc5cdr:dev": draws_row("b", "t", "bc5cdr:dev", "nmi", [50.0, 51.0, 49.0, 50.0]),
+            "bc5cdr:dev/l2": draws_row("b", "t", "bc5cdr:dev", "nmi_l2norm", [1.0, 2.0]),
+            "heldout_alias_top1": row("b", "t", "heldout_alias", "top1", 50.0, items=[1, 0] * 50)}
+    mine = {"bc5cdr:dev": draws_row("m", "t", "bc5cdr:dev", "nmi", [60.0, 61.0, 59.0, 60.5]),
+            "bc5cdr:dev/l2": draws_row("m", "t", "bc5cdr:dev", "nmi_l2norm", [1.0, 2.0]),
+            "heldout_alias_top1": row("m", "t", "heldout_alias", "top1", 50.0, items=[0, 1] * 50)}
+    changes = S.dev_changes(mine, base)
+    assert list(changes) == ["bc5cdr:dev", "heldout_alias_top1"]  # the criteria: no /l2 view
+    change, low, high = changes["bc5cdr:dev"]
+    assert change == pytest.approx(10.125) and low > 0
+    assert changes["heldout_alias_top1"][0] == 0 and changes["heldout_alias_top1"][1] < 0 < changes["heldout_alias_top1"][2]
+    assert S.changes_text(changes) == f"bc5cdr:dev +10.1 [{low:+.1f}, {high:+.1f}]"
+    assert S.changes_text(S.dev_changes(base, base)) == "no difference on any dev signal"

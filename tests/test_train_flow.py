@@ -257,13 +257,16 @@ def test_training_curves_show_the_held_out_aliases():
     assert alias_lines([{"step": 0, "val_loss": 1.0}], {}) == ""
     sel = [{"step": s, "dev_bc5cdr:dev": v, "dev_bc5cdr:dev/l2": 1.0, "dev_heldout_alias_top1": 66.0,
             "dev_heldout_alias_mrr": 70.0, "select_worst": w, "select_mean": 1.0, "char_scale": c,
-            "scores_by_scale": {}} for s, v, w, c in ((25, 45.0, -13.0, 0.5), (50, 66.0, 0.5, 0.25))]
+            "scores_by_scale": {}, "select_changes": {"bc5cdr:dev": ch, "heldout_alias_top1": [0.0, -1.0, 1.0]}}
+           for s, v, w, c, ch in ((25, 45.0, -13.0, 0.5, [-13.0, -15.0, -11.0]), (50, 66.0, 0.5, 0.25, [0.5, -0.5, 1.5]))]
     table = selection_lines(sel, {"selected_step": 50})
-    assert "| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | kept |" in table
-    assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 |  |" in table and "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | **kept** |" in table
+    assert ("| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | changes seen (95%) "
+            "| kept |") in table
+    assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 | bc5cdr:dev -13.0 [-15.0, -11.0] |  |" in table
+    assert "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | no difference on any dev signal | **kept** |" in table
     assert selection_lines([], {}) == ""
     with_backbone = selection_lines(sel, {"selected_step": 50}, {"bc5cdr:dev": 58.2, "heldout_alias_top1": 66.6})
-    assert "| backbone |  | 58.2 | 66.6 |  |  |  |\n| 25 |" in with_backbone
+    assert "| backbone |  | 58.2 | 66.6 |  |  |  |  |\n| 25 |" in with_backbone
     assert curves_png(hist, val)[:8] == b"\x89PNG\r\n\x1a\n"
 
 

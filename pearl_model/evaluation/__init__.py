@@ -2,8 +2,15 @@
 
     rows = run_benchmark(encoder, "../shared/benchmarks/pearl")
 
-Rows are {model, task, dataset, metric, value (x100), seed}; for each dataset the first
-row is its primary metric. Missing datasets are skipped with a message.
+Rows are {model, task, dataset, metric, value (x100), std, n, paper_value, draws, items,
+item_targets} (`common.py`); for each dataset the first row is its primary metric. Missing
+datasets are skipped with a message.
+
+The stable protocol: a dataset whose score depends on a random draw is scored over several
+(PPDB and PPDB-filtered over the probe `seeds`, at the protocol's patience and at one long enough
+that the probe converges; CoNLL-2003 and BC5CDR over `draws` KMeans random states), `value` the
+mean and `paper_value` the paper protocol's single draw; every string is encoded once per call,
+whatever the datasets and draws that read it. Two models' rows are compared by `stable.py`.
 """
 from __future__ import annotations
 
@@ -13,9 +20,10 @@ import time
 from .analogy import evaluate_analogy
 from .autofj import evaluate_autofj
 from .classification import evaluate_classification
-from .clustering import entity_names, evaluate_clustering
+from .clustering import DRAWS, entity_names, evaluate_clustering
+from .common import CachedEncoder
 from .data import DatasetMissing, default_benchmark_dir
-from .paraphrase import evaluate_ppdb
+from .paraphrase import SEEDS, evaluate_ppdb
 from .retrieval import evaluate_retrieval
 from .similarity import evaluate_bird, evaluate_turney
 
@@ -36,7 +44,7 @@ PAPER_ROWS = {
 }
 
 
-def _runners(seeds, batch_size):
+def _runners(seeds, batch_size, draws):
     return {
         "ppdb": lambda m, d: evaluate_ppdb(m, d, filtered=False, seeds=seeds, batch_size=batch_size),
         "ppdb_filtered": lambda m, d: evaluate_ppdb(m, d, filtered=True, seeds=seeds, batch_size=batch_size),
@@ -44,17 +52,37 @@ def _runners(seeds, batch_size):
         "bird": lambda m, d: evaluate_bird(m, d, batch_size=batch_size),
         "yago-10kdict": lambda m, d: evaluate_retrieval(m, d, "yago", batch_size=batch_size),
         "umls-10kdict": lambda m, d: evaluate_retrieval(m, d, "umls", batch_size=batch_size),
-        "conll2003": lambda m, d: evaluate_clustering(m, d, "conll2003", batch_size=batch_size),
-        "bc5cdr": lambda m, d: evaluate_clustering(m, d, "bc5cdr", batch_size=batch_size),
+        "conll2003": lambda m, d: evaluate_clustering(m, d, "conll2003", batch_size=batch_size, draws=draws),
+        "bc5cdr": lambda m, d: evaluate_clustering(m, d, "bc5cdr", batch_size=batch_size, draws=draws),
         "autofj": lambda m, d: evaluate_autofj(m, d, batch_size=batch_size),
         "analogy": lambda m, d: evaluate_analogy(m, batch_size=batch_size),  # gensim's file, not benchmark_dir
         "classification": lambda m, d: evaluate_classification(m, d, batch_size=batch_size),
     }
 
 
-def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=(0, 1, 2), batch_size=None) -> list[dict]:
+# Datasets scored over random draws, and what draws them.
+PROBE_DATASETS = ("ppdb", "ppdb_filtered")
+CLUSTERING_DATASETS = ("conll2003", "bc5cdr")
+
+
+def check_draws(datasets, seeds, draws: int) -> None:
+    """Refuse fewer than 2 draws for a dataset scored over random draws: one draw has no spread,
+    and two models' difference on it no interval."""
+    probes = [d for d in datasets if d in PROBE_DATASETS]
+    if probes and len(set(seeds)) < 2:
+        raise ValueError(f"{', '.join(probes)} score a random probe: give at least 2 distinct probe seeds for a mean "
+                         f"and a standard deviation, got {list(seeds)}")
+    clusterings = [d for d in datasets if d in CLUSTERING_DATASETS]
+    if clusterings and draws < 2:
+        raise ValueError(f"{', '.join(clusterings)} score a random KMeans draw: give at least 2 draws (10 is the "
+                         f"protocol's), got {draws}")
+
+
+def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=SEEDS, batch_size=None,
+                  draws: int = DRAWS) -> list[dict]:
     """Score `model` on the chosen datasets (default: all 9); a model without `encode()`
-    (a similarity-only baseline) is scored on AutoFJ only."""
+    (a similarity-only baseline) is scored on AutoFJ only. ``seeds``: the PPDB probes' seeds;
+    ``draws``: the clusterings' KMeans random states (0..draws-1)."""
     benchmark_dir = benchmark_dir or default_benchmark_dir()
     wanted = [_ALIASES.get(d, d) for d in (datasets or DATASETS)]
     unknown = [d for d in wanted if d not in DATASETS + EXTRA_DATASETS]
@@ -62,7 +90,10 @@ def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=(0, 1, 2), bat
         raise ValueError(f"unknown datasets {unknown}; known: {DATASETS + EXTRA_DATASETS} (and yago, umls)")
     if not hasattr(model, "encode"):
         wanted = [d for d in wanted if d == "autofj"]
-    runners = _runners(tuple(seeds), batch_size)
+    check_draws(wanted, seeds, draws)
+    if hasattr(model, "encode"):
+        model = CachedEncoder(model)
+    runners = _runners(tuple(seeds), batch_size, draws)
     rows: list[dict] = []
     for name in wanted:
         t0 = time.perf_counter()
@@ -75,4 +106,5 @@ def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=(0, 1, 2), bat
     return rows
 
 
-__all__ = ["run_benchmark", "PAPER_ROWS", "DATASETS", "EXTRA_DATASETS", "DatasetMissing", "entity_names", "default_benchmark_dir"]
+__all__ = ["run_benchmark", "check_draws", "PAPER_ROWS", "DATASETS", "EXTRA_DATASETS", "DatasetMissing", "entity_names",
+           "default_benchmark_dir"]

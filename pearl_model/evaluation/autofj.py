@@ -46,7 +46,8 @@ def join_accuracy(model, left: list[str], right: list[str], gold: dict[str, str]
 
 
 def evaluate_autofj(model, benchmark_dir, batch_size: int | None = None) -> list[dict]:
-    """Primary row: mean accuracy over the tables; then one row per table."""
+    """Primary row: mean accuracy over the tables (its items: the tables' accuracies, 0..1, the
+    unit a paired bootstrap resamples); then one row per table."""
     tables = {name: load_autofj(name) for name in autofj_dataset_names(benchmark_dir)}
     vectors = None
     if hasattr(model, "encode"):
@@ -61,6 +62,6 @@ def evaluate_autofj(model, benchmark_dir, batch_size: int | None = None) -> list
         per_table.append((name, acc))
         log.info("autofj %s: %.3f", name, acc)
     scored = [a for _, a in per_table if not np.isnan(a)]
-    rows = [row(model, TASK, "autofj", "accuracy", 100 * float(np.mean(scored)))]
+    rows = [row(model, TASK, "autofj", "accuracy", 100 * float(np.mean(scored)), items=scored)]
     rows += [row(model, TASK, "autofj", f"accuracy:{name}", 100 * acc) for name, acc in per_table]
     return rows

@@ -26,9 +26,9 @@ def dataset_name(name: str) -> str:
     return name + SUFFIX
 
 
-def retrieval_accuracy(encoder, mentions: list[str], gold: list[str], dictionary: list[str] | None = None,
-                       batch_size: int | None = None) -> float:
-    """Top-1 accuracy (0..1) of retrieving gold[i] for mentions[i] among `dictionary`
+def retrieval_credit(encoder, mentions: list[str], gold: list[str], dictionary: list[str] | None = None,
+                     batch_size: int | None = None) -> np.ndarray:
+    """Each mention's top-1 credit (0..1) for retrieving gold[i] among `dictionary`
     (default: the distinct gold names, in file order)."""
     dictionary = list(dict.fromkeys(dictionary if dictionary is not None else gold))
     position = {name: i for i, name in enumerate(dictionary)}
@@ -38,10 +38,16 @@ def retrieval_accuracy(encoder, mentions: list[str], gold: list[str], dictionary
     vectors = l2_normalize(encode_unique(encoder, mentions + dictionary, normalize=True, batch_size=batch_size))
     queries, names = vectors[:len(mentions)], vectors[len(mentions):]
     gold_index = np.array([position[g] for g in gold])
-    return float(top1_credit_chunked(queries, names, gold_index).mean())
+    return top1_credit_chunked(queries, names, gold_index)
+
+
+def retrieval_accuracy(encoder, mentions: list[str], gold: list[str], dictionary: list[str] | None = None,
+                       batch_size: int | None = None) -> float:
+    """Top-1 accuracy, 0..1."""
+    return float(retrieval_credit(encoder, mentions, gold, dictionary, batch_size).mean())
 
 
 def evaluate_retrieval(encoder, benchmark_dir, name: str, batch_size: int | None = None) -> list[dict]:
     mentions, gold = load_retrieval(benchmark_dir, name)
-    acc = retrieval_accuracy(encoder, mentions, gold, batch_size=batch_size)
-    return [row(encoder, TASK, dataset_name(name), "top1_accuracy", 100 * acc)]
+    credit = retrieval_credit(encoder, mentions, gold, batch_size=batch_size)
+    return [row(encoder, TASK, dataset_name(name), "top1_accuracy", 100 * credit.mean(), items=credit)]

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import encode_unique, l2_normalize, row, top1_credit
+from .common import encode_unique, l2_normalize, pearson, row, top1_credit
 from .data import load_bird, load_turney
 
 TASK = "phrase_similarity"
 
 
-def turney_accuracy(encoder, items: list[tuple[str, list[str]]], batch_size: int | None = None) -> float:
-    """items: (bigram, candidates with the correct one first). Returns 0..1."""
+def turney_credit(encoder, items: list[tuple[str, list[str]]], batch_size: int | None = None) -> np.ndarray:
+    """items: (bigram, candidates with the correct one first). Returns each item's credit, 0..1."""
     n_cand = len(items[0][1])
     phrases = [p for bigram, cands in items for p in [bigram, *cands]]
     vectors = l2_normalize(encode_unique(encoder, phrases, normalize=True, batch_size=batch_size))
@@ -29,28 +29,31 @@ def turney_accuracy(encoder, items: list[tuple[str, list[str]]], batch_size: int
     scores = np.einsum("nd,ncd->nc", vectors[:, 0], vectors[:, 1:])
     correct = np.zeros_like(scores, dtype=bool)
     correct[:, 0] = True
-    return float(top1_credit(scores, correct).mean())
+    return top1_credit(scores, correct)
 
 
-def pearson(x, y) -> float:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    xc, yc = x - x.mean(), y - y.mean()
-    denom = np.sqrt((xc ** 2).sum() * (yc ** 2).sum())
-    return float((xc * yc).sum() / denom) if denom > 0 else 0.0
+def turney_accuracy(encoder, items: list[tuple[str, list[str]]], batch_size: int | None = None) -> float:
+    """Mean credit, 0..1."""
+    return float(turney_credit(encoder, items, batch_size).mean())
+
+
+def bird_similarities(encoder, term1: list[str], term2: list[str], batch_size: int | None = None) -> np.ndarray:
+    """(cos + 1) / 2 of each pair."""
+    vectors = l2_normalize(encode_unique(encoder, term1 + term2, normalize=True, batch_size=batch_size))
+    return ((vectors[:len(term1)] * vectors[len(term1):]).sum(axis=1) + 1) / 2
 
 
 def bird_pearson(encoder, term1: list[str], term2: list[str], human: list[float],
                  batch_size: int | None = None) -> float:
-    vectors = l2_normalize(encode_unique(encoder, term1 + term2, normalize=True, batch_size=batch_size))
-    cos = (vectors[:len(term1)] * vectors[len(term1):]).sum(axis=1)
-    return pearson((cos + 1) / 2, human)
+    return pearson(bird_similarities(encoder, term1, term2, batch_size), human)
 
 
 def evaluate_turney(encoder, benchmark_dir, batch_size: int | None = None) -> list[dict]:
-    acc = turney_accuracy(encoder, load_turney(benchmark_dir), batch_size)
-    return [row(encoder, TASK, "turney", "accuracy", 100 * acc)]
+    credit = turney_credit(encoder, load_turney(benchmark_dir), batch_size)
+    return [row(encoder, TASK, "turney", "accuracy", 100 * credit.mean(), items=credit)]
 
 
 def evaluate_bird(encoder, benchmark_dir, batch_size: int | None = None) -> list[dict]:
-    r = bird_pearson(encoder, *load_bird(benchmark_dir), batch_size=batch_size)
-    return [row(encoder, TASK, "bird", "pearson", 100 * r)]
+    term1, term2, human = load_bird(benchmark_dir)
+    sims = bird_similarities(encoder, term1, term2, batch_size)
+    return [row(encoder, TASK, "bird", "pearson", 100 * pearson(sims, human), items=sims, item_targets=human)]

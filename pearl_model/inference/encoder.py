@@ -235,15 +235,21 @@ class CudaRunner:
 
 
 def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: Callable, run: Callable,
-                   normalize: bool, show_progress: bool | None, desc: str) -> np.ndarray:
+                   normalize: bool, show_progress: bool | None, desc: str,
+                   lengths: Callable[[list[str]], Sequence[int]] | None = None) -> np.ndarray:
     """The encode loop every encoder shares: length-sorted batches -> ``run(featurize(batch))``,
     L2-normalised unless ``normalize=False``, put back in the caller's order.
+
+    ``lengths``: each item's length in tokens, what a batch pads to (default: characters, which
+    leave a third of a batch's tokens padding on short phrases: a padded token costs the
+    transformer what a real one does).
 
     ``run`` may offer ``prepare`` (applied to each batch's features in the tokenising thread),
     ``workers`` (tokenising threads, default 1) and ``submit`` (start a batch, return a result
     with ``get()``: engines that run batches side by side), and may return CUDA tensors: those
     are gathered on the GPU; both kinds are collected once per ``GPU_FLUSH_BATCHES`` batches."""
-    order = np.argsort([-len(p) for p in items], kind="stable")
+    order = np.argsort(-np.asarray(lengths(list(items)) if lengths is not None else [len(p) for p in items]),
+                       kind="stable")
     out = np.empty((len(items), dim), dtype=np.float32)
     batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
     prepare = getattr(run, "prepare", None)
@@ -344,7 +350,12 @@ class PhraseEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
 
         return encode_batches(items, batch_size, self.dim, self.featurize, self._runner(backend),
-                              normalize, show_progress, f"encode ({self.name})")
+                              normalize, show_progress, f"encode ({self.name})", self.token_lengths)
+
+    def token_lengths(self, phrases: list[str]) -> np.ndarray:
+        """Each phrase's length in tokens as :meth:`featurize` tokenises it."""
+        return fast_tokenizer(self.tokenizer, self.info.max_length).lengths([self.info.query_prefix + p.strip()
+                                                                           for p in phrases])
 
     def featurize(self, batch: list[str]) -> dict:
         """The backbone's inputs for ``batch``: query prefix, truncated at its max length, padded."""

@@ -84,7 +84,7 @@ class PearlModel(PearlNetwork):
         self.eval()
         try:
             return encode_batches(items, batch_size, self.dim, featurize, self._runner(backend, featurize),
-                                  normalize, show_progress, "encode (pearl)")
+                                  normalize, show_progress, "encode (pearl)", self.batcher.lengths)
         finally:
             self.train(was_training)
 

@@ -231,6 +231,16 @@ class FastTokenizer:
                                 pad_type_id=tokenizer.pad_token_type_id, pad_token=tokenizer.pad_token)
             self.rust = rust
             self._encode = getattr(rust, "encode_batch_fast", rust.encode_batch)  # _fast: no offsets
+            unpadded = Tokenizer.from_str(backend.to_str())
+            unpadded.enable_truncation(max_length)
+            unpadded.no_padding()
+            self._unpadded = getattr(unpadded, "encode_batch_fast", unpadded.encode_batch)
+
+    def lengths(self, texts: list[str]) -> np.ndarray:
+        """Each text's length in tokens (special tokens included, truncated at ``max_length``)."""
+        if self.rust is None:
+            return np.array([len(ids) for ids in self.hf(texts, truncation=True, max_length=self.max_length)["input_ids"]])
+        return np.array([len(e.ids) for e in self._unpadded(texts)])
 
     def __call__(self, texts: list[str]) -> dict[str, torch.Tensor]:
         if self.rust is None:
@@ -260,6 +270,10 @@ class Batcher:
     def __call__(self, phrases: Sequence[str], allow_blank: bool = False) -> dict[str, torch.Tensor]:
         return collate(phrases, self.tokenizer, self.char_vocab, self.prefix, self.max_length,
                        self.max_words, self.max_chars, allow_blank)
+
+    def lengths(self, phrases: Sequence[str]) -> np.ndarray:
+        """Each phrase's length in backbone tokens, as :func:`collate` tokenises it."""
+        return fast_tokenizer(self.tokenizer, self.max_length).lengths([self.prefix + p.strip() for p in phrases])
 
 
 class PearlNetwork(nn.Module):

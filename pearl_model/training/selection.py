@@ -10,6 +10,12 @@ largest (ties: the larger mean change); with rule ``mean``, among the checkpoint
 backbone on every dev signal the one with the largest mean change (none such: as ``worst``).
 Only dev splits, the corpus's own held-out aliases and WordNet's synonyms (name variants, which
 no benchmark dev split has: :mod:`pearl_model.evaluation.synonym_retrieval`) are read; the test splits never are.
+
+Each record also holds every criterion's change against the backbone with its 95% interval
+(``select_changes``; :mod:`pearl_model.evaluation.stable`: the clusterings paired over KMeans random
+states, the probe over its seeds, the retrieval signals by a paired bootstrap over their queries),
+so that the log and the training report say where a change is "no difference". The rule ranks the
+changes themselves.
 """
 from __future__ import annotations
 
@@ -20,13 +26,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
-from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval
+from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_rows
+from pearl_model.evaluation.common import CachedEncoder, l2_normalize
 from pearl_model.evaluation.data import default_benchmark_dir
 from pearl_model.evaluation.dev import run_dev_benchmark
-from pearl_model.evaluation.scores import primary_scores
+from pearl_model.evaluation.scores import primary_rows
+from pearl_model.evaluation.stable import paired_difference
 from pearl_model.evaluation.synonym_retrieval import group_tasks, lexname_of, wordnet_synonym_task
 from pearl_model.inference.export import PearlEncoder, average_state_dicts, head_state
 from pearl_model.inference.loading import load_encoder
@@ -36,25 +43,49 @@ log = logging.getLogger(__name__)
 
 # PPDB's full probe is left out: it takes ~10x the others' time and it gains on every run measured.
 SELECT_DATASETS = ("conll2003", "bc5cdr", "ppdb_filtered")
+# Two probe seeds: the fewest that give the probe's change an interval (each costs a probe run per check).
+SELECT_SEEDS = (0, 1)
+RETRIEVAL_METRICS = ("top1", "mrr")
 
 
-def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS, seeds=(0,),
-               synonyms=None) -> dict[str, float]:
-    """x100 scores of ``encoder``: each dev dataset's primary metric (probe seeds averaged),
-    its unit-vector clustering as ``<dataset>/l2``, ``heldout_alias_top1``/``_mrr`` (``retrieval``)
-    and ``<name>_top1``/``_mrr`` of each WordNet task (``synonyms``: :func:`synonym_signal`'s
-    name -> AliasRetrieval, or one AliasRetrieval, named ``wordnet_synonym``)."""
+def dev_rows(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS, seeds=SELECT_SEEDS,
+             synonyms=None) -> dict[str, dict]:
+    """Score name -> its benchmark row (the stable protocol's, x100): each dev dataset's primary
+    metric, its unit-vector clustering as ``<dataset>/l2``, ``heldout_alias_top1``/``_mrr``
+    (``retrieval``) and ``<name>_top1``/``_mrr`` of each WordNet task (``synonyms``:
+    :func:`synonym_signal`'s name -> AliasRetrieval, or one AliasRetrieval, named ``wordnet_synonym``)."""
     rows = run_dev_benchmark(encoder, benchmark_dir, datasets=tuple(datasets), seeds=tuple(seeds)) \
         if datasets else []
-    out = {dataset: mean for (_, dataset), (mean, _, _) in primary_scores(rows).items()}
-    out |= {f"{r['dataset']}/l2": r["value"] for r in rows if r["metric"] == "nmi_l2norm"}
-    if retrieval is not None:
-        out |= {f"heldout_{k}": 100 * v for k, v in alias_retrieval(encoder.encode, retrieval).items()}
+    out = {dataset: r for (_, dataset), r in primary_rows(rows).items()}
+    out |= {f"{r['dataset']}/l2": r for r in rows if r["metric"] == "nmi_l2norm"}
     if isinstance(synonyms, AliasRetrieval):
         synonyms = {"wordnet_synonym": synonyms}
-    for name, task in (synonyms or {}).items():
-        out |= {f"{name}_{k.removeprefix('alias_')}": 100 * v for k, v in alias_retrieval(encoder.encode, task).items()}
+    signals = ({"heldout_alias": retrieval} if retrieval is not None else {}) | dict(synonyms or {})
+    for name, task in signals.items():
+        out |= {f"{name}_{r['metric']}": r for r in alias_rows(encoder, name, task)}
     return out
+
+
+def dev_scores(encoder, benchmark_dir, retrieval=None, datasets=SELECT_DATASETS, seeds=SELECT_SEEDS,
+               synonyms=None) -> dict[str, float]:
+    """:func:`dev_rows`' values."""
+    return {k: r["value"] for k, r in dev_rows(encoder, benchmark_dir, retrieval, datasets, seeds, synonyms).items()}
+
+
+def dev_changes(rows: dict[str, dict], baseline: dict[str, dict]) -> dict[str, list[float]]:
+    """Each criterion's change against the baseline's rows as [change, low, high] (95%)."""
+    out = {}
+    for k in criteria(rows):
+        if k in baseline:
+            d = paired_difference(rows[k], baseline[k])
+            out[k] = [round(d.change, 3), round(d.low, 3), round(d.high, 3)]
+    return out
+
+
+def changes_text(changes: dict[str, list[float]]) -> str:
+    """The changes an interval can see, or "no difference" when it holds 0 for every criterion."""
+    seen = [f"{k} {c:+.1f} [{lo:+.1f}, {hi:+.1f}]" for k, (c, lo, hi) in changes.items() if lo > 0 or hi < 0]
+    return "; ".join(seen) or "no difference on any dev signal"
 
 
 def criteria(scores: dict[str, float]) -> list[str]:
@@ -98,39 +129,35 @@ def exported_weights(model, original: dict[str, torch.Tensor], average_weight: f
         model.load_state_dict(trained)
 
 
-class ScaledVectors:
+class ScaledVectors(CachedEncoder):
     """An encoder's raw vectors, computed once per phrase, with the character part scaled.
 
     Scaling the vectors is what exporting at another ``char_scale`` does to them (the character
     projection is linear), so the dev sets are encoded once and scored at every scale."""
 
     def __init__(self, base, backbone_dim: int | None, name: str = "scaled"):
-        self.base, self.backbone_dim, self.name, self.scale = base, backbone_dim, name, 1.0
-        self.cache: dict[str, np.ndarray] = {}
+        super().__init__(base, name)
+        self.backbone_dim, self.scale = backbone_dim, 1.0
 
     def encode(self, phrases, normalize: bool = True, batch_size: int | None = None, **_):
-        missing = list(dict.fromkeys(p for p in phrases if p not in self.cache))
-        if missing:
-            vectors = self.base.encode(missing, normalize=False, batch_size=batch_size or 128)
-            self.cache.update(zip(missing, vectors))
-        x = np.stack([self.cache[p] for p in phrases]).astype(np.float32)
+        x = self.raw(phrases, batch_size or 128)  # a fresh array: scaled in place
         if self.backbone_dim is not None:
             x[:, self.backbone_dim:] *= self.scale
-        if normalize:
-            x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        return x
+        return l2_normalize(x) if normalize else x
 
 
 def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weight: float, baseline: dict,
                  retrieval=None, datasets=SELECT_DATASETS, char_scales: Sequence[float] = (1.0,), synonyms=None
                  ) -> Callable[[torch.nn.Module], dict]:
     """What ``train(select=...)`` calls at its selection points: the model's scores as exported,
-    with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_scores`).
+    with ``select_worst``/``select_mean`` against ``baseline`` (the backbone's :func:`dev_rows`) and
+    each criterion's change with its interval (``select_changes``).
 
     With several ``char_scales`` each checkpoint is scored at each (encoded once) and the record
     is that of its best scale, named in ``char_scale``; ``scores_by_scale`` keeps them all. Why: the
     character part's spread can move KMeans' boundary (BC5CDR's abbreviations against words), by
     an amount that differs from one checkpoint to the next (docs/research/recipe-seeds.md)."""
+    values = {k: r["value"] for k, r in baseline.items()}
     scales = list(dict.fromkeys(float(s) for s in char_scales))
     if not scales or not all(s > 0 for s in scales):
         raise ValueError(f"char_scales must be one or more values > 0, got {list(char_scales)!r}")
@@ -139,14 +166,16 @@ def dev_selector(benchmark_dir, original: dict[str, torch.Tensor], average_weigh
         with exported_weights(model, original, weight):
             enc = ScaledVectors(PearlEncoder(model, name="selection"),
                                 model.backbone_dim if model.char_proj is not None else None)
-            by_scale = {}
+            rows_by_scale = {}
             for scale in scales:
                 enc.scale = scale
-                by_scale[scale] = dev_scores(enc, benchmark_dir, retrieval, datasets, synonyms=synonyms)
-        ranked = {s: selection_score(v, baseline) for s, v in by_scale.items()}
+                rows_by_scale[scale] = dev_rows(enc, benchmark_dir, retrieval, datasets, synonyms=synonyms)
+        by_scale = {s: {k: r["value"] for k, r in rows.items()} for s, rows in rows_by_scale.items()}
+        ranked = {s: selection_score(v, values) for s, v in by_scale.items()}
         best = max(scales, key=lambda s: ranked[s])  # ties: the first listed
         worst, mean = ranked[best]
         return {**{f"dev_{k}": v for k, v in by_scale[best].items()}, "select_worst": worst, "select_mean": mean,
+                "select_changes": dev_changes(rows_by_scale[best], baseline),
                 "char_scale": best, "average_weight": weight,
                 **({"scores_by_scale": {str(s): v for s, v in by_scale.items()}} if len(scales) > 1 else {})}
 
@@ -188,7 +217,7 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
                   cache_dir: str | None = None, seen: set[str] = frozenset()):
     """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark, the
     held-out aliases and WordNet synonyms none of whose names are in ``seen``, compared with the
-    backbone's scores) and those scores, computed here, once."""
+    backbone's rows) and the backbone's scores, computed here, once."""
     if not cfg.select_every:
         return None, None
     bench = benchmark_dir or default_benchmark_dir()
@@ -202,11 +231,12 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
     # each string encoded once: the WordNet groups share the whole task's candidates
     reference = ScaledVectors(load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device), None,
                               backbone)
-    baseline = dev_scores(reference, bench, retrieval, datasets, synonyms=synonyms)
-    log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", baseline)
+    baseline = dev_rows(reference, bench, retrieval, datasets, synonyms=synonyms)
+    scores = {k: r["value"] for k, r in baseline.items()}
+    log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", scores)
     del reference
     return dev_selector(bench, original, cfg.average_weights[0], baseline, retrieval, datasets,
-                        cfg.char_scales, synonyms), baseline
+                        cfg.char_scales, synonyms), scores
 
 
 def choose_average_weight(model, select, kept: dict, weights: Sequence[float], rule: str) -> dict:
