@@ -188,14 +188,18 @@ def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best
     real_encode = PearlEncoder.encode
     monkeypatch.setattr(PearlEncoder, "encode", lambda self, *a, **kw: calls.append(1) or real_encode(self, *a, **kw))
 
-    def dev_scores(encoder, benchmark_dir, retrieval, datasets, **_):  # best when the vectors are the 0.25 export's
-        seen[encoder.scale] = v = encoder.encode(PHRASES, normalize=False)
-        return {"x:dev": -100 * float(np.abs(v - want).max())}
+    def row(value):  # a stable-protocol row of two draws
+        return {"dataset": "x:dev", "metric": "nmi", "value": value, "draws": [value - 1, value + 1]}
 
-    monkeypatch.setattr(S, "dev_scores", dev_scores)
+    def dev_rows(encoder, benchmark_dir, retrieval, datasets, **_):  # best when the vectors are the 0.25 export's
+        seen[encoder.scale] = v = encoder.encode(PHRASES, normalize=False)
+        return {"x:dev": row(-100 * float(np.abs(v - want).max()))}
+
+    monkeypatch.setattr(S, "dev_rows", dev_rows)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    rec = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(1.0, 0.25, 0.5))(model)
+    rec = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": row(0.0)}, char_scales=(1.0, 0.25, 0.5))(model)
     assert rec["char_scale"] == 0.25 and rec["select_worst"] > -1e-3
+    assert rec["select_changes"]["x:dev"][0] == pytest.approx(rec["select_worst"], abs=1e-3)  # the paired change
     assert rec["dev_x:dev"] == rec["scores_by_scale"]["0.25"]["x:dev"] and set(rec["scores_by_scale"]) == {"1.0", "0.25",
                                                                                                      "0.5"}
     np.testing.assert_allclose(seen[0.25], want, atol=1e-5, rtol=0)
@@ -204,7 +208,7 @@ def test_dev_selector_scores_every_char_scale_on_one_encoding_and_keeps_the_best
     np.testing.assert_allclose(seen[0.5][:, :d], seen[0.25][:, :d], atol=0, rtol=0)
     assert len(calls) == 1  # encoded once, scaled three times
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
-    one = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": 0.0}, char_scales=(0.25,))(model)
+    one = S.dev_selector("bench", original.state_dict(), 0.5, {"x:dev": row(0.0)}, char_scales=(0.25,))(model)
     assert "scores_by_scale" not in one and one["char_scale"] == 0.25
     with pytest.raises(ValueError, match="char_scales must be"):
         S.dev_selector("bench", original.state_dict(), 0.5, {}, char_scales=(0.5, 0.0))
