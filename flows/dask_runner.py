@@ -22,7 +22,7 @@ def dask_task_runner(address: str | None = None, n_workers: int = 2) -> DaskTask
     # host: the scheduler and the workers listen on loopback too.
     # A task that runs alone may widen its OpenMP pool (the evaluation's probes and KMeans): waiting
     # OpenMP threads then sleep instead of spinning, or on a busy machine they spin on the cores the
-    # working threads need (measured 2-5x slower than one thread).
+    # working threads need (docs/research/speed-evaluation.md).
     return DaskTaskRunner(
         cluster_kwargs={"n_workers": n_workers, "threads_per_worker": 1, "processes": True,
                         "host": "127.0.0.1", "env": {"OMP_WAIT_POLICY": "PASSIVE"},
