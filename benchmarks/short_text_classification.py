@@ -8,10 +8,13 @@ For each model and each dataset folder under the classification root (`$PEARL_CL
 `pearl_model.evaluation.classification` (each text encoded once, a logistic regression on the
 frozen unit vectors):
 
-- on the set's fixed split (sha256 of the text): accuracy, macro-F1 and a 95% interval of the
-  accuracy by a bootstrap of the test items (percentile, 2,000 resamples, seed 0);
+- on the set's fixed split (sha256 of the text): accuracy and macro-F1, the rows `run_benchmark`
+  gives (`evaluate_folder`), the accuracy with its per-item correctness;
 - over `--draws` re-splits of train + test (stratified, the same test share, random states
-  0..draws-1): accuracy mean, std and n, the shape of the stable protocol's draws.
+  0..draws-1): accuracy mean, std and n, the shape of the stable protocol's draws;
+- each model after the first against the first, by the stable protocol's paired differences
+  (`pearl_model.evaluation.stable`): on the fixed split, a paired bootstrap of the test items;
+  over the re-splits, the per-split differences. "no difference" where the 95% interval holds 0.
 
 Beside them, what needs no model: the majority class's share of the test set and a probe on the
 texts' lengths alone (log characters, log words), so a label that length separates shows.
@@ -32,19 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MIN_TEST_PER_CLASS = 30
 MAX_LENGTH_GAIN = 5.0
-RESAMPLES = 2000
-
-
-def accuracy_interval(correct, seed: int = 0) -> tuple[float, float]:
-    import numpy as np
-    from scipy import stats
-
-    correct = np.asarray(correct, dtype=np.float64)
-    if np.ptp(correct) == 0:
-        return 100 * correct[0], 100 * correct[0]
-    res = stats.bootstrap((correct,), np.mean, n_resamples=RESAMPLES, confidence_level=0.95, method="percentile",
-                          rng=np.random.default_rng(seed))
-    return 100 * res.confidence_interval.low, 100 * res.confidence_interval.high
 
 
 def length_features(texts):
@@ -69,28 +59,37 @@ def baselines(train, test) -> dict:
             "length_only": round(100 * float(np.mean(pred == np.asarray(ys))), 2)}
 
 
-def score(vectors, train, test, draws: int) -> dict:
+def score(encoder, folder: Path, train, test, draws: int) -> tuple[dict, dict]:
+    """The set's summary and its stable rows (``accuracy`` on the fixed split, ``resplit``)."""
     import numpy as np
-    from sklearn.metrics import f1_score
     from sklearn.model_selection import StratifiedShuffleSplit
 
-    from pearl_model.evaluation.classification import probe_predictions
+    from pearl_model.evaluation.classification import evaluate_folder, probe_predictions
+    from pearl_model.evaluation.common import draws_row
 
+    fixed = {r["metric"]: r for r in evaluate_folder(encoder, folder)}
     (xt, yt), (_, ys) = train, test
-    n = len(xt)
-    pred = probe_predictions(vectors[:n], yt, vectors[n:], ys)
-    correct = pred == np.asarray(ys)
-    low, high = accuracy_interval(correct)
+    vectors = encoder.encode(xt + test[0], normalize=True)  # cached: encoded by evaluate_folder already
     y_all = np.asarray(yt + ys)
     splitter = StratifiedShuffleSplit(n_splits=draws, test_size=len(ys), random_state=0)
-    per_draw = []
-    for tr, te in splitter.split(vectors, y_all):
-        p = probe_predictions(vectors[tr], list(y_all[tr]), vectors[te], list(y_all[te]))
-        per_draw.append(100 * float(np.mean(p == y_all[te])))
-    return {"accuracy": round(100 * float(correct.mean()), 2), "accuracy_low": round(float(low), 2),
-            "accuracy_high": round(float(high), 2), "macro_f1": round(100 * float(f1_score(ys, pred, average="macro")), 2),
-            "resplit": {"mean": round(statistics.fmean(per_draw), 2), "std": round(statistics.stdev(per_draw), 2)
-                        if len(per_draw) > 1 else 0.0, "n": len(per_draw), "draws": [round(a, 2) for a in per_draw]}}
+    per_draw = [100 * float(np.mean(probe_predictions(vectors[tr], list(y_all[tr]), vectors[te], list(y_all[te]))
+                                    == y_all[te])) for tr, te in splitter.split(vectors, y_all)]
+    resplit = draws_row(encoder, "text_classification", fixed["accuracy"]["dataset"], "accuracy_resplit", per_draw)
+    summary = {"accuracy": round(fixed["accuracy"]["value"], 2), "macro_f1": round(fixed["macro_f1"]["value"], 2),
+               "resplit": {"mean": round(resplit["value"], 2), "std": round(resplit["std"], 2), "n": resplit["n"],
+                           "draws": [round(a, 2) for a in per_draw]}}
+    return summary, {"accuracy": fixed["accuracy"], "resplit": resplit}
+
+
+def against(rows: dict, first: dict) -> dict:
+    """One model's paired differences against the first model's, per kind of row."""
+    from pearl_model.evaluation.stable import paired_difference
+
+    out = {}
+    for kind in ("accuracy", "resplit"):
+        d = paired_difference(rows[kind], first[kind])
+        out[kind] = {**d.as_dict(), "verdict": d.verdict}
+    return out
 
 
 def beside_the_nine(report: dict, nine: Path) -> dict:
@@ -112,8 +111,9 @@ def main() -> None:
         read_split,
         split_file,
     )
-    from pearl_model.evaluation.common import encode_unique
+    from pearl_model.evaluation.common import CachedEncoder
     from pearl_model.inference.loading import load_encoder
+    from pearl_model.evaluation.stable import CONFIDENCE, RESAMPLES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="+")
@@ -132,7 +132,7 @@ def main() -> None:
     report = {"command": " ".join(["python", "benchmarks/short_text_classification.py", *sys.argv[1:]]),
               "machine": platform.processor() or platform.machine(), "draws": draws,
               "rules": {"min_test_per_class": MIN_TEST_PER_CLASS, "max_length_gain": MAX_LENGTH_GAIN},
-              "interval": {"confidence": 95, "resamples": RESAMPLES, "seed": 0},
+              "interval": {"confidence": round(100 * CONFIDENCE), "resamples": RESAMPLES, "seed": 0},
               "datasets": {}, "models": {}}
     for name, (train, test) in data.items():
         manifest_path = root / name / "manifest.json"
@@ -151,13 +151,15 @@ def main() -> None:
             "counts": manifest.get("counts"), "rule": manifest.get("rule"), "split": manifest.get("split"),
             "overlap": manifest.get("overlap")}
         print(name, report["datasets"][name], flush=True)
+    stable = {}
     for spec in models:
         t0 = time.perf_counter()
-        encoder = load_encoder(spec, backend=backend)
+        encoder = CachedEncoder(load_encoder(spec, backend=backend), spec)
         rows = {}
         for name, (train, test) in data.items():
-            vectors = encode_unique(encoder, train[0] + test[0], normalize=True)
-            rows[name] = score(vectors, train, test, draws)
+            rows[name], stable[spec, name] = score(encoder, root / name, train, test, draws)
+            if spec != models[0]:
+                rows[name][f"vs_{models[0]}"] = against(stable[spec, name], stable[models[0], name])
             print(spec, name, rows[name], flush=True)
         report["models"][spec] = {"datasets": rows, "seconds": round(time.perf_counter() - t0, 1)}
     report["table"] = [{"model": spec, "dataset": name, **report["datasets"][name], **r, "resplit": r["resplit"]}

@@ -12,7 +12,7 @@ pytest.importorskip("sklearn")
 
 from pearl_model.evaluation import DatasetMissing, run_benchmark  # noqa: E402
 from pearl_model.evaluation.classification import (  # noqa: E402
-    evaluate_classification, evaluate_folder, probe_scores, read_split,
+    evaluate_classification, evaluate_folder, probe_predictions, read_split,
 )
 
 TOPICS = {"sport": 0, "finance": 1, "weather": 2}
@@ -55,11 +55,24 @@ def test_separable_topics_are_classified_and_noise_is_near_chance(tmp_path):
     assert noise["accuracy"] < 60  # three balanced classes: chance is 33
 
 
-def test_probe_scores_known_answers():
+def test_the_accuracy_row_pairs_two_models_on_its_test_items(tmp_path):
+    from pearl_model.evaluation.stable import paired_difference
+
+    write(tmp_path / "topics", "train", 60)
+    write(tmp_path / "topics", "test", 30, start=1000)
+    good = next(r for r in evaluate_folder(TopicEncoder(), tmp_path / "topics") if r["metric"] == "accuracy")
+    noise = next(r for r in evaluate_folder(TopicEncoder(signal=0.0), tmp_path / "topics") if r["metric"] == "accuracy")
+    assert len(good["items"]) == 90 and 100 * np.mean(good["items"]) == pytest.approx(good["value"])
+    assert paired_difference(good, noise).verdict == "better"
+    itself = paired_difference(good, good)
+    assert itself.low <= 0 <= itself.high and itself.verdict == "no difference"
+
+
+def test_probe_predictions_known_answers():
     x = np.array([[1.0, 0], [0.9, 0.1], [0, 1.0], [0.1, 0.9]])
-    assert probe_scores(x, ["a", "a", "b", "b"], x[[0, 2]], ["a", "b"], c=100) == (1.0, 1.0)
+    assert list(probe_predictions(x, ["a", "a", "b", "b"], x[[0, 2]], ["a", "b"], c=100)) == ["a", "b"]
     with pytest.raises(ValueError, match="never seen in train"):
-        probe_scores(x, ["a", "a", "b", "b"], x[[0]], ["c"])
+        probe_predictions(x, ["a", "a", "b", "b"], x[[0]], ["c"])
 
 
 def test_csv_and_jsonl_read_alike_and_bad_records_are_named(tmp_path):
