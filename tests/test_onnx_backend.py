@@ -140,6 +140,18 @@ def test_a_backend_whose_engine_is_missing_names_the_package(monkeypatch):
     assert resolve_backend("onnx", "cpu") == "onnx"
 
 
+def test_bf16_on_a_cpu_without_it_falls_back_to_fp32_openvino_with_one_warning(monkeypatch):
+    import pearl_model.inference.onnx_backend as ob
+
+    monkeypatch.setattr(ob, "engine_available", lambda engine: True)
+    monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: False)
+    with pytest.warns(RuntimeWarning, match=r"openvino-bf16 needs .* using openvino \(fp32\)") as seen:
+        assert resolve_backend("openvino-bf16", "cpu") == "openvino"
+    assert len(seen) == 1 and "\n" not in str(seen[0].message)
+    monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: True)
+    assert resolve_backend("openvino-bf16", "cpu") == "openvino-bf16"
+
+
 def test_openvino_int8_is_calibrated_close_to_torch_and_cached_until_the_weights_change(model, tmp_path):
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")

@@ -152,6 +152,11 @@ def resolve_backend(backend: str | None, device_type: str) -> str:
         for package in backend_packages(backend):
             if not engine_available(package):
                 raise ImportError(f"backend {backend!r} needs {package}: pip install {_PINS[package]}")
+        if backend == "openvino-bf16" and not cpu_runs_bf16():
+            # Without the instructions OpenVINO emulates bf16: slower than fp32 for nothing.
+            warnings.warn("openvino-bf16 needs a CPU that runs bf16 natively (AVX512-BF16 or AMX); "
+                          "this one does not: using openvino (fp32)", RuntimeWarning, stacklevel=2)
+            return "openvino"
     return backend
 
 
