@@ -467,15 +467,14 @@ def link(
     candidates = matches.top_k(left_vectors, right_vectors, matches.build_index(right_vectors), top_k,
                                exclude_self=dedupe)
     if pairs is not None:
-        choice = threshold_for_precision(*labelled_best_matches(candidates, pairs), precision)
+        scores, correct, labelled = labelled_best_matches(candidates, pairs)
+        choice = threshold_for_precision(scores, correct, precision, labelled)
         if choice.threshold is None:
             _fail(f"--labels {labels}: {choice.note}"
                   + (f" (the best precision reached: {choice.precision:.3f})" if choice.precision else ""))
         threshold = choice.threshold
         typer.echo(f"threshold {threshold:.4f}: precision {choice.precision:.3f}, recall {choice.recall:.3f} "
                    f"on {choice.labelled} left rows with a labelled match ({choice.note})", err=True)
-    elif threshold is None:
-        typer.echo(NO_LABELS, err=True)
     kept, _ = matches.above_threshold(candidates, threshold)
     if dedupe:
         table = clusters.with_clusters(kept, left_side.rows).cast(schemas.DEDUPED_MATCHES)
@@ -484,10 +483,13 @@ def link(
     _write_table(out, table)
     n = matches.count(left_side, candidates, kept)
     what = "table" if dedupe else "left"
-    typer.echo(f"{what}: {n.rows} rows = {n.matched} matched + {n.below_threshold} below the threshold + "
-               f"{n.no_candidate} with no other row + {n.skipped} null or empty (skipped)", err=True)
+    alone = f"{n.no_candidate} with no other row + " if dedupe else ""  # only a table linked to itself has one
+    typer.echo(f"{what}: {n.rows} rows = {n.matched} matched + {n.below_threshold} below the threshold + {alone}"
+               f"{n.skipped} null or empty (skipped)", err=True)
     if not dedupe:
         typer.echo(f"right: {right_side.total} rows, {right_side.skipped} null or empty (skipped)", err=True)
+    if threshold is None:
+        typer.echo(NO_LABELS, err=True)
     found = f", {len(set(table['cluster'].to_pylist()))} clusters" if dedupe else ""
     typer.echo(f"wrote {n.pairs} matches to {out} ({n.pairs_below_threshold} of {n.candidate_pairs} "
                f"candidates below the threshold{found})", err=True)
