@@ -363,3 +363,26 @@ def test_a_failed_write_leaves_nothing_half_written(model_dir, tmp_path, monkeyp
     r = run(good, good, "--out", out, "--model", model_dir, "--backend", "torch")
     assert "cannot write" in one_line_error(r, 1) and "No space left" in r.stderr
     assert out.read_bytes() == b"old" and [p.name for p in out.parent.iterdir()] == ["m.parquet"]
+
+
+def test_partitions_merge_into_the_whole_table_s_top_k(encoder):
+    table = ["pear", "fig", "plum", "pear", "kiwi", "fig", "lemon", "pear", "apple"]
+    k = 3
+    whole = matches.encode_side(encoder, side(table))
+    expected = matches.top_k(whole, whole, matches.build_index(whole), k, exclude_self=True)
+    parts = []
+    for start in (0, 4, 7):  # right partitions with the table's rows; the left side whole
+        piece = table[start:{0: 4, 4: 7, 7: 9}[start]]
+        right = matches.encode_side(encoder, sides.side_from_array(pa.array(piece), "t", "title", first_row=start))
+        parts.append(matches.top_k(whole, right, matches.build_index(right), k, exclude_self=True))
+    merged = matches.merge_top_k(parts, k)
+    assert merged.select(["left_row", "right_row", "rank"]).to_pylist() == \
+        expected.select(["left_row", "right_row", "rank"]).to_pylist()
+    np.testing.assert_allclose(merged["score"].to_numpy(), expected["score"].to_numpy(), atol=1e-6)
+
+
+def test_an_empty_partition_gives_no_matches(encoder):
+    empty = matches.encode_side(encoder, side([None, "  "]))
+    assert empty.vectors.shape[0] == 0
+    right = matches.encode_side(encoder, side(FRUIT))
+    assert matches.top_k(empty, right, matches.build_index(right), 2).num_rows == 0

@@ -8,7 +8,7 @@ they tie exactly and are ranked by their row. The table's schema is the matches 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +28,16 @@ class Encoded:
     distinct: list[str]
     vectors: np.ndarray  # (len(distinct), dim) float32, L2-normalised
     inverse: np.ndarray  # int64, one per side.names
+    _members: dict = field(default_factory=dict, repr=False)
 
     def members(self, cap: int) -> tuple[np.ndarray, np.ndarray]:
         """(starts, positions): the first ``cap`` positions in the side (ascending) of each distinct
         name are ``positions[starts[d]:starts[d + 1]]``."""
+        if cap not in self._members:  # a right side is queried batch after batch
+            self._members = {cap: self._first_members(cap)}
+        return self._members[cap]
+
+    def _first_members(self, cap: int) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(self.inverse, kind="stable")
         counts = np.minimum(np.bincount(self.inverse, minlength=len(self.distinct)), cap)
         first = np.searchsorted(self.inverse[order], np.arange(len(self.distinct)))
@@ -53,9 +59,9 @@ def encode_side(encoder, side: Side, batch_size: int | None = None) -> Encoded:
     """Encode each distinct name of ``side`` once, with a loaded encoder (unit vectors)."""
     dictionary = pa.array(side.names, pa.string()).dictionary_encode()
     distinct = dictionary.dictionary.to_pylist()
-    vectors = encoder.encode(distinct, batch_size=batch_size, show_progress=False) if distinct else None
-    return Encoded(side, distinct, np.asarray(vectors, np.float32).reshape(len(distinct), -1),
-                   dictionary.indices.to_numpy().astype(np.int64))
+    vectors = encoder.encode(distinct, batch_size=batch_size, show_progress=False)  # (0, dim) for none
+    return Encoded(side, distinct, np.asarray(vectors, np.float32),
+                   dictionary.indices.to_numpy(zero_copy_only=False).astype(np.int64))
 
 
 def build_index(right: Encoded, kind: str = "auto", exact_limit: int = vector_index.EXACT_LIMIT):
@@ -66,8 +72,9 @@ def build_index(right: Encoded, kind: str = "auto", exact_limit: int = vector_in
 def top_k(left: Encoded, right: Encoded, index, k: int = 1, exclude_self: bool = False) -> pa.Table:
     """The ``k`` best right rows of each left row (fewer where the right side has fewer).
 
-    ``exclude_self``: left and right are one side (dedupe): a row is never its own match, though
-    other rows with the same name are.
+    ``exclude_self``: left and right are one table (dedupe; the same side, or partitions of it
+    with the table's rows): a row is never its own match, though other rows with the same name are.
+    Partial results over partitions of the right side combine with :func:`merge_top_k`.
     """
     if k < 1:
         raise ValueError("k must be >= 1")
@@ -92,10 +99,9 @@ def top_k(left: Encoded, right: Encoded, index, k: int = 1, exclude_self: bool =
     pick = _ranges(first[left.inverse], lengths)
     right_pos, score = right_pos[pick], score[pick]
     if exclude_self:
-        other = right_pos != left_pos
+        other = left.side.rows[left_pos] != right.side.rows[right_pos]
         left_pos, right_pos, score = left_pos[other], right_pos[other], score[other]
-    group_start = np.searchsorted(left_pos, left_pos)
-    rank = np.arange(len(left_pos)) - group_start + 1
+    rank = _ranks(left_pos)
     best = rank <= k
     left_pos, right_pos, score, rank = left_pos[best], right_pos[best], score[best], rank[best]
     return pa.table({
@@ -106,6 +112,20 @@ def top_k(left: Encoded, right: Encoded, index, k: int = 1, exclude_self: bool =
         "score": pa.array(score.astype(np.float32), pa.float32()),
         "rank": pa.array(rank.astype(np.int32), pa.int32()),
     })
+
+
+def _ranks(group: np.ndarray) -> np.ndarray:
+    """1, 2, ... within each run of equal values of a sorted ``group``."""
+    return (np.arange(len(group)) - np.searchsorted(group, group) + 1).astype(np.int32)
+
+
+def merge_top_k(parts: list[pa.Table], k: int) -> pa.Table:
+    """The top ``k`` of each left row over :func:`top_k`'s results against partitions of the right
+    side (rows being the whole table's), ranked again: best score first, ties by right_row."""
+    both = pa.concat_tables(parts)
+    both = both.sort_by([("left_row", "ascending"), ("score", "descending"), ("right_row", "ascending")])
+    rank = _ranks(both["left_row"].to_numpy())
+    return both.set_column(both.schema.get_field_index("rank"), "rank", pa.array(rank, pa.int32())).filter(rank <= k)
 
 
 def above_threshold(matches: pa.Table, threshold: float | None) -> tuple[pa.Table, int]:
