@@ -414,8 +414,10 @@ def _write_table(out: str, table) -> None:
 
 @app.command()
 def link(
-    left: str = typer.Argument(..., help="a CSV or Parquet table (by its suffix; a path or any fsspec URL)"),
-    right: Optional[str] = typer.Argument(None, help="the table to match LEFT's names against (none with --dedupe)"),
+    left: str = typer.Argument(..., metavar="LEFT", help="a CSV or Parquet table (by its suffix; a path or any "
+                                                          "fsspec URL)"),
+    right: Optional[str] = typer.Argument(None, metavar="RIGHT",
+                                          help="the table to match LEFT's names against (none with --dedupe)"),
     out: str = typer.Option(..., "--out", "-o", metavar="FILE",
                             help="the matches: Parquet, or CSV by the suffix (.parquet, .pq, .csv); any fsspec URL"),
     left_column: str = typer.Option("title", help="LEFT's column of names"),
@@ -436,8 +438,8 @@ def link(
     """Match the names of LEFT to their closest names in RIGHT: rows left_row, right_row, left, right,
     score, rank (rows are 0-based rows of the tables; rank 1 is the best).
 
-    Null, empty and whitespace-only names are skipped and counted. The tables are read and checked
-    before any model loads; nothing is written unless all of it is."""
+    Null, empty and whitespace-only names are skipped and counted. The tables are read and checked before any model
+    loads; nothing is written unless all of it is."""
     from pearl_model.linking import clusters, matches
     from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
     from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision

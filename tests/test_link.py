@@ -386,3 +386,17 @@ def test_an_empty_partition_gives_no_matches(encoder):
     assert empty.vectors.shape[0] == 0
     right = matches.encode_side(encoder, side(FRUIT))
     assert matches.top_k(empty, right, matches.build_index(right), 2).num_rows == 0
+
+
+def test_link_uses_the_current_model_as_encode_does(model_dir, tmp_path):
+    from storage.registry import ModelRegistry
+    from tests.test_cli import registered
+
+    root = str(tmp_path / "store")
+    registered(root, model_dir, "m1")
+    ModelRegistry(root).promote("m1", "for the test")
+    table = write_csv(tmp_path / "t.csv", "title", ["plum", "kiwi"])
+    r = run(table, table, "--out", tmp_path / "m.parquet", "--storage-root", root, "--backend", "torch")
+    assert r.exit_code == 0, r.output
+    assert "model: current = m1" in r.stderr
+    assert pq.read_table(tmp_path / "m.parquet")["right_row"].to_pylist() == [0, 1]
