@@ -456,7 +456,7 @@ def link(
     try:
         table_format(out)
         if "://" not in out:
-            _check_out(out, Format.npy)  # a local --out: its directory exists and is writable (the format is not read)
+            _check_out(out, Format.npy)  # a local --out can be written (the format is not read)
         left_side = read_side(left, left_column)
         right_side = left_side if dedupe else read_side(right, right_column)
         pairs = None if labels is None else read_columns(labels, ["left", "right"]).drop_null()
