@@ -113,7 +113,8 @@ def test_dedupe_skips_self_pairs_and_keeps_identical_rows(encoder):
     clustered = clusters.with_clusters(kept, table.rows)
     assert set(zip(clustered["left_row"].to_pylist(), clustered["cluster"].to_pylist())) == {(0, 0), (2, 0), (4, 0)}
     lone = matches.encode_side(encoder, side(["fig", "fig"]))  # one distinct name: still its other row
-    assert matches.top_k(lone, lone, matches.build_index(lone), k=3, exclude_self=True)["right_row"].to_pylist() == [1, 0]
+    pairs = matches.top_k(lone, lone, matches.build_index(lone), k=3, exclude_self=True)
+    assert pairs["right_row"].to_pylist() == [1, 0]
 
 
 def test_clusters_are_connected_components_named_by_their_smallest_row():
@@ -133,7 +134,8 @@ CORRECT = np.array([True, True, False, True, False])  # precision at >= each: 1,
 ])
 def test_the_smallest_threshold_that_reaches_the_precision(target, chosen, precision, recall):
     c = thresholds.threshold_for_precision(SCORES, CORRECT, target, labelled=4)  # one labelled pair never found
-    assert (c.threshold, c.precision, c.recall) == (pytest.approx(chosen), pytest.approx(precision), pytest.approx(recall))
+    assert (c.threshold, c.precision, c.recall) == (pytest.approx(chosen), pytest.approx(precision),
+                                                    pytest.approx(recall))
     assert c.curve["threshold"].to_pylist() == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9])
     assert c.curve["precision"].to_pylist() == pytest.approx([0.6, 0.75, 2 / 3, 1, 1])
 

@@ -56,7 +56,8 @@ def threshold_for_precision(scores: np.ndarray, correct: np.ndarray, target: flo
         return ThresholdChoice(target, None, 0.0, 0.0, labelled,
                                "no labelled match is found at any threshold: none is chosen", empty)
     precision, recall, thresholds = precision_recall_curve(correct, scores, drop_intermediate=False)
-    precision, recall = precision[:-1], recall[:-1] * correct.sum() / max(labelled, 1)  # the last point has no threshold
+    # the last point has no threshold; recall counts the labelled rows never found too
+    precision, recall = precision[:-1], recall[:-1] * correct.sum() / max(labelled, 1)
     curve = pa.table({"threshold": thresholds, "precision": precision, "recall": recall})
     reach = np.flatnonzero(precision >= target)
     if len(reach) == 0:
