@@ -6,6 +6,8 @@
     cut -f2 pairs.tsv | pearl encode --file - --format jsonl > vectors.jsonl
     pearl models list                    # registered models; which one is current
     pearl models rollback                # point `current` back at the previous model
+    pearl link companies.csv registry.parquet --out matches.parquet --threshold 0.8
+    pearl link names.csv --dedupe --threshold 0.9 --out clusters.csv
 
 The default model is `current`: the model the retrain flow last promoted in the registry
 under --storage-root ($PEARL_STORAGE_ROOT, default ./data). Before any promotion it is the
@@ -87,13 +89,19 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _registry_module():
+def _checkout_module(name: str, what: str, otherwise: str = ""):
+    """A module of the pipeline's storage floor, which ships in its checkout, not in the wheel."""
+    import importlib
+
     try:
-        import storage.registry
-    except ImportError:  # installed from a wheel: the registry is the pipeline's, in its checkout
-        _fail("the model registry (`current`, `pearl models`) needs the pipeline's checkout "
-              "(bash scripts/setup.sh there); or pass --model DIR or a backbone name")
-    return storage.registry
+        return importlib.import_module(name)
+    except ImportError:  # installed from a wheel
+        _fail(f"{what} needs the pipeline's checkout (bash scripts/setup.sh there){otherwise}")
+
+
+def _registry_module():
+    return _checkout_module("storage.registry", "the model registry (`current`, `pearl models`)",
+                            "; or pass --model DIR or a backbone name")
 
 
 def _registry(storage_root: Optional[str]):
@@ -379,6 +387,114 @@ def similar(
     for rank, i in enumerate(sorted(range(len(candidates)), key=lambda i: -sims[i]), 1):
         table.add_row(str(rank), candidates[i], f"{sims[i]:.4f}")
     Console().print(table)
+
+
+def _write_table(out: str, table) -> None:
+    """Write ``table`` to ``out`` (Parquet, or CSV by the suffix; any fsspec URL) under a temporary
+    name renamed into place: a failure leaves no half-written file and any old one whole."""
+    import fsspec
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from pearl_model.linking.sides import table_format
+
+    atomic = _checkout_module("storage.atomic", "writing a table")
+    try:
+        fs, path = fsspec.core.url_to_fs(out)
+        with atomic.atomic_path(fs, path) as tmp:
+            if table_format(out) == "csv":
+                with fs.open(tmp, "wb") as f:
+                    pacsv.write_csv(table, f)
+            else:
+                pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+    except (OSError, ValueError) as e:
+        typer.secho(f"cannot write {out}: {e}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def link(
+    left: str = typer.Argument(..., metavar="LEFT", help="a CSV or Parquet table (by its suffix; a path or any "
+                                                          "fsspec URL)"),
+    right: Optional[str] = typer.Argument(None, metavar="RIGHT",
+                                          help="the table to match LEFT's names against (none with --dedupe)"),
+    out: str = typer.Option(..., "--out", "-o", metavar="FILE",
+                            help="the matches: Parquet, or CSV by the suffix (.parquet, .pq, .csv); any fsspec URL"),
+    left_column: str = typer.Option("title", help="LEFT's column of names"),
+    right_column: str = typer.Option("title", help="RIGHT's column of names"),
+    top_k: int = typer.Option(1, "--top-k", min=1, help="matches kept per left row, best first"),
+    threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it (cosine)"),
+    labels: Optional[str] = typer.Option(None, metavar="PAIRS",
+                                         help="a CSV or Parquet table of pairs known to match (columns left, "
+                                              "right): the threshold is chosen to reach --precision on them"),
+    precision: float = typer.Option(0.9, min=0.0, max=1.0, help="the precision --labels' threshold reaches"),
+    dedupe: bool = typer.Option(False, "--dedupe", help="match one TABLE against itself and add a cluster id "
+                                                        "(connected components of the pairs kept)"),
+    backbone: str = BACKBONE,
+    batch_size: Optional[int] = typer.Option(None, min=1, help="names per forward pass (default: the engine's)"),
+    backend: Backend = BACKEND,
+    storage_root: Optional[str] = STORAGE_ROOT,
+) -> None:
+    """Match the names of LEFT to their closest names in RIGHT: rows left_row, right_row, left, right,
+    score, rank (rows are 0-based rows of the tables; rank 1 is the best).
+
+    Null, empty and whitespace-only names are skipped and counted. The tables are read and checked before any model
+    loads; nothing is written unless all of it is."""
+    from pearl_model.linking import clusters, matches
+    from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
+    from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
+
+    if dedupe and right is not None:
+        _fail("--dedupe matches one TABLE against itself: give one table, not two")
+    if not dedupe and right is None:
+        _fail("give LEFT and RIGHT, or one TABLE with --dedupe")
+    if threshold is not None and labels is not None:
+        _fail("give --threshold or --labels (a threshold chosen from them), not both")
+    if dedupe and threshold is None and labels is None:
+        _fail("--dedupe needs --threshold or --labels: without one every row joins its nearest neighbour's cluster")
+    schemas = _checkout_module("storage.schemas", "`pearl link`")
+    try:
+        table_format(out)
+        if "://" not in out:
+            _check_out(out, Format.npy)  # a local --out can be written (the format is not read)
+        left_side = read_side(left, left_column)
+        right_side = left_side if dedupe else read_side(right, right_column)
+        pairs = None if labels is None else read_columns(labels, ["left", "right"]).drop_null()
+    except LinkInputError as e:
+        _fail(str(e))
+    encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
+
+    left_vectors = matches.encode_side(encoder, left_side, batch_size)
+    right_vectors = left_vectors if dedupe else matches.encode_side(encoder, right_side, batch_size)
+    candidates = matches.top_k(left_vectors, right_vectors, matches.build_index(right_vectors), top_k,
+                               exclude_self=dedupe)
+    if pairs is not None:
+        scores, correct, labelled = labelled_best_matches(candidates, pairs)
+        choice = threshold_for_precision(scores, correct, precision, labelled)
+        if choice.threshold is None:
+            _fail(f"--labels {labels}: {choice.note}"
+                  + (f" (the best precision reached: {choice.precision:.3f})" if choice.precision else ""))
+        threshold = choice.threshold
+        typer.echo(f"threshold {threshold:.4f}: precision {choice.precision:.3f}, recall {choice.recall:.3f} "
+                   f"on {choice.labelled} left rows with a labelled match ({choice.note})", err=True)
+    kept, _ = matches.above_threshold(candidates, threshold)
+    if dedupe:
+        table = clusters.with_clusters(kept, left_side.rows).cast(schemas.DEDUPED_MATCHES)
+    else:
+        table = kept.cast(schemas.MATCHES)
+    _write_table(out, table)
+    n = matches.count(left_side, candidates, kept)
+    what = "table" if dedupe else "left"
+    alone = f"{n.no_candidate} with no other row + " if dedupe else ""  # only a table linked to itself has one
+    typer.echo(f"{what}: {n.rows} rows = {n.matched} matched + {n.below_threshold} below the threshold + {alone}"
+               f"{n.skipped} null or empty (skipped)", err=True)
+    if not dedupe:
+        typer.echo(f"right: {right_side.total} rows, {right_side.skipped} null or empty (skipped)", err=True)
+    if threshold is None:
+        typer.echo(NO_LABELS, err=True)
+    found = f", {len(set(table['cluster'].to_pylist()))} clusters" if dedupe else ""
+    typer.echo(f"wrote {n.pairs} matches to {out} ({n.pairs_below_threshold} of {n.candidate_pairs} "
+               f"candidates below the threshold{found})", err=True)
 
 
 @app.command()

@@ -274,6 +274,23 @@ HELDOUT_ALIASES = pa.schema(
     ]
 )
 
+# `pearl link` (pearl_model.linking.matches.top_k): each left row's k best right rows, rows being
+# 0-based rows of the input tables; rank 1 is the best, equal scores ranked by right_row.
+MATCHES = pa.schema(
+    [
+        pa.field("left_row", pa.int64(), nullable=False),
+        pa.field("right_row", pa.int64(), nullable=False),
+        pa.field("left", pa.string(), nullable=False),
+        pa.field("right", pa.string(), nullable=False),
+        pa.field("score", pa.float32(), nullable=False),  # cosine of the two names' vectors
+        pa.field("rank", pa.int32(), nullable=False),
+    ]
+)
+
+# `pearl link TABLE --dedupe`: the pairs kept, each with its cluster (pearl_model.linking.clusters:
+# the smallest row of the connected component the pair belongs to).
+DEDUPED_MATCHES = pa.schema([*MATCHES, pa.field("cluster", pa.int64(), nullable=False)])
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -298,4 +315,6 @@ ALL = {
     "negatives": NEGATIVES,
     "training_set": TRAINING_SET,
     "heldout_aliases": HELDOUT_ALIASES,
+    "matches": MATCHES,
+    "deduped_matches": DEDUPED_MATCHES,
 }

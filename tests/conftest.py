@@ -98,6 +98,25 @@ def dataset(root: str, name: str, schema, version: str = "v1") -> Dataset:
     return Dataset(root, name, version, schema)
 
 
+def tiny_model_dir(d, words, seed: int = 0):
+    """A random-weight BERT saved in ``d`` as a backbone directory (mean pooling, 16 dimensions) whose
+    vocabulary is ``words``: the CLI and the linking tests load it as any model, in a second."""
+    import json
+
+    import torch
+    import transformers
+
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list(words)))
+    transformers.BertTokenizerFast(str(d / "vocab.txt")).save_pretrained(d)
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=len(words) + 5, hidden_size=16, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
+    (d / "pearl_backbone.json").write_text(json.dumps({"pooling": "mean", "query_prefix": "",
+                                                       "add_pooling_layer": False}))
+    return d
+
+
 # JSON lines with one bad record of each kind between two good ones (issue 45 item 8): each
 # (line, expected quarantine reason or None for a kept record, or "skip" for a blank line).
 BAD_JSONL = [

@@ -11,22 +11,14 @@ transformers = pytest.importorskip("transformers")
 from typer.testing import CliRunner  # noqa: E402
 
 from pearl_cli.main import app  # noqa: E402
+from tests.conftest import tiny_model_dir  # noqa: E402
 
 WORDS = ["the", "new", "york", "times", "post", "nytimes", "banana"]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-model")
-    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS))
-    transformers.BertTokenizerFast(str(d / "vocab.txt")).save_pretrained(d)
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=16, num_hidden_layers=1,
-                                  num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
-    transformers.BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
-    (d / "pearl_backbone.json").write_text(json.dumps({"pooling": "mean", "query_prefix": "",
-                                                       "add_pooling_layer": False}))
-    return d
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), WORDS)
 
 
 def test_similar_ranks_the_query_itself_first(model_dir):

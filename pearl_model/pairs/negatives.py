@@ -332,14 +332,11 @@ def semantic_neighbours(vectors: np.ndarray, k: int,
     themselves (each then finds itself first). For checks such as "is this negative among the
     phrase's semantic neighbours" or mining positives over a whole partition.
     """
-    import faiss  # lazy: only this helper needs it
+    from pearl_model.linking import index  # the linking's exact index: one faiss seam in the library
 
-    base = np.ascontiguousarray(_unit_rows(vectors, np.float32))
-    query = base if queries is None else np.ascontiguousarray(_unit_rows(np.atleast_2d(queries), np.float32))
-    index = faiss.IndexFlatIP(base.shape[1])
-    index.add(base)
-    sims, idx = index.search(query, min(k, base.shape[0]))
-    return sims, idx
+    base = _unit_rows(vectors, np.float32)
+    query = base if queries is None else _unit_rows(np.atleast_2d(queries), np.float32)
+    return index.search(index.build_index(base, "exact"), query, k)
 
 
 @dataclass

@@ -1,0 +1,105 @@
+"""One side of a link: the names of a column of a CSV or Parquet table (any fsspec URL).
+
+Null, empty and whitespace-only names are skipped and counted; the names kept carry their row in
+the table (0-based), so matches point back at the input. Bad input is a :class:`LinkInputError`
+whose message names the file: a missing column (with the columns that exist), an empty table, a
+CSV that is not UTF-8, an unsupported suffix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+class LinkInputError(ValueError):
+    """An input table that cannot be linked as asked; the message names the file."""
+
+
+@dataclass
+class Side:
+    """The non-blank names of one column, with their rows in the table."""
+
+    source: str
+    column: str
+    names: list[str]
+    rows: np.ndarray  # int64, ascending: each name's 0-based row in the table
+    total: int  # rows in the table (or partition), blank ones included
+
+    @property
+    def skipped(self) -> int:
+        """Null, empty or whitespace-only names."""
+        return self.total - len(self.names)
+
+
+def table_format(url: str) -> str:
+    """csv or parquet, by the suffix of ``url``."""
+    kind = SUFFIXES.get(PurePosixPath(url.split("?", 1)[0]).suffix.lower())
+    if kind is None:
+        raise LinkInputError(f"{url}: not a table this reads (the suffix must be one of {', '.join(SUFFIXES)})")
+    return kind
+
+
+def read_columns(url: str, columns: list[str]) -> pa.Table:
+    """``columns`` of the table at ``url`` (CSV or Parquet by suffix, any fsspec URL), as strings."""
+    kind = table_format(url)
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        with fs.open(path, "rb") as f:
+            if kind == "parquet":
+                import pyarrow.parquet as pq
+
+                pf = pq.ParquetFile(f)
+                _check_columns(url, columns, pf.schema_arrow.names)
+                table = pf.read(columns=columns)
+            else:
+                import pyarrow.csv as pacsv
+
+                names = pacsv.open_csv(f).schema.names  # the header, before reading the rest
+                _check_columns(url, columns, names)
+                f.seek(0)
+                table = pacsv.read_csv(f, convert_options=pacsv.ConvertOptions(
+                    include_columns=columns, column_types={c: pa.string() for c in columns}))
+    except LinkInputError:
+        raise
+    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "utf8" in message.lower().replace("-", ""):
+            message = f"not UTF-8 text ({message})"
+        raise LinkInputError(f"cannot read {url}: {message}") from e
+    if table.num_rows == 0:
+        raise LinkInputError(f"{url} has no rows")
+    try:
+        return table.cast(pa.schema([pa.field(c, pa.string()) for c in columns]))
+    except pa.ArrowException as e:
+        raise LinkInputError(f"{url}: the columns {columns} are not text: {e}") from e
+
+
+def _check_columns(url: str, wanted: list[str], present: list[str]) -> None:
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise LinkInputError(f"{url} has no column {', '.join(map(repr, missing))}; "
+                             f"its columns: {', '.join(map(repr, present)) or 'none'}")
+
+
+def side_from_array(names: pa.Array | pa.ChunkedArray, source: str, column: str, first_row: int = 0) -> Side:
+    """A side from a column already read; ``first_row``: the row of its first element in the whole
+    table (a partition's offset), so that rows stay the table's."""
+    names = pc.cast(names, pa.string())
+    keep = pc.fill_null(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(names)), 0), False)
+    rows = np.flatnonzero(keep.to_numpy(zero_copy_only=False)).astype(np.int64) + first_row
+    return Side(source, column, pc.filter(names, keep).to_pylist(), rows, len(names))
+
+
+def read_side(url: str, column: str = "title") -> Side:
+    """The names in ``column`` of the table at ``url``; a side with no name at all is an error."""
+    side = side_from_array(read_columns(url, [column]).column(column), url, column)
+    if not side.names:
+        raise LinkInputError(f"{url}: all {side.total} names in column {column!r} are null or empty")
+    return side
