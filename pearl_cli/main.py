@@ -124,19 +124,18 @@ def _registry_errors(what: str = "") -> Iterator[None]:
 
 
 def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
-    """(the spec to load, how to name it): `current` becomes the current model's directory."""
-    if backbone == "current":
-        reg = _registry(storage_root)
-        with _registry_errors("cannot open the current model: "):
-            try:
-                model = reg.current_model()
-            except _registry_module().NoCurrentModel as e:
-                typer.secho(f"{e}; using the backbone {DEFAULT_BACKBONE}", fg="yellow", err=True)
-                return DEFAULT_BACKBONE, DEFAULT_BACKBONE
-            path = str(model.local_copy())
-        typer.secho(f"model: current = {model.version} ({path})", err=True)
-        return path, f"current: {model.version}"
-    return backbone, backbone
+    """(the spec to load, how to name it): `current` becomes the current model's directory
+    (storage.registry.resolve_model, as the link flow resolves it)."""
+    if backbone != "current":
+        return backbone, backbone
+    reg = _registry(storage_root)
+    with _registry_errors("cannot open the current model: "):
+        model = _registry_module().resolve_model(backbone, reg, DEFAULT_BACKBONE)
+    if model.note:
+        typer.secho(model.note, fg="yellow", err=True)
+    else:
+        typer.secho(f"model: current = {model.version} ({model.spec})", err=True)
+    return model.spec, model.name
 
 
 def _encoder(backbone: str, backend: str = "auto"):

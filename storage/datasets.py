@@ -351,6 +351,18 @@ def as_url(location: str) -> str:
     return location if "://" in location else Path(location).expanduser().resolve().as_uri()
 
 
+def file_fingerprint(url: str) -> dict:
+    """Identity of an input file for versioning (a stage's inputs): its URL, size and modification
+    time (or ETag). FileNotFoundError for a missing file, IsADirectoryError for a directory; a
+    network filesystem's own errors pass through."""
+    fs, path = fsspec.core.url_to_fs(url)
+    info = fs.info(path)
+    if info.get("type") == "directory":
+        raise IsADirectoryError(f"{url} is a directory, not a file")
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created")
+    return {"url": url, "size": info.get("size"), "stamp": str(stamp)}
+
+
 def resolve_root(root: str) -> str:
     """Local roots become absolute, so Dask workers in other directories agree on them."""
     import os

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
+
 import fsspec
 
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
@@ -268,6 +270,32 @@ class ModelRegistry:
             raise RegistryError(f"{to} is already the current model")
         return self.promote(to, reason or f"rollback from {ptr['version']}", expected_current=ptr["version"],
                             action="rollback")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model spec with `current` resolved: ``spec`` what to load, ``name`` how to name it,
+    ``version`` the registry's version when it is the current model, ``note`` why the fallback
+    was taken (None when it was not)."""
+
+    spec: str
+    name: str
+    version: str | None = None
+    note: str | None = None
+
+
+def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> ResolvedModel:
+    """``current`` -> the current model's local directory; before the first promotion ``fallback``
+    (the default backbone, which this floor does not know), with a note saying so. Any other spec is
+    returned as it is. `pearl encode` / `pearl link` and the link flow resolve `--model` by this."""
+    if spec != CURRENT_SPEC:
+        return ResolvedModel(spec, spec)
+    registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
+    try:
+        model = registry.current_model()
+    except NoCurrentModel as e:
+        return ResolvedModel(fallback, fallback, None, f"{e}; using the backbone {fallback}")
+    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version)
 
 
 def resolve_model_spec(spec: str, storage_root: str) -> str:

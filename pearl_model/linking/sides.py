@@ -7,8 +7,10 @@ CSV that is not UTF-8, an unsupported suffix.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Iterator
 
 import fsspec
 import numpy as np
@@ -46,10 +48,24 @@ def table_format(url: str) -> str:
     return kind
 
 
+@contextmanager
+def _reading(url: str) -> Iterator[None]:
+    """A read of ``url`` that fails as a LinkInputError naming it (a CSV that is not UTF-8 says so)."""
+    try:
+        yield
+    except LinkInputError:
+        raise
+    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "utf8" in message.lower().replace("-", ""):
+            message = f"not UTF-8 text ({message})"
+        raise LinkInputError(f"cannot read {url}: {message}") from e
+
+
 def read_columns(url: str, columns: list[str]) -> pa.Table:
     """``columns`` of the table at ``url`` (CSV or Parquet by suffix, any fsspec URL), as strings."""
     kind = table_format(url)
-    try:
+    with _reading(url):
         fs, path = fsspec.core.url_to_fs(url)
         with fs.open(path, "rb") as f:
             if kind == "parquet":
@@ -66,19 +82,56 @@ def read_columns(url: str, columns: list[str]) -> pa.Table:
                 f.seek(0)
                 table = pacsv.read_csv(f, convert_options=pacsv.ConvertOptions(
                     include_columns=columns, column_types={c: pa.string() for c in columns}))
-    except LinkInputError:
-        raise
-    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if "utf8" in message.lower().replace("-", ""):
-            message = f"not UTF-8 text ({message})"
-        raise LinkInputError(f"cannot read {url}: {message}") from e
     if table.num_rows == 0:
         raise LinkInputError(f"{url} has no rows")
+    return _as_text(url, table, columns)
+
+
+def _as_text(url: str, table: pa.Table, columns: list[str]) -> pa.Table:
     try:
         return table.cast(pa.schema([pa.field(c, pa.string()) for c in columns]))
     except pa.ArrowException as e:
         raise LinkInputError(f"{url}: the columns {columns} are not text: {e}") from e
+
+
+def iter_column(url: str, column: str, rows: int) -> Iterator[pa.Array]:
+    """``column`` of the table at ``url`` as strings, ``rows`` at a time (the last chunk shorter),
+    read as a stream: one chunk and one read block in memory whatever the table's size. The errors
+    of :func:`read_columns`, a table without rows included (raised at its end)."""
+    if rows < 1:
+        raise ValueError("rows must be >= 1")
+    kind = table_format(url)
+    pending: list[pa.Array] = []
+    held = total = 0
+    with _reading(url):
+        fs, path = fsspec.core.url_to_fs(url)
+        with fs.open(path, "rb") as f:
+            if kind == "parquet":
+                import pyarrow.parquet as pq
+
+                pf = pq.ParquetFile(f)
+                _check_columns(url, [column], pf.schema_arrow.names)
+                batches = pf.iter_batches(batch_size=rows, columns=[column])
+            else:
+                import pyarrow.csv as pacsv
+
+                _check_columns(url, [column], pacsv.open_csv(f).schema.names)  # the header first
+                f.seek(0)
+                batches = pacsv.open_csv(f, convert_options=pacsv.ConvertOptions(
+                    include_columns=[column], column_types={column: pa.string()}))
+            for batch in batches:
+                pending.append(_as_text(url, pa.table(batch), [column]).column(column).combine_chunks())
+                held += batch.num_rows
+                while held >= rows:
+                    chunk = pa.concat_arrays(pending)
+                    yield chunk.slice(0, rows)
+                    total += rows
+                    pending, held = [chunk.slice(rows)], held - rows
+    if held:
+        yield pa.concat_arrays(pending)
+        total += held
+    if total == 0:
+        raise LinkInputError(f"{url} has no rows")
 
 
 def _check_columns(url: str, wanted: list[str], present: list[str]) -> None:

@@ -90,17 +90,16 @@ def decompressor(source: str, raw: BinaryIO) -> BinaryIO:
 
 def source_fingerprint(source: str) -> dict:
     """Identity of the input for versioning: size and modification time (or ETag)."""
+    from storage.datasets import file_fingerprint
+
     try:
-        fs, path = fsspec.core.url_to_fs(source)
-        info = fs.info(path)
+        return file_fingerprint(source)
     except FileNotFoundError:
         raise SourceError(f"input not found: {source}") from None
+    except IsADirectoryError:
+        raise SourceError(f"input is a directory, expected a dump file: {source}") from None
     except Exception as exc:  # network filesystems raise their own types
         raise SourceError(f"cannot stat input {source}: {exc}") from exc
-    if info.get("type") == "directory":
-        raise SourceError(f"input is a directory, expected a dump file: {source}")
-    stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created")
-    return {"url": source, "size": info.get("size"), "stamp": str(stamp)}
 
 
 def check_source(source: str, input_format: str = "auto") -> dict:
