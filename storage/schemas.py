@@ -291,6 +291,15 @@ MATCHES = pa.schema(
 # the smallest row of the connected component the pair belongs to).
 DEDUPED_MATCHES = pa.schema([*MATCHES, pa.field("cluster", pa.int64(), nullable=False)])
 
+# The link flow's working copy of one side's column of names, in partitions of `partition_rows`
+# rows (tasks/matches.py); removed once the matches are committed.
+LINK_NAMES = pa.schema(
+    [
+        pa.field("row", pa.int64(), nullable=False),  # 0-based row in the input table
+        pa.field("name", pa.string()),  # null where the table's is
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -317,4 +326,5 @@ ALL = {
     "heldout_aliases": HELDOUT_ALIASES,
     "matches": MATCHES,
     "deduped_matches": DEDUPED_MATCHES,
+    "link_names": LINK_NAMES,
 }

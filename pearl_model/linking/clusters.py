@@ -25,6 +25,12 @@ def cluster_ids(rows: np.ndarray, left_row: np.ndarray, right_row: np.ndarray) -
 def with_clusters(matches: pa.Table, rows: np.ndarray) -> pa.Table:
     """``matches`` (a table against itself, pairs kept) with each pair's ``cluster`` (``rows``: the
     table's rows that were linked)."""
-    ids = cluster_ids(rows, matches["left_row"].to_numpy(), matches["right_row"].to_numpy())
+    return attach_clusters(matches, rows, cluster_ids(rows, matches["left_row"].to_numpy(),
+                                                      matches["right_row"].to_numpy()))
+
+
+def attach_clusters(matches: pa.Table, rows: np.ndarray, ids: np.ndarray) -> pa.Table:
+    """``matches`` with each pair's ``cluster``: ``ids[i]`` is row ``rows[i]``'s (:func:`cluster_ids`
+    over all the pairs kept, where ``matches`` is one part of them)."""
     per_pair = ids[np.searchsorted(np.asarray(rows, np.int64), matches["left_row"].to_numpy())]
     return matches.append_column("cluster", pa.array(per_pair, pa.int64()))

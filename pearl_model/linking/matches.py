@@ -57,11 +57,23 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def encode_side(encoder, side: Side, batch_size: int | None = None) -> Encoded:
     """Encode each distinct name of ``side`` once, with a loaded encoder (unit vectors)."""
-    dictionary = pa.array(side.names, pa.string()).dictionary_encode()
-    distinct = dictionary.dictionary.to_pylist()
+    distinct, inverse = distinct_names(side)
     vectors = encoder.encode(distinct, batch_size=batch_size, show_progress=False)  # (0, dim) for none
-    return Encoded(side, distinct, np.asarray(vectors, np.float32),
-                   dictionary.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+    return Encoded(side, distinct, np.asarray(vectors, np.float32), inverse)
+
+
+def distinct_names(side: Side) -> tuple[list[str], np.ndarray]:
+    """(the distinct names of ``side`` in order of first appearance, each name's index among them)."""
+    dictionary = pa.array(side.names, pa.string()).dictionary_encode()
+    return dictionary.dictionary.to_pylist(), dictionary.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def encoded_from_vectors(side: Side, vectors: np.ndarray) -> Encoded:
+    """``side`` with the vectors :func:`encode_side` gave it earlier (kept on disk by a flow)."""
+    distinct, inverse = distinct_names(side)
+    if len(vectors) != len(distinct):
+        raise ValueError(f"{len(vectors)} vectors for {len(distinct)} distinct names")
+    return Encoded(side, distinct, np.asarray(vectors, np.float32), inverse)
 
 
 def build_index(right: Encoded, kind: str = "auto", exact_limit: int = vector_index.EXACT_LIMIT):

@@ -1,0 +1,95 @@
+"""`link`: the names of two tables (or one against itself) -> the versioned `matches` dataset
+(`deduped_matches` with dedupe) and its report, by partitions on Dask (tasks/matches.py)."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from prefect import flow, unmapped
+from pydantic import Field
+
+from flows.dask_runner import dask_task_runner, report_dask_dashboard
+from pearl_model.linking.index import EXACT_LIMIT
+from tasks.matches import (
+    PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task, plan_link_task,
+    query_left_task, split_side_task, write_matches_task,
+)
+
+
+@flow(name="link-stages")
+def link_stages(left: str, right: Optional[str], storage_root: str, settings: dict) -> dict:
+    report_dask_dashboard()
+    plan, reused = plan_link_task(left, right, storage_root, settings)
+    if reused is not None:
+        return link_report_task(reused, storage_root)
+    left_future = split_side_task.submit(plan, "left")
+    right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
+    left_parts = left_future.result()
+    right_parts = right_parts or left_parts  # dedupe: the table is both sides
+    distinct = index_right_task.map(unmapped(plan), range(right_parts.parts), unmapped(right_parts)).result()
+    recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts),
+                                 unmapped(distinct)).result()
+    threshold = choose_threshold_task(plan, left_parts.parts)
+    manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall)
+    return link_report_task(manifest, storage_root)
+
+
+@flow(name="link")
+def link(
+    left: str,
+    right: Optional[str] = None,
+    left_column: str = "title",
+    right_column: str = "title",
+    model: str = "current",
+    top_k: Annotated[int, Field(ge=1)] = 1,
+    threshold: Optional[float] = None,
+    labels: Optional[str] = None,
+    precision: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9,
+    dedupe: bool = False,
+    storage_root: str = "data",
+    partition_rows: Annotated[int, Field(ge=1)] = PARTITION_ROWS,
+    index_kind: Literal["auto", "exact", "hnsw"] = "auto",
+    exact_limit: Annotated[int, Field(ge=0)] = EXACT_LIMIT,
+    recall_sample: Annotated[int, Field(ge=0)] = RECALL_SAMPLE,
+    batch_size: Optional[Annotated[int, Field(ge=1)]] = None,
+    dask_address: Optional[str] = None,
+    dask_workers: Annotated[int, Field(ge=1)] = 2,
+) -> dict:
+    """Match the names of a column of LEFT to their closest names in RIGHT (or of one table against
+    itself with dedupe) into a versioned Parquet dataset: rows left_row, right_row, left, right,
+    score, rank (rows are 0-based rows of the tables; rank 1 is the best), plus cluster with dedupe.
+
+    Args:
+        left: a CSV or Parquet table (by its suffix; a path or any fsspec URL).
+        right: the table to match left's names against (none with dedupe).
+        left_column: left's column of names.
+        right_column: right's column of names.
+        model: current (the registry's current model under storage_root; the E5 backbone before the
+            first promotion), a backbone spec or a model directory: as `pearl link --model`.
+        top_k: matches kept per left row, best first.
+        threshold: drop matches scoring below it (cosine).
+        labels: a CSV or Parquet table of pairs known to match (columns left, right): the threshold
+            is chosen to reach `precision` on them (not with `threshold`).
+        precision: the precision the labels' threshold reaches.
+        dedupe: match left against itself and add a cluster id (connected components of the pairs
+            kept); needs threshold or labels.
+        storage_root: where the dataset is written (local path or fsspec URL).
+        partition_rows: rows per partition on each side: a worker holds one left partition and one
+            right partition's index at a time, whatever the tables' size.
+        index_kind: auto (exact inner product while the right side holds at most exact_limit names,
+            HNSW above), exact or hnsw.
+        exact_limit: the most right names auto indexes exactly.
+        recall_sample: left names on which an approximate index's recall is measured against exact.
+        batch_size: names per forward pass (default: the engine's).
+        dask_address: an existing Dask scheduler; none starts a local cluster.
+        dask_workers: worker processes of the local cluster.
+    """
+    settings = {"left_column": left_column, "right_column": right_column, "model": model, "top_k": top_k,
+                "threshold": threshold, "labels": labels, "precision": precision, "dedupe": dedupe,
+                "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit,
+                "recall_sample": recall_sample, "batch_size": batch_size}
+    run = link_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
+    return run(left, right, storage_root, settings)
+
+
+if __name__ == "__main__":
+    link()

@@ -1,0 +1,562 @@
+"""Stage: link the names of two tables (or of one table against itself) into the versioned `matches`
+dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is flows/link.py.
+
+1. :func:`plan_link`: the parameters checked, the model resolved as `pearl link` resolves it
+   (storage.registry.resolve_model), the inputs stat'ed: the output version is a hash of the inputs'
+   fingerprints, the model, the parameters and CODE_VERSION. A committed version is reused.
+2. :func:`split_side`: a side's column streamed into working partitions of ``partition_rows`` rows
+   (`link_names`), rows and null or empty names counted. Bad input (a missing column, no rows, no
+   name at all, a CSV that is not UTF-8) fails here, before any model loads.
+3. :func:`index_right`: per right partition, its distinct names encoded and indexed (FAISS: exact
+   inner product while the right side holds at most ``exact_limit`` names, HNSW above), kept in the
+   working directory.
+4. :func:`query_left`: per left partition, its names encoded and queried against every right
+   partition's index, the partial top k merged (``merge_top_k``) into the partition's candidates;
+   with an approximate index, left partition 0 measures its recall against exact.
+5. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
+6. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
+   dedupe) into the output version's parts, each part's counts in its footer; then the manifest,
+   last, with the counts, the histogram and the examples the report shows; the working directory is
+   removed. A run that fails before the manifest commits nothing.
+
+Memory per worker stays flat in the tables' size: a task holds one left partition, its candidates
+(``top_k`` per row) and one right partition's index at a time, never a whole side.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import os
+from dataclasses import dataclass, field
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
+from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
+
+CODE_VERSION = "matches-1"
+# Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
+# index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
+PARTITION_ROWS = 100_000
+RECALL_SAMPLE = 1000  # left names whose approximate top k is checked against exact
+HISTOGRAM_BINS = 80  # of the best match's score, over [-1, 1]
+EXAMPLES = 10  # example matches on each side of the threshold
+WORK = "link_work"  # <storage_root>/link_work/<version>/: the run's partitions, removed after commit
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """What a link run reads and writes; picklable (sent to the Dask workers)."""
+
+    left: str
+    right: str | None  # None: dedupe, the left table against itself
+    left_column: str
+    right_column: str
+    model: str  # what to load (`current` resolved)
+    model_name: str
+    top_k: int
+    threshold: float | None
+    labels: str | None
+    precision: float
+    partition_rows: int
+    index_kind: str
+    exact_limit: int
+    recall_sample: int
+    batch_size: int | None
+    out: Dataset
+    params: dict = field(hash=False)
+    inputs: dict = field(hash=False)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def dedupe(self) -> bool:
+        return self.right is None
+
+    @property
+    def work(self) -> str:
+        return f"{self.out.root}/{WORK}/{self.out.version}"
+
+    def names(self, side: str) -> Dataset:
+        """The working partitions of ``side`` (left or right; dedupe has one, `table`)."""
+        return Dataset(self.work, "table" if self.dedupe else side, "names", LINK_NAMES)
+
+    @property
+    def candidates(self) -> Dataset:
+        return Dataset(self.work, "candidates", "top_k", MATCHES)
+
+    @property
+    def work_path(self) -> str:
+        return fsspec.core.url_to_fs(self.work)[1]
+
+    def index_path(self, part: int, what: str) -> str:
+        return f"{self.work_path}/index/part-{part:05d}.{what}"
+
+
+@dataclass
+class SideParts:
+    """A side split into partitions: how many, and its rows (blank names included) and skipped names."""
+
+    source: str
+    column: str
+    parts: int
+    rows: int
+    skipped: int
+
+    @property
+    def names(self) -> int:
+        return self.rows - self.skipped
+
+
+def model_identity(spec: str, version: str | None) -> str:
+    """What versions the output for the model: the registry version of the current model, a local
+    directory's files (names, sizes, modification times), else the spec (a backbone or hub name)."""
+    if version is not None:
+        return f"models/{version}"
+    if os.path.isdir(spec):
+        h = hashlib.sha256()
+        for base, dirs, files in sorted(os.walk(spec)):
+            dirs.sort()
+            for name in sorted(files):
+                st = os.stat(os.path.join(base, name))
+                h.update(f"{os.path.relpath(os.path.join(base, name), spec)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+        return f"{os.path.abspath(spec)}@{h.hexdigest()[:16]}"
+    return spec
+
+
+def _fingerprint(url: str) -> str:
+    from pearl_model.linking.sides import LinkInputError, table_format
+
+    table_format(url)  # a suffix this reads, before anything else
+    try:
+        info = file_fingerprint(url)
+    except FileNotFoundError:
+        raise LinkInputError(f"{url}: no such file") from None
+    except IsADirectoryError:
+        raise LinkInputError(f"{url} is a directory, not a CSV or Parquet table") from None
+    except Exception as e:  # network filesystems raise their own types
+        raise LinkInputError(f"cannot stat {url}: {e}") from e
+    return f"{info['url']}@{info['size']}@{info['stamp']}"
+
+
+def plan_link(left: str, right: str | None, storage_root: str, *, left_column: str = "title",
+              right_column: str = "title", model: str = "current", top_k: int = 1,
+              threshold: float | None = None, labels: str | None = None, precision: float = 0.9,
+              dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_kind: str = "auto",
+              exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
+              batch_size: int | None = None) -> LinkPlan:
+    """Check the parameters (as `pearl link` does) and the inputs' existence, resolve the model, and
+    name the output version. Nothing is read or written."""
+    from pearl_model.inference.backbones import DEFAULT_BACKBONE
+    from pearl_model.linking import index as vector_index
+    from storage.registry import resolve_model
+
+    if dedupe and right is not None:
+        raise ValueError("dedupe matches one table (left) against itself: give no right table")
+    if not dedupe and not right:
+        raise ValueError("give left and right, or one table (left) with dedupe=true")
+    if threshold is not None and labels is not None:
+        raise ValueError("give threshold or labels (a threshold chosen from them), not both")
+    if dedupe and threshold is None and labels is None:
+        raise ValueError("dedupe needs threshold or labels: without one every row joins its nearest neighbour's cluster")
+    if top_k < 1 or partition_rows < 1 or recall_sample < 0:
+        raise ValueError("top_k and partition_rows must be >= 1, recall_sample >= 0")
+    if not 0.0 <= precision <= 1.0:
+        raise ValueError(f"precision {precision} is not in [0, 1]")
+    exact_limit = vector_index.EXACT_LIMIT if exact_limit is None else exact_limit
+    vector_index.choose_kind(0, index_kind, exact_limit)  # an unknown kind fails here
+    resolved = resolve_model(model, storage_root, DEFAULT_BACKBONE)
+    inputs = {"left": _fingerprint(left), "model": model_identity(resolved.spec, resolved.version)}
+    if right is not None:
+        inputs["right"] = _fingerprint(right)
+    if labels is not None:
+        inputs["labels"] = _fingerprint(labels)
+    params = {"left_column": left_column, "right_column": None if dedupe else right_column, "top_k": top_k,
+              "threshold": threshold, "precision": precision if labels else None, "dedupe": dedupe,
+              "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit}
+    name, schema = ("deduped_matches", DEDUPED_MATCHES) if dedupe else ("matches", MATCHES)
+    out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
+    return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
+                    resolved.name, top_k, threshold, labels, precision, partition_rows, index_kind, exact_limit,
+                    recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else ())
+
+
+def start_work(plan: LinkPlan) -> None:
+    """An empty working directory (what an earlier, failed run of this version left is removed)."""
+    fs = plan.out.fs
+    if fs.exists(plan.work_path):
+        fs.rm(plan.work_path, recursive=True)
+
+
+def split_side(plan: LinkPlan, side: str) -> SideParts:
+    """Stream ``side``'s column into working partitions of ``plan.partition_rows`` rows."""
+    from pearl_model.linking.sides import LinkInputError, iter_column
+
+    url, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
+    names = plan.names(side)
+    parts = rows = skipped = 0
+    for chunk in iter_column(url, column, plan.partition_rows):
+        blank = int(pc.sum(pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(chunk)), 0), True)).as_py() or 0)
+        names.write_part(parts, pa.table({"row": pa.array(np.arange(rows, rows + len(chunk)), pa.int64()),
+                                          "name": chunk}), {"rows": len(chunk), "skipped": blank})
+        parts, rows, skipped = parts + 1, rows + len(chunk), skipped + blank
+    if rows == skipped:
+        raise LinkInputError(f"{url}: all {rows} names in column {column!r} are null or empty")
+    return SideParts(url, column, parts, rows, skipped)
+
+
+def read_side(plan: LinkPlan, side: str, part: int):
+    """Working partition ``part`` of ``side`` as a linking Side (rows: the table's)."""
+    from pearl_model.linking.sides import side_from_array
+
+    t = plan.names(side).read_part(part)
+    first = t["row"][0].as_py() if t.num_rows else 0
+    source, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
+    return side_from_array(t["name"], source, column, first)
+
+
+class LinkModelError(ValueError):
+    """The model cannot be loaded; the message names it."""
+
+
+@functools.lru_cache(maxsize=2)
+def load_model(spec: str):
+    """The encoder, loaded once per worker process."""
+    from pearl_model.inference.backbones import BackboneError
+    from pearl_model.inference.export import PearlExportError
+    from pearl_model.inference.loading import load_encoder
+
+    try:
+        return load_encoder(spec)
+    except (BackboneError, PearlExportError, ImportError, OSError) as e:  # what `pearl link` reports too
+        raise LinkModelError(f"cannot load the model {spec!r}: {e}") from e
+
+
+def _write_bytes(fs, path: str, data: bytes) -> None:
+    from storage.atomic import atomic_path
+
+    with atomic_path(fs, path) as tmp:
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+
+
+def _read_bytes(fs, path: str) -> bytes:
+    with fs.open(path, "rb") as f:
+        return f.read()
+
+
+def index_kind(plan: LinkPlan, right: SideParts) -> str:
+    """exact or hnsw: ``plan.index_kind``, where auto is exact while the right side holds at most
+    ``plan.exact_limit`` names (every partition gets the same kind)."""
+    from pearl_model.linking import index as vector_index
+
+    return vector_index.choose_kind(right.names, plan.index_kind, plan.exact_limit)
+
+
+def index_right(plan: LinkPlan, part: int, right: SideParts) -> int:
+    """Encode right partition ``part``'s distinct names and index them (:func:`index_kind`); the
+    vectors and the index go to the working directory. Returns its distinct names."""
+    import faiss
+
+    from pearl_model.linking import matches
+
+    kind = index_kind(plan, right)
+
+    encoded = matches.encode_side(load_model(plan.model), read_side(plan, "right", part), plan.batch_size)
+    fs = plan.out.fs
+    buf = io.BytesIO()
+    np.save(buf, encoded.vectors)
+    _write_bytes(fs, plan.index_path(part, "npy"), buf.getvalue())
+    if len(encoded.distinct):
+        index = matches.build_index(encoded, kind)
+        _write_bytes(fs, plan.index_path(part, "faiss"), faiss.serialize_index(index).tobytes())
+    return len(encoded.distinct)
+
+
+def _right(plan: LinkPlan, part: int):
+    """(right partition ``part`` encoded, its index) from the working directory."""
+    import faiss
+
+    from pearl_model.linking import matches
+
+    fs = plan.out.fs
+    vectors = np.load(io.BytesIO(_read_bytes(fs, plan.index_path(part, "npy"))))
+    index = faiss.deserialize_index(np.frombuffer(_read_bytes(fs, plan.index_path(part, "faiss")), np.uint8))
+    return matches.encoded_from_vectors(read_side(plan, "right", part), vectors), index
+
+
+def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int]) -> dict:
+    """Left partition ``part``'s top k among every right partition (``distinct``: each one's
+    distinct names, as :func:`index_right` returned them; those without any are skipped), written as
+    candidate part ``part``. Left partition 0 with an approximate index also measures its recall@k
+    against exact on up to ``recall_sample`` of its distinct names."""
+    from pearl_model.linking import index as vector_index
+    from pearl_model.linking import matches
+
+    found, recall = MATCHES.empty_table(), []
+    side = read_side(plan, "left", part)
+    if not side.names:  # a partition of blank names only
+        plan.candidates.write_part(part, found)
+        return {"recall": recall, "queries": 0}
+    left = matches.encode_side(load_model(plan.model), side, plan.batch_size)
+    approximate = index_kind(plan, right) != "exact"
+    sample = left.vectors[:plan.recall_sample] if approximate and part == 0 else left.vectors[:0]
+    for j in (j for j, n in enumerate(distinct) if n):
+        right_part, index = _right(plan, j)
+        partial = matches.top_k(left, right_part, index, plan.top_k, exclude_self=plan.dedupe).cast(MATCHES)
+        found = matches.merge_top_k([found, partial], plan.top_k).cast(MATCHES)
+        if len(sample):
+            recall.append(vector_index.recall_against_exact(right_part.vectors, sample, plan.top_k, index))
+    plan.candidates.write_part(part, found)
+    return {"recall": recall, "queries": len(sample)}
+
+
+def choose_threshold(plan: LinkPlan, left_parts: int) -> dict:
+    """The threshold the run cuts at: the one given, none, or the one the labelled pairs choose for
+    ``plan.precision`` over the best candidates (a target no threshold reaches is an error)."""
+    from pearl_model.linking.sides import read_columns
+    from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
+
+    if plan.labels is None:
+        given = plan.threshold is not None
+        return {"value": plan.threshold, "source": "given" if given else None,
+                "note": f"threshold {plan.threshold} given; not chosen from labels" if given else NO_LABELS}
+    pairs = read_columns(plan.labels, ["left", "right"]).drop_null()
+    known = pc.unique(pairs["left"])
+    wanted = (pc.field("rank") == 1) & pc.field("left").isin(known)
+    best = pa.concat_tables([plan.candidates.read_part(i, filter=wanted) for i in range(left_parts)])
+    scores, correct, labelled = labelled_best_matches(best, pairs)
+    choice = threshold_for_precision(scores, correct, plan.precision, labelled)
+    if choice.threshold is None:
+        reached = f" (the best precision reached: {choice.precision:.3f})" if choice.precision else ""
+        raise ValueError(f"labels {plan.labels}: {choice.note}{reached}")
+    curve = choice.curve
+    if curve.num_rows > 200:  # enough points to draw
+        curve = curve.take(np.unique(np.linspace(0, curve.num_rows - 1, 200).astype(int)))
+    return {"value": choice.threshold, "source": "labels", "target": plan.precision, "precision": choice.precision,
+            "recall": choice.recall, "labelled": choice.labelled, "note": choice.note,
+            "curve": {c: curve[c].to_pylist() for c in curve.column_names}}
+
+
+def _examples(best: pa.Table, threshold: float | None) -> list[dict]:
+    """Rank-1 matches around ``threshold`` (the EXAMPLES closest on each side), or spread over the
+    scores when there is none."""
+    best = best.select(["left_row", "right_row", "left", "right", "score"]).sort_by("score")
+    scores = best["score"].to_numpy()
+    if threshold is None:
+        pick = np.unique(np.linspace(0, len(scores) - 1, 2 * EXAMPLES + 1).astype(int)) if len(scores) else []
+    else:
+        cut = int(np.searchsorted(scores, np.float32(threshold)))
+        pick = np.arange(max(cut - EXAMPLES, 0), min(cut + EXAMPLES, len(scores)))
+    return best.take(pa.array(np.asarray(pick, np.int64))).to_pylist()
+
+
+def write_matches(plan: LinkPlan, left: SideParts, right: SideParts, threshold: dict, recall: dict) -> dict:
+    """Cut each candidate part at the threshold into the output's parts (clusters for dedupe) and
+    commit the version: the manifest, last, holds the counts and what the report shows."""
+    from pearl_model.linking import clusters, matches
+
+    t = threshold["value"]
+    ids = rows = None
+    if plan.dedupe:  # the clusters are over every pair kept: the pairs' rows, then each part's
+        rows = np.concatenate([read_side(plan, "left", i).rows for i in range(left.parts)])
+        keep = None if t is None else pc.field("score") >= pa.scalar(t, pa.float32())
+        pairs = [plan.candidates.read_part(i, ["left_row", "right_row"], keep) for i in range(left.parts)]
+        ids = clusters.cluster_ids(rows, np.concatenate([p["left_row"].to_numpy() for p in pairs]),
+                                   np.concatenate([p["right_row"].to_numpy() for p in pairs]))
+    totals = None
+    hist = np.zeros(HISTOGRAM_BINS, np.int64)
+    examples: list[pa.Table] = []
+    for i in range(left.parts):
+        side, candidates = read_side(plan, "left", i), plan.candidates.read_part(i)
+        kept, _ = matches.above_threshold(candidates, t)
+        n = matches.count(side, candidates, kept)
+        totals = n if totals is None else matches.Counts(*(a + b for a, b in zip(
+            dataclasses.astuple(totals), dataclasses.astuple(n))))
+        best = candidates.filter(pc.equal(candidates["rank"], 1))
+        hist += np.histogram(np.clip(best["score"].to_numpy(), -1.0, 1.0), HISTOGRAM_BINS, (-1.0, 1.0))[0]
+        examples.append(pa.Table.from_pylist(_examples(best, t), best.select(
+            ["left_row", "right_row", "left", "right", "score"]).schema))
+        if plan.dedupe:
+            kept = clusters.attach_clusters(kept, rows, ids)
+        plan.out.write_part(i, kept, dataclasses.asdict(n))
+    counts = dataclasses.asdict(totals)
+    check_counts(counts)
+    stats = {"counts": counts, "right": {"rows": right.rows, "skipped": right.skipped, "parts": right.parts},
+             "left_parts": left.parts, "model": plan.model_name,
+             "index": {"kind": index_kind(plan, right), "right_names": right.names, "exact_limit": plan.exact_limit, **recall},
+             "threshold": threshold, "histogram": {"range": [-1.0, 1.0], "counts": hist.tolist()},
+             "examples": _examples(pa.concat_tables(examples), t) if examples else [],
+             "clusters": len(np.unique(ids)) if ids is not None else None}
+    manifest = plan.out.commit(code_version=CODE_VERSION, params=plan.params, inputs=plan.inputs, stats=stats)
+    start_work(plan)  # the working partitions are no longer needed
+    return manifest
+
+
+def check_counts(counts: dict) -> None:
+    """Every left row ended one way, every candidate pair one way; else an error (a bug)."""
+    rows = counts["skipped"] + counts["matched"] + counts["below_threshold"] + counts["no_candidate"]
+    pairs = counts["pairs"] + counts["pairs_below_threshold"]
+    if rows != counts["rows"] or pairs != counts["candidate_pairs"]:
+        raise AssertionError(f"the link counts do not add up: {counts}")
+
+
+def recall_summary(results: list[dict]) -> dict:
+    """The approximate index's recall@k against exact, from :func:`query_left`'s results (None with
+    an exact index): the mean over right partitions, and each."""
+    per_part = [r for res in results for r in res["recall"]]
+    queries = max((res["queries"] for res in results), default=0)
+    return {"recall": float(np.mean(per_part)) if per_part else None, "recall_per_part": per_part,
+            "recall_queries": queries}
+
+
+# --- the report ------------------------------------------------------------------------------------
+def counts_table(manifest: dict) -> list[dict]:
+    c, r = manifest["stats"]["counts"], manifest["stats"]["right"]
+    side = "table" if manifest["params"]["dedupe"] else "left"
+    rows = [(f"{side}: rows", c["rows"]), (f"{side}: matched", c["matched"]),
+            (f"{side}: every candidate below the threshold", c["below_threshold"]),
+            (f"{side}: no candidate (no other row)", c["no_candidate"]),
+            (f"{side}: null or empty names (skipped)", c["skipped"])]
+    if not manifest["params"]["dedupe"]:
+        rows += [("right: rows", r["rows"]), ("right: null or empty names (skipped)", r["skipped"])]
+    rows += [("candidate pairs (top k)", c["candidate_pairs"]), ("pairs kept", c["pairs"]),
+             ("pairs below the threshold", c["pairs_below_threshold"])]
+    return [{"count": what, "value": n} for what, n in rows]
+
+
+def histogram_markdown(manifest: dict) -> str:
+    from runs.figures import markdown_image, png_bytes, pyplot
+
+    stats = manifest["stats"]
+    counts = np.asarray(stats["histogram"]["counts"])
+    edges = np.linspace(*stats["histogram"]["range"], len(counts) + 1)
+    used = np.flatnonzero(counts)
+    lo, hi = (edges[used[0]], edges[used[-1] + 1]) if len(used) else (-1.0, 1.0)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.stairs(counts, edges, fill=True)
+    t = stats["threshold"]["value"]
+    if t is not None:
+        ax.axvline(t, color="red", linestyle="--", label=f"threshold {t:.3f}")
+        ax.legend()
+        lo, hi = min(lo, t - 0.05), max(hi, t + 0.05)
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("score of each left row's best match (cosine)")
+    ax.set_ylabel("left rows")
+    return (f"# Scores of the best matches: {manifest['name']} {manifest['version']}\n\n"
+            + markdown_image(png_bytes(fig), "score histogram") + "\n")
+
+
+def threshold_markdown(manifest: dict) -> str:
+    t = manifest["stats"]["threshold"]
+    if t["source"] != "labels":
+        return f"# Threshold\n\n{t['note']}.\n"
+    from runs.figures import markdown_image, png_bytes, pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(t["curve"]["recall"], t["curve"]["precision"], marker=".")
+    ax.scatter([t["recall"]], [t["precision"]], color="red", zorder=3, label=f"threshold {t['value']:.3f}")
+    ax.axhline(t["target"], color="grey", linestyle=":")
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.legend()
+    return (f"# Threshold {t['value']:.4f}, chosen for precision {t['target']}\n\n"
+            f"Precision {t['precision']:.3f}, recall {t['recall']:.3f} on {t['labelled']} left rows with a "
+            f"labelled match ({t['note']}).\n\n" + markdown_image(png_bytes(fig), "precision/recall curve") + "\n")
+
+
+def index_markdown(manifest: dict) -> str:
+    i = manifest["stats"]["index"]
+    head = (f"# Index: {i['kind']}\n\n{i['right_names']} right names, {manifest['stats']['right']['parts']} "
+            f"partitions; exact while the right side holds at most {i['exact_limit']} names.\n")
+    if i["kind"] == "exact":
+        return head + "\nEvery right name is scored for each query: nothing is missed.\n"
+    if i.get("recall") is None:
+        return head + "\nThe recall against exact was not measured (recall_sample 0, or no left name).\n"
+    return head + (f"\nRecall@{manifest['params']['top_k']} against exact: **{i['recall']:.4f}** (mean over the "
+                   f"right partitions, on {i['recall_queries']} left names; per partition: "
+                   + ", ".join(f"{r:.4f}" for r in i["recall_per_part"]) + ").\n")
+
+
+from prefect import task  # noqa: E402  (the wrappers below; the stage above needs no Prefect)
+from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
+from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
+
+from runs.artifacts import publish, publish_link  # noqa: E402
+
+
+@task(name="plan-link", cache_policy=NONE)
+def plan_link_task(left: str, right: str | None, storage_root: str, settings: dict) -> tuple[LinkPlan, dict | None]:
+    """The plan, and the manifest of its version when it is already committed (then reused)."""
+    plan = plan_link(left, right, storage_root, **settings)
+    logger = get_run_logger()
+    for note in plan.notes:
+        logger.warning(note)
+    logger.info("model %s; %s version %s", plan.model_name, plan.out.name, plan.out.version)
+    if plan.out.is_complete():
+        logger.info("%s %s is committed: reused", plan.out.name, plan.out.version)
+        return plan, plan.out.reuse()
+    start_work(plan)
+    return plan, None
+
+
+@task(name="split-side", task_run_name="split-{side}", cache_policy=NONE)
+def split_side_task(plan: LinkPlan, side: str) -> SideParts:
+    parts = split_side(plan, side)
+    get_run_logger().info("%s: %d rows (%d null or empty) in %d partitions", parts.source, parts.rows,
+                          parts.skipped, parts.parts)
+    return parts
+
+
+@task(name="index-right", task_run_name="index-right-{part}", cache_policy=NONE)
+def index_right_task(plan: LinkPlan, part: int, right: SideParts) -> int:
+    return index_right(plan, part, right)
+
+
+@task(name="query-left", task_run_name="query-left-{part}", cache_policy=NONE)
+def query_left_task(plan: LinkPlan, part: int, right: SideParts, distinct: list[int]) -> dict:
+    return query_left(plan, part, right, distinct)
+
+
+@task(name="choose-threshold", cache_policy=NONE)
+def choose_threshold_task(plan: LinkPlan, left_parts: int) -> dict:
+    chosen = choose_threshold(plan, left_parts)
+    get_run_logger().info("threshold %s (%s)", chosen["value"], chosen["note"])
+    return chosen
+
+
+@task(name="write-matches", cache_policy=NONE)
+def write_matches_task(plan: LinkPlan, left: SideParts, right: SideParts, threshold: dict,
+                       recall: list[dict]) -> dict:
+    return write_matches(plan, left, right, threshold, recall_summary(recall))
+
+
+@task(name="link-report", cache_policy=NONE)
+def link_report_task(manifest: dict, storage_root: str) -> dict:
+    """The artifacts: counts, the score histogram, examples around the threshold, the threshold (and
+    its precision/recall curve with labels), the index and its recall, a link to the dataset."""
+    stats = manifest["stats"]
+    publish(create_table_artifact, counts_table(manifest), key="link-counts",
+            description="How every left row ended (they add up to the rows), and the pairs")
+    publish(create_markdown_artifact, histogram_markdown(manifest), key="link-scores",
+            description="Histogram of each left row's best score, with the threshold")
+    publish(create_table_artifact, [{k: (round(v, 4) if k == "score" else v) for k, v in e.items()}
+                                    for e in stats["examples"]] or [{"note": "no match"}],
+            key="link-examples", description="Best matches around the threshold (spread over the scores without one)")
+    publish(create_markdown_artifact, threshold_markdown(manifest), key="link-threshold",
+            description="The threshold: chosen from labels, given, or none (scores as they are)")
+    publish(create_markdown_artifact, index_markdown(manifest), key="link-index",
+            description="The vector index and, when approximate, its recall against exact")
+    out = f"{resolve_root(storage_root).rstrip('/')}/{manifest['name']}/{manifest['version']}"
+    publish_link(out, link_text=f"{manifest['name']} {manifest['version']}", key="link-matches",
+                 description="The matches dataset this run committed or reused")
+    return {"dataset": manifest["name"], "version": manifest["version"], "rows": manifest["rows"],
+            "counts": stats["counts"], "threshold": stats["threshold"]["value"], "index": stats["index"]["kind"],
+            "recall": stats["index"].get("recall"), "clusters": stats.get("clusters")}

@@ -1,0 +1,264 @@
+"""The link stage (tasks/matches.py) as plain functions, wired as flows/link.py wires them, on a tiny
+random-weight model: partitioned results equal the unpartitioned top k, the counts add up, bad input
+fails before anything is written, and a run that fails commits nothing."""
+from __future__ import annotations
+
+import json
+import string
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from pearl_model.linking import clusters, matches, sides  # noqa: E402
+from pearl_model.linking.sides import LinkInputError  # noqa: E402
+from storage.datasets import latest_version  # noqa: E402
+from storage.schemas import DEDUPED_MATCHES, MATCHES  # noqa: E402
+from tasks import matches as stage  # noqa: E402
+from tests.conftest import tiny_model_dir  # noqa: E402
+
+LETTERS = list(string.ascii_lowercase)
+# duplicates across partitions (apple, plum), blanks, and near misses
+RIGHT = ["apple", "banana", None, "cherry", "plum", "apple", "  ", "grape", "kiwi", "plum", "lemon"]
+LEFT = ["aple", "plum", "", "cherri", "kiwi", None, "banan", "lemon", "grap"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(tiny_model_dir(tmp_path_factory.mktemp("tiny-link-model"), LETTERS + [f"##{c}" for c in LETTERS]))
+
+
+@pytest.fixture
+def tables(tmp_path):
+    pq.write_table(pa.table({"title": pa.array(RIGHT, pa.string())}), tmp_path / "right.parquet")
+    pq.write_table(pa.table({"name": pa.array(LEFT, pa.string())}), tmp_path / "left.parquet")
+    return str(tmp_path / "left.parquet"), str(tmp_path / "right.parquet")
+
+
+def run(left, right, root, **settings):
+    """The flow's wiring, task by task in this process."""
+    settings = {"batch_size": 1, **settings}  # one name per pass: a name's vector never depends on its batch
+    plan = stage.plan_link(left, right, root, **settings)
+    stage.start_work(plan)
+    lp = stage.split_side(plan, "left")
+    rp = stage.split_side(plan, "right") if right is not None else lp
+    distinct = [stage.index_right(plan, j, rp) for j in range(rp.parts)]
+    recall = [stage.query_left(plan, i, rp, distinct) for i in range(lp.parts)]
+    threshold = stage.choose_threshold(plan, lp.parts)
+    return plan, stage.write_matches(plan, lp, rp, threshold, stage.recall_summary(recall))
+
+
+def whole(model_dir, left_names, right_names, k, dedupe=False):
+    """The unpartitioned reference: matches.top_k on whole sides."""
+    encoder = stage.load_model(model_dir)
+    left = matches.encode_side(encoder, sides.side_from_array(pa.array(left_names, pa.string()), "l", "t"), 1)
+    right = left if dedupe else matches.encode_side(
+        encoder, sides.side_from_array(pa.array(right_names, pa.string()), "r", "t"), 1)
+    return left, matches.top_k(left, right, matches.build_index(right, "exact"), k, exclude_self=dedupe)
+
+
+def rows_of(table, columns=("left_row", "right_row", "left", "right", "rank")):
+    return table.select(list(columns)).to_pylist()
+
+
+@pytest.mark.parametrize("partition_rows", [2, 3, 100])
+def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path, partition_rows):
+    left, right = tables
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=3,
+                         partition_rows=partition_rows)
+    got = plan.out.read()
+    _, expected = whole(model_dir, LEFT, RIGHT, 3)
+    assert manifest["rows"] == got.num_rows == expected.num_rows > 0
+    assert rows_of(got) == rows_of(expected)
+    np.testing.assert_allclose(got["score"].to_numpy(), expected["score"].to_numpy(), atol=1e-5)
+    assert len(manifest["parts"]) == -(-len(LEFT) // partition_rows)
+    # a duplicated right name ties exactly, ranked by its row, across partitions too
+    plum = got.filter(pa.compute.equal(got["left"], "plum")).to_pylist()
+    assert [(r["right_row"], r["rank"]) for r in plum[:2]] == [(4, 1), (9, 2)]
+    assert plum[0]["score"] == plum[1]["score"]
+
+
+def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp_path):
+    left, right = tables
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
+                         threshold=0.9, partition_rows=2)
+    c = manifest["stats"]["counts"]
+    assert c["rows"] == len(LEFT) == c["skipped"] + c["matched"] + c["below_threshold"] + c["no_candidate"]
+    assert c["skipped"] == 2 and c["candidate_pairs"] == c["pairs"] + c["pairs_below_threshold"]
+    assert manifest["stats"]["right"] == {"rows": len(RIGHT), "skipped": 2, "parts": 6}
+    left_side, candidates = whole(model_dir, LEFT, RIGHT, 2)
+    kept, _ = matches.above_threshold(candidates, 0.9)
+    import dataclasses
+
+    assert c == dataclasses.asdict(matches.count(left_side.side, candidates, kept))
+    assert manifest["rows"] == kept.num_rows == c["pairs"]
+    assert plan.out.metadata_totals() == c  # each part's footer holds its own counts
+    assert sum(manifest["stats"]["histogram"]["counts"]) == c["matched"] + c["below_threshold"]
+    table = {r["count"]: r["value"] for r in stage.counts_table(manifest)}
+    assert table["left: rows"] == sum(table[k] for k in table if k.startswith("left:") and k != "left: rows")
+    # the working partitions are gone once committed
+    assert not plan.out.fs.exists(plan.work_path)
+
+
+def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tables, tmp_path):
+    _, right = tables
+    plan, manifest = run(right, None, str(tmp_path / "store"), model=model_dir, top_k=2, threshold=0.95,
+                         dedupe=True, partition_rows=3)
+    got = plan.out.read()
+    assert plan.out.name == "deduped_matches" and got.schema == DEDUPED_MATCHES
+    encoded, candidates = whole(model_dir, RIGHT, None, 2, dedupe=True)
+    side = encoded.side
+    kept, _ = matches.above_threshold(candidates, 0.95)
+    expected = clusters.with_clusters(kept, side.rows)
+    assert rows_of(got, ("left_row", "right_row", "rank", "cluster")) == \
+        rows_of(expected, ("left_row", "right_row", "rank", "cluster"))
+    assert all(r["left_row"] != r["right_row"] for r in got.to_pylist())
+    apple = {r["cluster"] for r in got.to_pylist() if r["left"] == "apple"}
+    assert apple == {0}  # rows 0 and 5, in different partitions, one cluster named by its smallest row
+    assert manifest["stats"]["clusters"] == len(np.unique(clusters.cluster_ids(side.rows, kept["left_row"].to_numpy(),
+                                                                               kept["right_row"].to_numpy())))
+
+
+def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path):
+    left, right = tables
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
+                         partition_rows=4, exact_limit=3)  # auto: more right names than exact_limit
+    index = manifest["stats"]["index"]
+    assert index["kind"] == "hnsw" and index["right_names"] == 9
+    assert len(index["recall_per_part"]) == 3 and 0.0 <= index["recall"] <= 1.0
+    assert index["recall_queries"] == 3  # left partition 0's distinct names
+    assert "Recall@2 against exact" in stage.index_markdown(manifest)
+    exact = run(left, right, str(tmp_path / "exact"), left_column="name", model=model_dir, top_k=2,
+                partition_rows=4)[1]["stats"]["index"]
+    assert exact["kind"] == "exact" and exact["recall"] is None
+    assert "nothing is missed" in stage.index_markdown({**manifest, "stats": {**manifest["stats"], "index": exact}})
+
+
+def test_labels_choose_the_threshold_and_draw_the_curve(model_dir, tables, tmp_path):
+    left, right = tables
+    labels = tmp_path / "labels.csv"
+    labels.write_text("left,right\naple,apple\nplum,plum\ncherri,cherry\nkiwi,kiwi\nbanan,banana\nlemon,lemon\n"
+                      "grap,grape\n")
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir,
+                         labels=str(labels), precision=0.5)
+    t = manifest["stats"]["threshold"]
+    assert t["source"] == "labels" and t["precision"] >= 0.5 and t["labelled"] == 7
+    assert t["curve"]["threshold"] and min(r["score"] for r in plan.out.read().to_pylist()) >= t["value"]
+    md = stage.threshold_markdown(manifest)
+    assert "chosen for precision 0.5" in md and "data:image/png;base64," in md
+    assert "data:image/png;base64," in stage.histogram_markdown(manifest)
+
+
+def test_without_labels_the_scores_are_reported_as_they_are(model_dir, tables, tmp_path):
+    from pearl_model.linking.thresholds import NO_LABELS
+
+    left, right = tables
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir)
+    assert manifest["stats"]["threshold"]["value"] is None
+    assert NO_LABELS in stage.threshold_markdown(manifest)
+    c = manifest["stats"]["counts"]
+    assert c["below_threshold"] == 0 and manifest["rows"] == c["matched"] == len(LEFT) - 2
+    assert len(manifest["stats"]["examples"]) == min(2 * stage.EXAMPLES + 1, c["matched"])
+
+
+def nothing_committed(root, name="matches"):
+    from pathlib import Path
+
+    assert latest_version(root, name) is None
+    assert not list(Path(root).glob(f"{name}/*/_manifest.json"))
+
+
+@pytest.mark.parametrize("make, column, message", [
+    (lambda p: p.write_text("title\nAlpha\n"), "name", "has no column 'name'; its columns: 'title'"),
+    (lambda p: p.write_text("title\n"), "title", "has no rows"),
+    (lambda p: p.write_text("title\n\n \n\"\"\n"), "title", "all 2 names in column 'title' are null or empty"),
+    (lambda p: p.write_bytes(b"title\ncaf\xe9\nt\xe9\n"), "title", "not UTF-8 text"),
+])
+def test_bad_input_fails_before_anything_is_committed(model_dir, tables, tmp_path, make, column, message):
+    bad = tmp_path / "bad.csv"
+    make(bad)
+    root = str(tmp_path / "store")
+    with pytest.raises(LinkInputError, match=message):
+        run(str(bad), tables[1], root, left_column=column, model=model_dir)
+    nothing_committed(root)
+
+
+def test_missing_inputs_and_bad_parameters_fail_at_the_plan(model_dir, tables, tmp_path):
+    left, right = tables
+    root = str(tmp_path / "store")
+    with pytest.raises(LinkInputError, match="no such file"):
+        stage.plan_link(str(tmp_path / "nope.csv"), right, root, model=model_dir)
+    with pytest.raises(LinkInputError, match="suffix"):
+        stage.plan_link(str(tmp_path / "names.txt"), right, root, model=model_dir)
+    with pytest.raises(ValueError, match="not both"):
+        stage.plan_link(left, right, root, model=model_dir, threshold=0.5, labels=right)
+    with pytest.raises(ValueError, match="dedupe needs threshold"):
+        stage.plan_link(left, None, root, model=model_dir, dedupe=True)
+    with pytest.raises(ValueError, match="give no right table"):
+        stage.plan_link(left, right, root, model=model_dir, dedupe=True, threshold=0.5)
+    with pytest.raises(ValueError, match="unknown index kind"):
+        stage.plan_link(left, right, root, model=model_dir, index_kind="ivf")
+    nothing_committed(root)
+
+
+def test_a_model_that_cannot_be_found_commits_nothing(tables, tmp_path):
+    root = str(tmp_path / "store")
+    with pytest.raises(stage.LinkModelError, match="cannot load the model"):
+        run(*tables, root, left_column="name", model=str(tmp_path / "no-such-model"))
+    nothing_committed(root)
+
+
+def test_a_failure_while_writing_commits_nothing_and_a_rerun_finishes(model_dir, tables, tmp_path, monkeypatch):
+    left, right = tables
+    root = str(tmp_path / "store")
+    real = stage.Dataset.write_part
+
+    def fail_on_part_2(self, index, table, metadata=None):
+        if self.name == "matches" and index == 2:
+            raise OSError("disk full")
+        return real(self, index, table, metadata)
+
+    monkeypatch.setattr(stage.Dataset, "write_part", fail_on_part_2)
+    with pytest.raises(OSError, match="disk full"):
+        run(left, right, root, left_column="name", model=model_dir, partition_rows=2)
+    nothing_committed(root)
+    monkeypatch.setattr(stage.Dataset, "write_part", real)
+    plan, manifest = run(left, right, root, left_column="name", model=model_dir, partition_rows=2)
+    assert latest_version(root, "matches") == plan.out.version and len(manifest["parts"]) == 5
+
+
+def test_the_version_derives_from_inputs_parameters_and_model(model_dir, tables, tmp_path):
+    import os
+
+    left, right = tables
+    root = str(tmp_path / "store")
+    version = stage.plan_link(left, right, root, left_column="name", model=model_dir).out.version
+    assert stage.plan_link(left, right, root, left_column="name", model=model_dir).out.version == version
+    assert stage.plan_link(left, right, root, left_column="name", model=model_dir, top_k=2).out.version != version
+    assert stage.plan_link(left, right, root, left_column="name", model="minilm").out.version != version
+    os.utime(left, (1, 1))  # the left table changed
+    plan = stage.plan_link(left, right, root, left_column="name", model=model_dir)
+    assert plan.out.version != version
+    assert plan.inputs["left"].startswith(left) and json.dumps(plan.params)  # JSON, as manifests hold it
+
+
+def test_current_falls_back_to_the_default_backbone_as_the_cli_does(tables, tmp_path):
+    from pearl_model.inference.backbones import DEFAULT_BACKBONE
+
+    plan = stage.plan_link(*tables, str(tmp_path / "empty"))
+    assert plan.model == DEFAULT_BACKBONE and "nothing has been promoted yet" in plan.notes[0]
+    assert plan.inputs["model"] == DEFAULT_BACKBONE
+
+
+def test_the_working_names_schema_is_the_declared_one(model_dir, tables, tmp_path):
+    plan = stage.plan_link(*tables, str(tmp_path / "store"), left_column="name", model=model_dir, partition_rows=4)
+    parts = stage.split_side(plan, "left")
+    assert (parts.parts, parts.rows, parts.skipped) == (3, len(LEFT), 2)
+    t = plan.names("left").read_part(2)
+    assert t.column("row").to_pylist() == [8] and t.schema.names == ["row", "name"]
+    assert plan.names("left").part_metadata(1) == {"rows": 4, "skipped": 1}
+    assert MATCHES.names == plan.candidates.schema.names
