@@ -1,0 +1,126 @@
+"""The `link` flow end to end on the sample corpus's titles: a real Prefect server (the test
+harness's), a real Dask cluster, a tiny random-weight model (tests/conftest.py `tiny_model_dir`)."""
+from __future__ import annotations
+
+import bz2
+import re
+import string
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from tests.conftest import tiny_model_dir  # noqa: E402
+
+LETTERS = list(string.ascii_lowercase)
+KEYS = {"link-counts", "link-scores", "link-examples", "link-threshold", "link-index", "link-matches"}
+
+
+def sample_titles() -> list[str]:
+    """The page titles of the sample dump build-corpus reads by default (206 pages of enwiki)."""
+    from tasks.raw_pages.xml_dump import sample_dump
+
+    with bz2.open(sample_dump(), "rt", encoding="utf-8") as f:
+        titles = re.findall(r"<title>(.*?)</title>", f.read())
+    assert len(titles) > 150
+    return titles
+
+
+def edit(title: str) -> str:
+    """A character edit: the second letter dropped."""
+    return title[:1] + title[2:] if len(title) > 3 else title + "s"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("link-flow")
+    titles = sample_titles()
+    pq.write_table(pa.table({"title": pa.array(titles + [None], pa.string())}), d / "titles.parquet")
+    exact, edited = titles[:40], [edit(t) for t in titles[40:80]]
+    left = exact + edited + ["", None]
+    pacsv.write_csv(pa.table({"id": range(len(left)), "name": pa.array(left, pa.string())}), d / "queries.csv")
+    pacsv.write_csv(pa.table({"left": exact + edited, "right": titles[:80]}), d / "labels.csv")
+    (d / "model").mkdir()
+    model = tiny_model_dir(d / "model", LETTERS + [f"##{c}" for c in LETTERS])
+    return {"left": str(d / "queries.csv"), "right": str(d / "titles.parquet"), "labels": str(d / "labels.csv"),
+            "model": str(model), "titles": titles, "left_names": left}
+
+
+def artifacts(flow_run_ids) -> dict:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, \
+        FlowRunFilterParentFlowRunId
+
+    async def read():
+        async with get_client() as client:
+            ids, frontier = list(flow_run_ids), list(flow_run_ids)
+            while frontier:
+                children = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)))
+                frontier = [c.id for c in children]
+                ids += frontier
+            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=ids)))
+            return {a.key: a for a in arts}
+
+    return asyncio.run(read())
+
+
+def test_link_flow_on_the_sample_titles(inputs, tmp_path):
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.link import link
+    from storage.datasets import Dataset, latest_version
+    from storage.schemas import MATCHES
+
+    root = str(tmp_path / "store")
+    params = dict(left=inputs["left"], right=inputs["right"], left_column="name", model=inputs["model"], top_k=2,
+                  labels=inputs["labels"], precision=0.8, storage_root=root, partition_rows=64, exact_limit=100,
+                  batch_size=1, dask_workers=1)
+    with prefect_test_harness():
+        state = link(**params, return_state=True)
+        result = state.result()
+        out = Dataset(root, "matches", result["version"], MATCHES)
+        manifest = out.manifest()
+        assert latest_version(root, "matches") == result["version"]
+        assert manifest["rows"] == result["rows"] == out.read().num_rows > 0
+        assert len(manifest["parts"]) == 2  # 82 left rows in partitions of 64
+        c = result["counts"]
+        assert c["rows"] == 82 and c["skipped"] == 2
+        assert c["rows"] == c["skipped"] + c["matched"] + c["below_threshold"] + c["no_candidate"]
+        assert c["candidate_pairs"] == c["pairs"] + c["pairs_below_threshold"] == 2 * 80
+        assert manifest["stats"]["right"] == {"rows": len(inputs["titles"]) + 1, "skipped": 1, "parts": 4}
+        # the right side is above exact_limit: an approximate index, its recall measured
+        assert result["index"] == "hnsw" and 0.5 <= result["recall"] <= 1.0
+        # a title found as it is scores ~1, above any threshold: matched, to itself
+        best = out.read().filter(pc.equal(out.read()["rank"], 1)).to_pylist()
+        exact = {r["left"]: r for r in best if r["left_row"] < 40}
+        assert len(exact) == len(set(inputs["titles"][:40]))
+        assert all(r["right"] == r["left"] and r["score"] == pytest.approx(1, abs=1e-4) for r in exact.values())
+        assert manifest["stats"]["threshold"]["source"] == "labels" and result["threshold"] is not None
+
+        arts = artifacts([state.state_details.flow_run_id])
+        assert set(arts) >= KEYS
+        assert "data:image/png;base64," in arts["link-scores"].data
+        assert "chosen for precision 0.8" in arts["link-threshold"].data
+        assert "Recall@2 against exact" in arts["link-index"].data
+        assert "left: null or empty names (skipped)" in arts["link-counts"].data
+
+        # the same inputs and parameters: the committed version is reused
+        again = link(**params)
+        assert again["version"] == result["version"] and out.manifest()["created_at"] == manifest["created_at"]
+
+        # bad input: the run fails with the reason, and commits nothing
+        failed = link(**{**params, "left_column": "title", "storage_root": str(tmp_path / "other")},
+                      return_state=True)
+        assert failed.is_failed()
+        with pytest.raises(Exception, match="has no column 'title'"):
+            failed.result()
+        assert latest_version(str(tmp_path / "other"), "matches") is None
