@@ -438,7 +438,8 @@ def link(
     score, rank (rows are 0-based rows of the tables; rank 1 is the best).
 
     Null, empty and whitespace-only names are skipped and counted. The tables are read and checked before any model
-    loads; nothing is written unless all of it is."""
+    loads; nothing is written unless all of it is. Both tables are held in memory: for bigger ones, the `link` flow
+    (deployment link/tables, docs/pipeline.md) takes the same parameters and works by partitions on Dask."""
     from pearl_model.linking import clusters, matches
     from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
     from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision

@@ -20,8 +20,23 @@ def deployments() -> dict[str, dict]:
 
 def test_every_deployment_runs_one_at_a_time():
     found = {name: d.get("concurrency_limit") for name, d in deployments().items()}
-    assert set(found) >= {"wiki", "benchmark", "pearl", "pearl-gpu", "weekly"}
+    assert set(found) >= {"wiki", "benchmark", "tables", "pearl", "pearl-gpu", "weekly"}
     assert found == {name: {"limit": 1, "collision_strategy": "ENQUEUE"} for name in found}
+
+
+def test_link_tables_runs_the_link_flow_with_its_parameters():
+    import inspect
+
+    from flows.link import link
+
+    d = deployments()["tables"]
+    assert d["entrypoint"] == "flows/link.py:link" and link.name == "link"  # `link/tables`
+    signature = inspect.signature(link.fn).parameters
+    assert set(d["parameters"]) <= set(signature)
+    assert {"left", "right", "left_column", "right_column", "model", "top_k", "threshold", "labels", "precision",
+            "dedupe", "storage_root"} <= set(signature)
+    assert signature["model"].default == d["parameters"]["model"] == "current"
+    assert d["work_pool"]["name"] == "local-process"
 
 
 def test_only_weekly_is_scheduled():

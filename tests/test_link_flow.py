@@ -124,3 +124,21 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         with pytest.raises(Exception, match="has no column 'title'"):
             failed.result()
         assert latest_version(str(tmp_path / "other"), "matches") is None
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_link_tables_deployment_runs_from_the_cli(stack, inputs, tmp_path):
+    """`prefect deployment run link/tables --param left=... --param right=...` on the deployed
+    prefect.yaml (the e2e stack: a server, a process worker, scripts/deploy.sh)."""
+    from storage.datasets import latest_version
+    from tests.e2e_fixtures import run_deployment
+
+    root = tmp_path / "store"
+    done = run_deployment(stack, root, "e2e-link", deployment="link/tables",
+                          params={"left": inputs["left"], "right": inputs["right"], "left_column": "name",
+                                  "model": inputs["model"], "threshold": 0.9, "dask_workers": 1})
+    result = done["result"]
+    assert latest_version(str(root), "matches") == result["version"] and result["index"] == "exact"
+    assert result["counts"]["rows"] == 82 and result["threshold"] == 0.9
+    assert {a.key for a in done["artifacts"]} >= KEYS
