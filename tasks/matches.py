@@ -162,7 +162,8 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     if threshold is not None and labels is not None:
         raise ValueError("give threshold or labels (a threshold chosen from them), not both")
     if dedupe and threshold is None and labels is None:
-        raise ValueError("dedupe needs threshold or labels: without one every row joins its nearest neighbour's cluster")
+        raise ValueError("dedupe needs threshold or labels: without one every row joins its nearest "
+                         "neighbour's cluster")
     if top_k < 1 or partition_rows < 1 or recall_sample < 0:
         raise ValueError("top_k and partition_rows must be >= 1, recall_sample >= 0")
     if not 0.0 <= precision <= 1.0:
@@ -194,13 +195,13 @@ def start_work(plan: LinkPlan) -> None:
 
 def split_side(plan: LinkPlan, side: str) -> SideParts:
     """Stream ``side``'s column into working partitions of ``plan.partition_rows`` rows."""
-    from pearl_model.linking.sides import LinkInputError, iter_column
+    from pearl_model.linking.sides import LinkInputError, iter_column, side_from_array
 
     url, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
     names = plan.names(side)
     parts = rows = skipped = 0
     for chunk in iter_column(url, column, plan.partition_rows):
-        blank = int(pc.sum(pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(chunk)), 0), True)).as_py() or 0)
+        blank = side_from_array(chunk, url, column).skipped
         names.write_part(parts, pa.table({"row": pa.array(np.arange(rows, rows + len(chunk)), pa.int64()),
                                           "name": chunk}), {"rows": len(chunk), "skipped": blank})
         parts, rows, skipped = parts + 1, rows + len(chunk), skipped + blank
@@ -388,7 +389,8 @@ def write_matches(plan: LinkPlan, left: SideParts, right: SideParts, threshold: 
     check_counts(counts)
     stats = {"counts": counts, "right": {"rows": right.rows, "skipped": right.skipped, "parts": right.parts},
              "left_parts": left.parts, "model": plan.model_name,
-             "index": {"kind": index_kind(plan, right), "right_names": right.names, "exact_limit": plan.exact_limit, **recall},
+             "index": {"kind": index_kind(plan, right), "right_names": right.names,
+                       "exact_limit": plan.exact_limit, **recall},
              "threshold": threshold, "histogram": {"range": [-1.0, 1.0], "counts": hist.tolist()},
              "examples": _examples(pa.concat_tables(examples), t) if examples else [],
              "clusters": len(np.unique(ids)) if ids is not None else None}
