@@ -45,9 +45,7 @@ def with_features(matches: pa.Table, scorers=tuple(SCORERS)) -> pa.Table:
 
 def combined(matches: pa.Table, weights: dict[str, float] = WEIGHTS) -> np.ndarray:
     """The weighted sum of the features named in ``weights`` (columns of :func:`with_features`)."""
-    unknown = set(weights) - set(FEATURES)
-    if unknown:
-        raise ValueError(f"unknown features {sorted(unknown)}: one of {', '.join(FEATURES)}")
+    _check(weights)
     total = np.zeros(matches.num_rows, np.float64)
     for name, weight in weights.items():
         total += weight * matches[name].to_numpy().astype(np.float64)
@@ -58,7 +56,14 @@ def rescore(matches: pa.Table, k: int = 1, weights: dict[str, float] = WEIGHTS) 
     """The ``k`` best of each left row's candidates by the combined score (``score``; the
     embedding's cosine kept in ``cosine``, each string score in its column), ranked again: best
     first, ties by right_row."""
+    _check(weights)
     matches = with_features(matches, [name for name in weights if name != "cosine"])
     scored = matches.set_column(matches.schema.get_field_index("score"), "score",
                                 pa.array(combined(matches, weights), pa.float32()))
     return merge_top_k([scored], k)
+
+
+def _check(weights: dict[str, float]) -> None:
+    unknown = set(weights) - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}: one of {', '.join(FEATURES)}")
