@@ -211,6 +211,9 @@ def main() -> None:
     for t in tasks:  # string scores of the candidate pairs once; every rescoring below reuses them
         t.candidates = rescore.with_features(t.candidates)
     per_task = {t.name: {"queries": len(t.queries.names), "with_match": int(t.has_gold.sum()),
+                         # what a task is like: names with a number in them, their length in words
+                         "with_digit": float(np.mean([any(c.isdigit() for c in n) for n in t.queries.names])),
+                         "words": float(np.mean([len(n.split()) for n in t.queries.names])),
                          "labelled": int(t.labelled.sum()), "reference": len(t.reference.names),
                          "candidate_recall": None, "methods": {}} for t in tasks}
 
@@ -281,8 +284,18 @@ def main() -> None:
 
     combined = [m for m in methods if m.startswith(("convex", "logistic"))]
     comparisons = [versus(m, other) for m in combined for other in ("e5", best_rf)] + [versus("e5", best_rf)]
-    for row in per_task.values():
-        row["winner"] = max(["e5", best_rf], key=lambda m: row["methods"][m]["recall"])
+    # when each wins: the tasks grouped by which of e5 and the best scorer has the higher measured recall
+    kinds = {}
+    for name, row in per_task.items():
+        diff = row["methods"]["e5"]["recall"] - row["methods"][best_rf]["recall"]
+        row["winner"] = "e5" if diff > 1e-9 else best_rf if diff < -1e-9 else "tie"
+        kinds.setdefault(row["winner"], []).append(name)
+    winners = [{"winner": w, "tasks": len(names), "names": ", ".join(names),
+                "with_digit": float(np.mean([per_task[n]["with_digit"] for n in names])),
+                "words": float(np.mean([per_task[n]["words"] for n in names])),
+                **{f"recall:{m}": float(np.mean([per_task[n]["methods"][m]["recall"] for n in names]))
+                   for m in ("e5", best_rf, "convex_global", "logistic")}}
+               for w, names in sorted(kinds.items())]
     report = {
         "command": " ".join(["python", "benchmarks/link_autofj.py", *sys.argv[1:]]),
         "machine": f"{platform.processor() or platform.machine()}, 2 CPU cores",
@@ -302,6 +315,7 @@ def main() -> None:
                   "logistic": {"weights": logistic_weights, "intercept": logistic_intercept}},
         "summary": summary,
         "comparisons": comparisons,
+        "winners": winners,
         "mean_candidate_recall": float(np.mean([r["candidate_recall"] for r in per_task.values()])),
         "tasks": [{"task": n, **row} for n, row in per_task.items()],
     }
