@@ -25,7 +25,7 @@ def encoded(names: list[str], vectors: list[list[float]]) -> matches.Encoded:
 def candidates() -> pa.Table:
     # by cosine the wrong club and the wrong year come first: what an embedding that blurs
     # names and numbers does
-    reference = encoded(REFERENCE, [[1, 0.1, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0.2]])
+    reference = encoded(REFERENCE, [[1, 0.1, 0], [1, 0, 0], [0, 1, 0], [0, 1, 0.05]])
     queries = encoded(QUERIES, [[1, 0, 0], [0, 1, 0]])
     return matches.top_k(queries, reference, matches.build_index(reference, "exact"), k=4)
 
@@ -90,3 +90,10 @@ def test_ties_are_ranked_by_right_row():
 def test_unknown_feature_is_an_error(candidates):
     with pytest.raises(ValueError, match="unknown features"):
         rescore.rescore(candidates, weights={"jaro": 1.0})
+
+
+def test_the_default_score_stays_between_0_and_1(candidates):
+    # a convex combination: a threshold on it reads as one on the cosine does
+    assert sum(rescore.WEIGHTS.values()) == pytest.approx(1.0)
+    scores = rescore.rescore(candidates, k=4)["score"].to_numpy()
+    assert ((scores >= 0) & (scores <= 1 + 1e-6)).all()
