@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -60,9 +61,9 @@ def load_tables() -> dict:
 
 
 def cached_encoder(tables: dict, spec: str = MODEL, cache: Path | None = None):
-    """A CachedEncoder holding every title of ``tables``: encoded in one call (length-sorted
-    batches across tasks) and kept in ``cache`` (an .npz of strings and raw vectors) so that a
-    rerun of the study does not encode again."""
+    """(a CachedEncoder holding every title of ``tables``, how many it had to encode): encoded in
+    one call (length-sorted batches across tasks) and kept in ``cache`` (an .npz of strings and raw
+    vectors) so that a rerun of the study does not encode again."""
     import numpy as np
 
     from pearl_model.evaluation.common import CachedEncoder
@@ -301,7 +302,7 @@ def main() -> None:
                for w, names in sorted(kinds.items())]
     report = {
         "command": " ".join(["python", "benchmarks/link_autofj.py", *sys.argv[1:]]),
-        "machine": f"{platform.processor() or platform.machine()}, 2 CPU cores",
+        "machine": f"{platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores",
         "setup": {"model": args.model, "target_precision": TARGET, "seed": SEED, "split": "sklearn train_test_split of "
                   "each task's right rows, test_size 0.5, stratified by having a ground-truth match",
                   "candidates": args.candidates, "index": "exact (FAISS IndexFlatIP)",
