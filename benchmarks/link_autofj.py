@@ -282,9 +282,15 @@ def main() -> None:
     best_rf = max((m for m in methods if m.startswith("rapidfuzz:")), key=lambda m: by_method[m]["recall"])
 
     def versus(a: str, b: str, key: str = "recall") -> dict:
-        diff = np.array([per_task[n]["methods"][a][key] - per_task[n]["methods"][b][key] for n in per_task])
+        from pearl_model.evaluation.stable import paired_difference
+
+        x, y = ([100 * per_task[n]["methods"][m][key] for n in per_task] for m in (a, b))
+        diff = np.subtract(x, y) / 100
+        # the tasks as the stable protocol's paired draws: Student's t over the per-task differences (x100)
+        d = paired_difference(*({"dataset": "autofj", "metric": key, "draws": v} for v in (x, y)))
         return {"method": a, "against": b, "wins": int((diff > 1e-9).sum()), "ties": int((abs(diff) <= 1e-9).sum()),
-                "losses": int((diff < -1e-9).sum()), "mean_difference": float(diff.mean())}
+                "losses": int((diff < -1e-9).sum()), "mean_difference": float(diff.mean()),
+                "low": d.low / 100, "high": d.high / 100, "verdict": d.verdict}
 
     combined = [m for m in methods if m.startswith(("convex", "logistic"))]
     comparisons = [versus(m, other) for m in combined for other in ("e5", best_rf)] + [versus("e5", best_rf)]

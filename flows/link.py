@@ -9,6 +9,7 @@ from pydantic import Field
 
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from pearl_model.linking.index import EXACT_LIMIT
+from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
     PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task, plan_link_task,
     query_left_task, split_side_task, write_matches_task,
@@ -42,6 +43,7 @@ def link(
     model: str = "current",
     top_k: Annotated[int, Field(ge=1)] = 1,
     threshold: Optional[float] = None,
+    cosine_weight: Annotated[float, Field(ge=0.0, le=1.0)] = COSINE_WEIGHT,
     labels: Optional[str] = None,
     precision: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9,
     dedupe: bool = False,
@@ -66,7 +68,10 @@ def link(
         model: current (the registry's current model under storage_root; the E5 backbone before the
             first promotion), a backbone spec or a model directory: as `pearl link --model`.
         top_k: matches kept per left row, best first.
-        threshold: drop matches scoring below it (cosine).
+        threshold: drop matches scoring below it.
+        cosine_weight: the score: this weight on the cosine, the rest on rapidfuzz's token_set_ratio
+            of the best candidates by cosine (1: the cosine alone; the default was chosen on the
+            AutoFJ tasks, docs/research/eval-link-autofj.md).
         labels: a CSV or Parquet table of pairs known to match (columns left, right): the threshold
             is chosen to reach `precision` on them (not with `threshold`).
         precision: the precision the labels' threshold reaches.
@@ -84,7 +89,7 @@ def link(
         dask_workers: worker processes of the local cluster.
     """
     settings = {"left_column": left_column, "right_column": right_column, "model": model, "top_k": top_k,
-                "threshold": threshold, "labels": labels, "precision": precision, "dedupe": dedupe,
+                "threshold": threshold, "cosine_weight": cosine_weight, "labels": labels, "precision": precision, "dedupe": dedupe,
                 "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit,
                 "recall_sample": recall_sample, "batch_size": batch_size}
     run = link_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))

@@ -422,7 +422,11 @@ def link(
     left_column: str = typer.Option("title", help="LEFT's column of names"),
     right_column: str = typer.Option("title", help="RIGHT's column of names"),
     top_k: int = typer.Option(1, "--top-k", min=1, help="matches kept per left row, best first"),
-    threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it (cosine)"),
+    threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it"),
+    cosine_weight: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0, help="the score: this weight on the cosine, the rest on rapidfuzz's token_set_ratio "
+                                     "of the best candidates by cosine (1: the cosine alone; default: the weight "
+                                     "chosen on the AutoFJ tasks, docs/research/eval-link-autofj.md)"),
     labels: Optional[str] = typer.Option(None, metavar="PAIRS",
                                          help="a CSV or Parquet table of pairs known to match (columns left, "
                                               "right): the threshold is chosen to reach --precision on them"),
@@ -440,7 +444,7 @@ def link(
     Null, empty and whitespace-only names are skipped and counted. The tables are read and checked before any model
     loads; nothing is written unless all of it is. Both tables are held in memory: for bigger ones, the `link` flow
     (deployment link/tables, docs/pipeline.md) takes the same parameters and works by partitions on Dask."""
-    from pearl_model.linking import clusters, matches
+    from pearl_model.linking import clusters, matches, rescore
     from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
     from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
 
@@ -466,8 +470,10 @@ def link(
 
     left_vectors = matches.encode_side(encoder, left_side, batch_size)
     right_vectors = left_vectors if dedupe else matches.encode_side(encoder, right_side, batch_size)
-    candidates = matches.top_k(left_vectors, right_vectors, matches.build_index(right_vectors), top_k,
-                               exclude_self=dedupe)
+    cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
+    candidates = rescore.best(matches.top_k(left_vectors, right_vectors, matches.build_index(right_vectors),
+                                            rescore.candidate_count(top_k, cosine_weight), exclude_self=dedupe),
+                              top_k, cosine_weight)
     if pairs is not None:
         scores, correct, labelled = labelled_best_matches(candidates, pairs)
         choice = threshold_for_precision(scores, correct, precision, labelled)

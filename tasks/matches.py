@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
-CODE_VERSION = "matches-1"
+CODE_VERSION = "matches-2"  # 2: the rescored score
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -61,6 +61,7 @@ class LinkPlan:
     model_name: str
     top_k: int
     threshold: float | None
+    cosine_weight: float
     labels: str | None
     precision: float
     partition_rows: int
@@ -145,7 +146,7 @@ def _fingerprint(url: str) -> str:
 
 def plan_link(left: str, right: str | None, storage_root: str, *, left_column: str = "title",
               right_column: str = "title", model: str = "current", top_k: int = 1,
-              threshold: float | None = None, labels: str | None = None, precision: float = 0.9,
+              threshold: float | None = None, cosine_weight: float | None = None, labels: str | None = None, precision: float = 0.9,
               dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_kind: str = "auto",
               exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
               batch_size: int | None = None) -> LinkPlan:
@@ -153,6 +154,7 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     name the output version. Nothing is read or written."""
     from pearl_model.inference.backbones import DEFAULT_BACKBONE
     from pearl_model.linking import index as vector_index
+    from pearl_model.linking import rescore
     from storage.registry import resolve_model
 
     if dedupe and right is not None:
@@ -169,6 +171,8 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     if not 0.0 <= precision <= 1.0:
         raise ValueError(f"precision {precision} is not in [0, 1]")
     exact_limit = vector_index.EXACT_LIMIT if exact_limit is None else exact_limit
+    cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
+    rescore.default_weights(cosine_weight)  # out of [0, 1] fails here
     vector_index.choose_kind(0, index_kind, exact_limit)  # an unknown kind fails here
     resolved = resolve_model(model, storage_root, DEFAULT_BACKBONE)
     inputs = {"left": _fingerprint(left), "model": model_identity(resolved.spec, resolved.version)}
@@ -177,12 +181,12 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     if labels is not None:
         inputs["labels"] = _fingerprint(labels)
     params = {"left_column": left_column, "right_column": None if dedupe else right_column, "top_k": top_k,
-              "threshold": threshold, "precision": precision if labels else None, "dedupe": dedupe,
+              "threshold": threshold, "cosine_weight": cosine_weight, "precision": precision if labels else None, "dedupe": dedupe,
               "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit}
     name, schema = ("deduped_matches", DEDUPED_MATCHES) if dedupe else ("matches", MATCHES)
     out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
     return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
-                    resolved.name, top_k, threshold, labels, precision, partition_rows, index_kind, exact_limit,
+                    resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_kind, exact_limit,
                     recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else ())
 
 
@@ -296,7 +300,7 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int])
     candidate part ``part``. Left partition 0 with an approximate index also measures its recall@k
     against exact on up to ``recall_sample`` of its distinct names."""
     from pearl_model.linking import index as vector_index
-    from pearl_model.linking import matches
+    from pearl_model.linking import matches, rescore
 
     found, recall = MATCHES.empty_table(), []
     side = read_side(plan, "left", part)
@@ -306,13 +310,14 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int])
     left = matches.encode_side(load_model(plan.model), side, plan.batch_size)
     approximate = index_kind(plan, right) != "exact"
     sample = left.vectors[:plan.recall_sample] if approximate and part == 0 else left.vectors[:0]
+    wanted = rescore.candidate_count(plan.top_k, plan.cosine_weight)  # by cosine, then rescored
     for j in (j for j, n in enumerate(distinct) if n):
         right_part, index = _right(plan, j)
-        partial = matches.top_k(left, right_part, index, plan.top_k, exclude_self=plan.dedupe).cast(MATCHES)
-        found = matches.merge_top_k([found, partial], plan.top_k).cast(MATCHES)
+        partial = matches.top_k(left, right_part, index, wanted, exclude_self=plan.dedupe).cast(MATCHES)
+        found = matches.merge_top_k([found, partial], wanted).cast(MATCHES)
         if len(sample):
             recall.append(vector_index.recall_against_exact(right_part.vectors, sample, plan.top_k, index))
-    plan.candidates.write_part(part, found)
+    plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
     return {"recall": recall, "queries": len(sample)}
 
 

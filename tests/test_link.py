@@ -402,3 +402,28 @@ def test_link_uses_the_current_model_as_encode_does(model_dir, tmp_path):
     assert r.exit_code == 0, r.output
     assert "model: current = m1" in r.stderr
     assert pq.read_table(tmp_path / "m.parquet")["right_row"].to_pylist() == [0, 1]
+
+
+def test_the_default_score_adds_token_set_ratio_to_the_cosine_and_weight_1_is_the_cosine(model_dir, tmp_path):
+    from rapidfuzz import fuzz, utils
+
+    from pearl_model.linking import rescore
+
+    left = write_csv(tmp_path / "left.csv", "title", ["red apple", "plum jam", "kiwi"])
+    right = write_csv(tmp_path / "right.csv", "title", FRUIT)
+    scored = {}
+    for weight in (None, "1"):
+        out = tmp_path / f"m{weight}.parquet"
+        r = run(left, right, "--out", out, "--model", model_dir, "--backend", "torch", "--top-k", "3",
+                *(["--cosine-weight", weight] if weight else []))
+        assert r.exit_code == 0, r.output
+        scored[weight] = {(x["left"], x["right"]): x["score"] for x in pq.read_table(out).to_pylist()}
+    cosine = scored["1"]
+    w = rescore.COSINE_WEIGHT
+    for (a, b), score in scored[None].items():
+        if (a, b) in cosine:  # a pair both keep: the combined score of its cosine and string score
+            tsr = fuzz.token_set_ratio(a, b, processor=utils.default_process) / 100
+            assert score == pytest.approx(w * cosine[a, b] + (1 - w) * tsr, abs=1e-5)
+    assert scored[None] != cosine
+    r = run(left, right, "--out", tmp_path / "x.parquet", "--model", model_dir, "--cosine-weight", "1.5")
+    assert r.exit_code == 2 and "--cosine-weight" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from pearl_model.linking import clusters, matches, sides  # noqa: E402
+from pearl_model.linking import clusters, matches, rescore, sides  # noqa: E402
 from pearl_model.linking.sides import LinkInputError  # noqa: E402
 from storage.datasets import latest_version  # noqa: E402
 from storage.schemas import DEDUPED_MATCHES, MATCHES  # noqa: E402
@@ -52,26 +52,29 @@ def run(left, right, root, **settings):
     return plan, stage.write_matches(plan, lp, rp, threshold, stage.recall_summary(recall))
 
 
-def whole(model_dir, left_names, right_names, k, dedupe=False):
-    """The unpartitioned reference: matches.top_k on whole sides."""
+def whole(model_dir, left_names, right_names, k, dedupe=False, cosine_weight=rescore.COSINE_WEIGHT):
+    """The unpartitioned reference: matches.top_k on whole sides, rescored as `pearl link` does."""
     encoder = stage.load_model(model_dir)
     left = matches.encode_side(encoder, sides.side_from_array(pa.array(left_names, pa.string()), "l", "t"), 1)
     right = left if dedupe else matches.encode_side(
         encoder, sides.side_from_array(pa.array(right_names, pa.string()), "r", "t"), 1)
-    return left, matches.top_k(left, right, matches.build_index(right, "exact"), k, exclude_self=dedupe)
+    found = matches.top_k(left, right, matches.build_index(right, "exact"),
+                          rescore.candidate_count(k, cosine_weight), exclude_self=dedupe)
+    return left, rescore.best(found, k, cosine_weight)
 
 
 def rows_of(table, columns=("left_row", "right_row", "left", "right", "rank")):
     return table.select(list(columns)).to_pylist()
 
 
-@pytest.mark.parametrize("partition_rows", [2, 3, 100])
-def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path, partition_rows):
+@pytest.mark.parametrize("partition_rows,cosine_weight", [(2, None), (3, None), (100, None), (2, 1.0)])
+def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path, partition_rows, cosine_weight):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=3,
-                         partition_rows=partition_rows)
+                         partition_rows=partition_rows, cosine_weight=cosine_weight)
     got = plan.out.read()
-    _, expected = whole(model_dir, LEFT, RIGHT, 3)
+    _, expected = whole(model_dir, LEFT, RIGHT, 3, cosine_weight=rescore.COSINE_WEIGHT if cosine_weight is None
+                        else cosine_weight)
     assert manifest["rows"] == got.num_rows == expected.num_rows > 0
     assert rows_of(got) == rows_of(expected)
     np.testing.assert_allclose(got["score"].to_numpy(), expected["score"].to_numpy(), atol=1e-5)

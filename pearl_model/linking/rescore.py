@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 from rapidfuzz import fuzz, process, utils
 
-from .matches import merge_top_k
+from .matches import COLUMNS, merge_top_k
 
 SCORERS = {"ratio": fuzz.ratio, "token_set_ratio": fuzz.token_set_ratio, "WRatio": fuzz.WRatio}
 # lower-cased, non-alphanumerics as spaces: case and punctuation are not what tells names apart
@@ -25,6 +25,29 @@ FEATURES = ("cosine", *SCORERS)
 # the 20 best by cosine for most rows, and each more candidate costs a string score per row
 CANDIDATES = 20  # embedding candidates rescored per left row: top_k's k
 WEIGHTS = {"cosine": 0.9, "token_set_ratio": 0.1}
+COSINE_WEIGHT = WEIGHTS["cosine"]  # `pearl link` and the link flow's default; 1: the cosine alone
+
+
+def default_weights(cosine_weight: float = COSINE_WEIGHT) -> dict[str, float]:
+    """The study's combination at ``cosine_weight`` (the rest on its string scorer)."""
+    if not 0.0 <= cosine_weight <= 1.0:
+        raise ValueError(f"cosine_weight {cosine_weight} is not in [0, 1]")
+    (scorer,) = set(WEIGHTS) - {"cosine"}
+    return {"cosine": cosine_weight, scorer: 1.0 - cosine_weight}
+
+
+def candidate_count(k: int, cosine_weight: float = COSINE_WEIGHT) -> int:
+    """How many embedding candidates per left row :func:`best` needs to return ``k``."""
+    default_weights(cosine_weight)
+    return k if cosine_weight == 1.0 else max(k, CANDIDATES)
+
+
+def best(candidates: pa.Table, k: int, cosine_weight: float = COSINE_WEIGHT) -> pa.Table:
+    """The ``k`` best of each left row's :func:`candidate_count` embedding candidates by the
+    default score, in the matches' columns (``score`` the combined one)."""
+    if cosine_weight == 1.0:
+        return merge_top_k([candidates], k)
+    return rescore(candidates, k, default_weights(cosine_weight)).select(list(COLUMNS))
 
 
 def string_similarity(left: list[str], right: list[str], scorer: str) -> np.ndarray:
