@@ -18,6 +18,8 @@ and verdicts of the engines already in ``--out`` without rerunning their benchma
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -92,8 +94,9 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
             else load_encoder(model, device="cpu", backend=engine)
 
     results = json.loads(out.read_text()) if out.exists() else {"setup": {}, "engines": {}}
-    results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference,
-                         "cosines_on": "BIRD's distinct phrases, unit vectors"}
+    results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference, "model": model,
+                         "cosines_on": "BIRD's distinct phrases, unit vectors",
+                         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores"}
     phrases = bird_phrases(100_000)
     ref_vectors = load_encoder(model, device="cpu", backend=reference).encode(phrases, normalize=True)
     rows = []

@@ -351,14 +351,28 @@ def as_url(location: str) -> str:
     return location if "://" in location else Path(location).expanduser().resolve().as_uri()
 
 
-def file_fingerprint(url: str) -> dict:
+def file_fingerprint(url: str, error: type[Exception] | None = None, expected: str = "a file") -> dict:
     """Identity of an input file for versioning (a stage's inputs): its URL, size and modification
     time (or ETag). FileNotFoundError for a missing file, IsADirectoryError for a directory; a
-    network filesystem's own errors pass through."""
-    fs, path = fsspec.core.url_to_fs(url)
-    info = fs.info(path)
-    if info.get("type") == "directory":
-        raise IsADirectoryError(f"{url} is a directory, not a file")
+    network filesystem's own errors pass through. With ``error``, each of these is that stage's
+    error instead, naming the input (``expected``: what it should have been)."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        info = fs.info(path)
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{url} is a directory, not a file")
+    except FileNotFoundError:
+        if error is None:
+            raise
+        raise error(f"input not found: {url}") from None
+    except IsADirectoryError:
+        if error is None:
+            raise
+        raise error(f"input is a directory, expected {expected}: {url}") from None
+    except Exception as e:  # network filesystems raise their own types
+        if error is None:
+            raise
+        raise error(f"cannot stat input {url}: {e}") from e
     stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created")
     return {"url": url, "size": info.get("size"), "stamp": str(stamp)}
 

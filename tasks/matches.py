@@ -133,14 +133,7 @@ def _fingerprint(url: str) -> str:
     from pearl_model.linking.sides import LinkInputError, table_format
 
     table_format(url)  # a suffix this reads, before anything else
-    try:
-        info = file_fingerprint(url)
-    except FileNotFoundError:
-        raise LinkInputError(f"{url}: no such file") from None
-    except IsADirectoryError:
-        raise LinkInputError(f"{url} is a directory, not a CSV or Parquet table") from None
-    except Exception as e:  # network filesystems raise their own types
-        raise LinkInputError(f"cannot stat {url}: {e}") from e
+    info = file_fingerprint(url, LinkInputError, "a CSV or Parquet table")
     return f"{info['url']}@{info['size']}@{info['stamp']}"
 
 

@@ -135,3 +135,13 @@ BAD_JSONL = [
 
 def bad_jsonl() -> bytes:
     return b"\n".join(line for line, _ in BAD_JSONL) + b"\n"
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Records whether the CLI got as far as loading a model (it must not, on bad input)."""
+    import pearl_cli.main as cli
+
+    loaded = []
+    monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": loaded.append(spec))
+    return loaded

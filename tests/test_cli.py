@@ -216,16 +216,6 @@ def test_npy_is_not_written_to_a_terminal(model_dir):
     assert proc.returncode == 2 and b"binary" in proc.stderr
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Records whether the CLI got as far as loading a model (it must not, on a bad --out)."""
-    import pearl_cli.main as cli
-
-    loaded = []
-    monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": loaded.append(spec))
-    return loaded
-
-
 @pytest.mark.parametrize("make_out, message", [
     (lambda tmp: tmp / "no-such-dir" / "v.npy", "does not exist"),
     (lambda tmp: tmp, "is a directory"),

@@ -306,15 +306,6 @@ def one_line_error(r, code=2) -> str:
     return r.stderr
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    import pearl_cli.main as cli
-
-    loaded = []
-    monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": loaded.append(spec))
-    return loaded
-
-
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: write_csv(tmp / "l.csv", "name", ["a"]), "has no column 'title'; its columns: 'id', 'name'"),
     (lambda tmp: (tmp / "e.csv").write_text("title\n") and str(tmp / "e.csv"), "has no rows"),

@@ -193,7 +193,7 @@ def test_bad_input_fails_before_anything_is_committed(model_dir, tables, tmp_pat
 def test_missing_inputs_and_bad_parameters_fail_at_the_plan(model_dir, tables, tmp_path):
     left, right = tables
     root = str(tmp_path / "store")
-    with pytest.raises(LinkInputError, match="no such file"):
+    with pytest.raises(LinkInputError, match="input not found"):
         stage.plan_link(str(tmp_path / "nope.csv"), right, root, model=model_dir)
     with pytest.raises(LinkInputError, match="suffix"):
         stage.plan_link(str(tmp_path / "names.txt"), right, root, model=model_dir)

@@ -240,3 +240,25 @@ print(json.dumps(sorted(seen)))
     allowed = os.sched_getaffinity(0)
     whole = f"{min(allowed)}-{max(allowed)}" if len(allowed) == max(allowed) - min(allowed) + 1 else None
     assert seen and (whole is None or seen == {whole}), seen
+
+
+def test_auto_is_the_fastest_engine_that_passes_the_written_engine_bar(monkeypatch):
+    """The CPU default is what the engine results say: of the engines that pass the bar on the
+    stable protocol (benchmarks/benchmark_by_engine.py), the fastest on BIRD's phrases
+    (benchmarks/encode_throughput.py --bird), on a CPU like the one measured (native bf16)."""
+    import pearl_model.inference.onnx_backend as ob
+    from pearl_model.inference.onnx_backend import BACKENDS
+
+    results = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "results")
+    with open(os.path.join(results, "engines_stable_cpu.json"), encoding="utf-8") as f:
+        quality = json.load(f)
+    with open(os.path.join(results, "encode_throughput_bird_cpu.json"), encoding="utf-8") as f:
+        speed = json.load(f)["rows"]
+    reference = quality["setup"]["reference"]
+    passing = [e for e, r in quality["engines"].items() if e in BACKENDS and (e == reference or r["passes"])]
+    assert reference in passing and len(quality["engines"]) > 2  # the reference and engines judged against it
+    fastest = max(passing, key=lambda e: speed[f"encode(backend={e})"]["phrases_per_s"])
+    monkeypatch.delenv("PEARL_BACKEND", raising=False)
+    monkeypatch.setattr(ob, "engine_available", lambda engine: True)
+    monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: True)
+    assert resolve_backend("auto", "cpu") == fastest

@@ -92,14 +92,7 @@ def source_fingerprint(source: str) -> dict:
     """Identity of the input for versioning: size and modification time (or ETag)."""
     from storage.datasets import file_fingerprint
 
-    try:
-        return file_fingerprint(source)
-    except FileNotFoundError:
-        raise SourceError(f"input not found: {source}") from None
-    except IsADirectoryError:
-        raise SourceError(f"input is a directory, expected a dump file: {source}") from None
-    except Exception as exc:  # network filesystems raise their own types
-        raise SourceError(f"cannot stat input {source}: {exc}") from exc
+    return file_fingerprint(source, SourceError, "a dump file")
 
 
 def check_source(source: str, input_format: str = "auto") -> dict:
