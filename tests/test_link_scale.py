@@ -1,0 +1,72 @@
+"""benchmarks/link_scale.py's pure parts: the character edits keep the ground truth, and the projection's
+arithmetic on made-up runs checked by hand."""
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+from rapidfuzz.distance import DamerauLevenshtein
+
+spec = importlib.util.spec_from_file_location(
+    "link_scale", Path(__file__).resolve().parents[1] / "benchmarks" / "link_scale.py")
+ls = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ls)
+
+
+@pytest.mark.parametrize("name", ["", "a", "ab", "Alabama", "social inequality"])
+def test_an_edited_name_is_within_its_edits(name):
+    rng = random.Random(1)
+    for edits in (1, 2, 3):
+        for _ in range(200):
+            assert DamerauLevenshtein.distance(name, ls.edit_name(name, rng, edits)) <= edits
+
+
+def test_the_left_copies_are_within_their_edits_of_their_source():
+    base = ["Alabama", "Alberta", "social inequality", "a point", "selenium", "World War"]
+    made = ls.make_names(base, 20, match_fraction=0.25, max_edits=2, seed=3)
+    assert len(made["right"]) == len(made["left"]) == 20
+    assert made["right"][:6] != base and sorted(made["right"][:6]) == sorted(base)  # shuffled, then variants
+    copies = [j for j, s in enumerate(made["source"]) if s is not None]
+    assert len(copies) == 5
+    for j in copies:
+        assert DamerauLevenshtein.distance(made["left"][j], made["right"][made["source"][j]]) <= made["edits"][j]
+    assert ls.make_names(base, 20, 0.25, 2, seed=3) == made  # seeded
+
+
+def test_task_run_names_give_their_stage():
+    assert [ls.stage_of(n) for n in ("query-left-12", "index-right-0", "split-left", "split-right", "plan-link-ad8",
+                                     "write-matches-354")] == \
+        ["query-left", "index-right", "split-side", "split-side", "plan-link", "write-matches"]
+
+
+def run(rows, parts, index, query, split, write, peaks, p=1000):
+    return {"left_rows": rows, "right_rows": rows, "partition_rows": p, "left_parts": parts, "right_parts": parts,
+            "index": "exact", "load_s": 10.0, "peak_rss_mb_per_worker": peaks,
+            "stages": {"index-right": {"task_s": index}, "query-left": {"task_s": query},
+                       "split-side": {"task_s": split}, "write-matches": {"task_s": write}}}
+
+
+def test_the_projection_splits_names_from_partition_pairs():
+    # 0.002 s per name encoded, 0.5 s per partition pair, 0.0001 s per name split, 0.00005 s per left
+    # row written, each plus a fixed cost that drops out
+    a = run(2000, 2, 0.002 * 2000 + 1, 0.002 * 2000 + 0.5 * 4 + 2, 0.0001 * 4000 + 0.1, 0.00005 * 2000 + 0.1,
+            [1000, 1100])
+    b = run(4000, 4, 0.002 * 4000 + 1, 0.002 * 4000 + 0.5 * 16 + 2, 0.0001 * 8000 + 0.1, 0.00005 * 4000 + 0.1,
+            [1050, 1150])
+    proj = ls.project_link([b, a], cores=100, left=1e6, right=1e6)
+    assert proj["per_name_s"] == pytest.approx(0.002) and proj["per_pair_s"] == pytest.approx(0.5)
+    assert proj["left_parts"] == proj["right_parts"] == 1000
+    # index: 2000 s over 100 cores; query: (2000 + 0.5 * 1000 * 1000) s over 100; split 100 s; write 50 s
+    assert proj["hours"] == pytest.approx({"index": 20 / 3600, "query": 5020 / 3600, "split": 100 / 3600,
+                                           "write": 50 / 3600})
+    assert proj["total_hours"] == pytest.approx(5190 / 3600)
+    assert proj["memory"] == [{"partition_rows": 1000, "rows": [2000, 4000], "peak_mb": [1100, 1150],
+                               "ratio": pytest.approx(1150 / 1100, abs=1e-3), "flat": True}]
+    assert ls.memory_flat([a, run(4000, 4, 9, 18, 0.9, 0.3, [2000, 1500])])[0]["flat"] is False
+
+
+def test_the_projection_needs_two_sizes():
+    with pytest.raises(ValueError, match="two runs"):
+        ls.project_link([run(2000, 2, 5, 8, 0.5, 0.2, [1000])], cores=10)
