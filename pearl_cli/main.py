@@ -445,17 +445,13 @@ def link(
     loads; nothing is written unless all of it is. Both tables are held in memory: for bigger ones, the `link` flow
     (deployment link/tables, docs/pipeline.md) takes the same parameters and works by partitions on Dask."""
     from pearl_model.linking import clusters, matches, rescore
+    from pearl_model.linking.request import CLI_NAMES, request_error
     from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
     from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
 
-    if dedupe and right is not None:
-        _fail("--dedupe matches one TABLE against itself: give one table, not two")
-    if not dedupe and right is None:
-        _fail("give LEFT and RIGHT, or one TABLE with --dedupe")
-    if threshold is not None and labels is not None:
-        _fail("give --threshold or --labels (a threshold chosen from them), not both")
-    if dedupe and threshold is None and labels is None:
-        _fail("--dedupe needs --threshold or --labels: without one every row joins its nearest neighbour's cluster")
+    problem = request_error(dedupe, right is not None, threshold is not None, labels is not None, CLI_NAMES)
+    if problem:
+        _fail(problem)
     schemas = _checkout_module("storage.schemas", "`pearl link`")
     try:
         table_format(out)

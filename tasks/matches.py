@@ -148,17 +148,12 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     from pearl_model.inference.backbones import DEFAULT_BACKBONE
     from pearl_model.linking import index as vector_index
     from pearl_model.linking import rescore
+    from pearl_model.linking.request import PARAMETER_NAMES, request_error
     from storage.registry import resolve_model
 
-    if dedupe and right is not None:
-        raise ValueError("dedupe matches one table (left) against itself: give no right table")
-    if not dedupe and not right:
-        raise ValueError("give left and right, or one table (left) with dedupe=true")
-    if threshold is not None and labels is not None:
-        raise ValueError("give threshold or labels (a threshold chosen from them), not both")
-    if dedupe and threshold is None and labels is None:
-        raise ValueError("dedupe needs threshold or labels: without one every row joins its nearest "
-                         "neighbour's cluster")
+    problem = request_error(dedupe, bool(right), threshold is not None, labels is not None, PARAMETER_NAMES)
+    if problem:
+        raise ValueError(problem)
     if top_k < 1 or partition_rows < 1 or recall_sample < 0:
         raise ValueError("top_k and partition_rows must be >= 1, recall_sample >= 0")
     if not 0.0 <= precision <= 1.0:
