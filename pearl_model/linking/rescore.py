@@ -45,8 +45,8 @@ def candidate_count(k: int, cosine_weight: float = COSINE_WEIGHT) -> int:
 def best(candidates: pa.Table, k: int, cosine_weight: float = COSINE_WEIGHT) -> pa.Table:
     """The ``k`` best of each left row's :func:`candidate_count` embedding candidates by the
     default score, in the matches' columns (``score`` the combined one)."""
-    if cosine_weight == 1.0:
-        return merge_top_k([candidates], k)
+    if cosine_weight == 1.0:  # candidate_count asked top_k for k: they are the k best already, ranked
+        return candidates
     return rescore(candidates, k, default_weights(cosine_weight)).select(list(COLUMNS))
 
 
