@@ -48,6 +48,7 @@ import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from phrase_mining import PeakPerProcess  # noqa: E402  (benchmarks/ is on sys.path)
+from prefect_api import prefect_api  # noqa: E402
 from stage_rates import MB, call_and_drop, machine, markdown  # noqa: E402
 
 app = typer.Typer(add_completion=False)
@@ -332,22 +333,8 @@ def run(tables: list[Path] = typer.Option(..., help="directories written by `mak
         cores: int = typer.Option(256, help="cores of the projection printed at the end"),
         out: Path = typer.Option(Path("benchmarks/results/link_scale.json"))) -> None:
     """Run the link flow on each table pair, measured; write the results (and the projection)."""
-    # A temporary Prefect API on a fresh home, named in the environment before the Dask workers start:
-    # without it each worker would start a temporary server of its own, inside the stages' time.
-    os.environ.update(PREFECT_HOME=tempfile.mkdtemp(prefix="link_scale_prefect_"),
-                      PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    os.environ.pop("PREFECT_API_URL", None)
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    server = SubprocessASGIServer()
-    server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out)
-    finally:
-        server.stop()
+    with prefect_api():  # one API for this process and the Dask workers it starts
+        _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out)
 
 
 def _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out) -> None:
