@@ -4,6 +4,7 @@
     python benchmarks/link_scale.py run --tables /tmp/linkscale/200k --tables /tmp/linkscale/1m \\
         --partition-rows 100000 --workers 2 --out benchmarks/results/link_scale_1m_cpu.json
     python benchmarks/link_scale.py project benchmarks/results/link_scale_1m_cpu.json --cores 256
+    python benchmarks/link_scale.py search --index-vectors part-00000.npy --query-vectors part-00001.npy
 
 `make`: a right and a left table of N names each (column `title`, Parquet), from the built corpus's
 phrases and page titles (the storage root's latest `phrases` and `pages`, or `raw_pages`). The right
@@ -14,13 +15,17 @@ corpus names with no known match (`source_row` null, not scored). Seeded (`rando
 With a corpus of B names, the right table holds ~N/B variants of each, so top-1 gets harder with N:
 a copy may land nearer another variant of its name than its source.
 
-`run`: per table pair, the real `link` flow (a temporary Prefect API, a fresh Dask LocalCluster of
+`run`: per table pair, the real `link` flow (one Prefect API, `benchmarks/prefect_api.py`, a fresh Dask LocalCluster of
 `workers` single-threaded processes given as `dask_address`, the model loaded on every worker before
 the flow: `load_s`), in this process. Per stage (the flow's task runs, read back from the API): wall
 seconds (first start to last end) and task seconds (the sum of the task runs' run time: core-seconds,
 one thread per worker); peak RSS of every worker process and of this process over the run (sampled
 with psutil, `PeakPerProcess`); right names encoded and indexed per task second; top-1 accuracy on the edited copies (the
 rank-1 right name is the source row's name); the index kind and, when approximate, its recall.
+
+`search`: one partition pair's search, which query-left repeats for every (left, right) pair: the
+flow's HNSW index built on one right partition's vectors, queried by another's, timed on one thread
+per efSearch beside exact inner product, with its recall against exact.
 
 `project`: see `project_link`: the encoding is linear in names, the queries in left partitions x
 right partitions (each pair: `partition_rows` queries against an index of `partition_rows` names), so
@@ -44,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -173,7 +179,6 @@ def task_run_stages(since: dt.datetime) -> dict:
 
 def top1_accuracy(matches, left, right) -> dict:
     """Share of the left rows that are edited copies whose rank-1 right name is their source's name."""
-    import numpy as np
     import pyarrow.compute as pc
 
     best = matches.filter(pc.equal(matches["rank"], 1))
@@ -371,6 +376,61 @@ def project(results: list[Path] = typer.Argument(..., help="JSONs written by `ru
     typer.echo(run_table(runs) + "\n\n" + projection_markdown(proj))
     if save:
         save.write_text(json.dumps(proj, indent=1))
+
+
+# --- one partition pair's search ------------------------------------------------------------------
+def search_costs(base: np.ndarray, queries: np.ndarray, k: int, efs: list[int]) -> dict:
+    """The flow's HNSW index (pearl_model.linking.index) on ``base`` against exact inner product:
+    seconds to build, then per efSearch the milliseconds per query of a top-``k`` search and its
+    recall against exact (rank-1 found; share of the exact top k found)."""
+    from pearl_model.linking import index as vector_index
+
+    t = time.perf_counter()
+    hnsw = vector_index.build_index(base, "hnsw")
+    build_s = time.perf_counter() - t
+    exact = vector_index.build_index(base, "exact")
+    t = time.perf_counter()
+    _, truth = vector_index.search(exact, queries, k)
+    rows = [{"index": "exact", "ef_search": None, "ms_per_query": round((time.perf_counter() - t) / len(queries) * 1e3, 4),
+             "recall_at_1": 1.0, "recall_at_k": 1.0}]
+    for ef in efs:
+        hnsw.hnsw.efSearch = ef
+        t = time.perf_counter()
+        _, found = vector_index.search(hnsw, queries, k)
+        ms = (time.perf_counter() - t) / len(queries) * 1e3
+        hits = sum(len(np.intersect1d(e, f[f >= 0])) for e, f in zip(truth, found))
+        rows.append({"index": "hnsw", "ef_search": ef, "ms_per_query": round(ms, 4),
+                     "recall_at_1": round(float(np.mean(found[:, 0] == truth[:, 0])), 4),
+                     "recall_at_k": round(hits / truth.size, 4)})
+    return {"base": len(base), "queries": len(queries), "k": k, "dim": base.shape[1],
+            "hnsw_neighbours": vector_index.HNSW_NEIGHBOURS, "default_ef_search": vector_index.HNSW_EF_SEARCH,
+            "build_s": round(build_s, 1), "rows": rows}
+
+
+@app.command()
+def search(index_vectors: Path = typer.Option(..., help="a right partition's vectors (.npy: the flow's "
+                                                        "storage_root/link_work/<version>/index/part-N.npy)"),
+           query_vectors: Path = typer.Option(..., help="another partition's vectors: the queries"),
+           queries: int = typer.Option(5000), k: int = typer.Option(0, help="0: the flow's default candidates"),
+           ef: str = typer.Option("32,64,128,256", help="efSearch values"), threads: int = typer.Option(1),
+           out: Path = typer.Option(Path("benchmarks/results/link_search_cpu.json"))) -> None:
+    """One partition pair's search, which query-left repeats for every pair: time and recall per efSearch.
+
+    The vectors are the flow's own: the index-right tasks leave each right partition's under the
+    working directory until write-matches ends the run (copy two while the query stage runs)."""
+    import faiss
+
+    from pearl_model.linking.rescore import candidate_count
+
+    faiss.omp_set_num_threads(threads)  # a worker's task: one thread
+    base, q = np.load(index_vectors), np.load(query_vectors)[:queries]
+    result = {"machine": machine(), "threads": threads, "inputs": [str(index_vectors), str(query_vectors)],
+              "command": " ".join(["python", "benchmarks/link_scale.py", *sys.argv[1:]]),
+              **search_costs(base, q, k or candidate_count(1), [int(e) for e in ef.split(",")])}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    typer.echo(markdown([[r["index"], r["ef_search"] or "-", r["ms_per_query"], r["recall_at_1"], r["recall_at_k"]]
+                         for r in result["rows"]], ["index", "efSearch", "ms/query", "recall@1", f"recall@{result['k']}"]))
 
 
 if __name__ == "__main__":
