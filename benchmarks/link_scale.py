@@ -379,58 +379,69 @@ def project(results: list[Path] = typer.Argument(..., help="JSONs written by `ru
 
 
 # --- one partition pair's search ------------------------------------------------------------------
-def search_costs(base: np.ndarray, queries: np.ndarray, k: int, efs: list[int]) -> dict:
-    """The flow's HNSW index (pearl_model.linking.index) on ``base`` against exact inner product:
-    seconds to build, then per efSearch the milliseconds per query of a top-``k`` search and its
-    recall against exact (rank-1 found; share of the exact top k found)."""
+def search_costs(base: np.ndarray, queries: np.ndarray, k: int, efs: list[int]) -> list[dict]:
+    """The flow's HNSW index (pearl_model.linking.index) on ``base`` beside exact inner product: per
+    efSearch the milliseconds per query of a top-``k`` search and its recall against exact (rank-1
+    found; share of the exact top k found), with the seconds the HNSW index took to build."""
     from pearl_model.linking import index as vector_index
 
     t = time.perf_counter()
     hnsw = vector_index.build_index(base, "hnsw")
-    build_s = time.perf_counter() - t
+    build_s = round(time.perf_counter() - t, 1)
     exact = vector_index.build_index(base, "exact")
     t = time.perf_counter()
     _, truth = vector_index.search(exact, queries, k)
-    rows = [{"index": "exact", "ef_search": None, "ms_per_query": round((time.perf_counter() - t) / len(queries) * 1e3, 4),
-             "recall_at_1": 1.0, "recall_at_k": 1.0}]
+    rows = [{"base": len(base), "index": "exact", "ef_search": None, "build_s": None,
+             "ms_per_query": round((time.perf_counter() - t) / len(queries) * 1e3, 4), "recall_at_1": 1.0,
+             "recall_at_k": 1.0}]
     for ef in efs:
         hnsw.hnsw.efSearch = ef
         t = time.perf_counter()
         _, found = vector_index.search(hnsw, queries, k)
         ms = (time.perf_counter() - t) / len(queries) * 1e3
         hits = sum(len(np.intersect1d(e, f[f >= 0])) for e, f in zip(truth, found))
-        rows.append({"index": "hnsw", "ef_search": ef, "ms_per_query": round(ms, 4),
-                     "recall_at_1": round(float(np.mean(found[:, 0] == truth[:, 0])), 4),
+        rows.append({"base": len(base), "index": "hnsw", "ef_search": ef, "build_s": build_s,
+                     "ms_per_query": round(ms, 4), "recall_at_1": round(float(np.mean(found[:, 0] == truth[:, 0])), 4),
                      "recall_at_k": round(hits / truth.size, 4)})
-    return {"base": len(base), "queries": len(queries), "k": k, "dim": base.shape[1],
-            "hnsw_neighbours": vector_index.HNSW_NEIGHBOURS, "default_ef_search": vector_index.HNSW_EF_SEARCH,
-            "build_s": round(build_s, 1), "rows": rows}
+    return rows
 
 
 @app.command()
-def search(index_vectors: Path = typer.Option(..., help="a right partition's vectors (.npy: the flow's "
-                                                        "storage_root/link_work/<version>/index/part-N.npy)"),
+def search(index_vectors: list[Path] = typer.Option(..., help="right partitions' vectors (.npy: the flow's "
+                                                              "storage_root/link_work/<version>/index/part-N.npy), "
+                                                              "concatenated"),
            query_vectors: Path = typer.Option(..., help="another partition's vectors: the queries"),
+           sizes: str = typer.Option("", help="index the first N vectors, for each N (default: all)"),
            queries: int = typer.Option(5000), k: int = typer.Option(0, help="0: the flow's default candidates"),
            ef: str = typer.Option("32,64,128,256", help="efSearch values"), threads: int = typer.Option(1),
            out: Path = typer.Option(Path("benchmarks/results/link_search_cpu.json"))) -> None:
-    """One partition pair's search, which query-left repeats for every pair: time and recall per efSearch.
+    """One partition pair's search, which query-left repeats for every pair: time and recall per
+    efSearch, at one or more index sizes (what one larger index would cost instead of several).
 
     The vectors are the flow's own: the index-right tasks leave each right partition's under the
-    working directory until write-matches ends the run (copy two while the query stage runs)."""
+    working directory until write-matches ends the run (copy them while the query stage runs)."""
     import faiss
 
+    from pearl_model.linking import index as vector_index
     from pearl_model.linking.rescore import candidate_count
 
     faiss.omp_set_num_threads(threads)  # a worker's task: one thread
-    base, q = np.load(index_vectors), np.load(query_vectors)[:queries]
-    result = {"machine": machine(), "threads": threads, "inputs": [str(index_vectors), str(query_vectors)],
-              "command": " ".join(["python", "benchmarks/link_scale.py", *sys.argv[1:]]),
-              **search_costs(base, q, k or candidate_count(1), [int(e) for e in ef.split(",")])}
+    base = np.concatenate([np.load(f) for f in index_vectors])
+    q = np.load(query_vectors)[:queries]
+    k = k or candidate_count(1)
+    rows = [r for n in ([int(x) for x in sizes.split(",")] if sizes else [len(base)])
+            for r in search_costs(base[:n], q, k, [int(e) for e in ef.split(",")])]
+    result = {"setup": {"machine": machine(), "threads": threads, "queries": len(q), "k": k, "dim": base.shape[1],
+                        "hnsw_neighbours": vector_index.HNSW_NEIGHBOURS,
+                        "default_ef_search": vector_index.HNSW_EF_SEARCH,
+                        "inputs": {"index": [str(f) for f in index_vectors], "queries": str(query_vectors)},
+                        "command": " ".join(["python", "benchmarks/link_scale.py", *sys.argv[1:]])},
+              "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    typer.echo(markdown([[r["index"], r["ef_search"] or "-", r["ms_per_query"], r["recall_at_1"], r["recall_at_k"]]
-                         for r in result["rows"]], ["index", "efSearch", "ms/query", "recall@1", f"recall@{result['k']}"]))
+    typer.echo(markdown([[f"{r['base']:,}", r["index"], r["ef_search"] or "-", r["build_s"] or "-", r["ms_per_query"],
+                          r["recall_at_1"], r["recall_at_k"]] for r in rows],
+                        ["index size", "index", "efSearch", "build s", "ms/query", "recall@1", f"recall@{k}"]))
 
 
 if __name__ == "__main__":

@@ -78,9 +78,8 @@ def test_search_costs_measure_recall_against_exact():
     base = rng.standard_normal((2000, 16)).astype(np.float32)
     base /= np.linalg.norm(base, axis=1, keepdims=True)
     queries = base[:200] + 0.01 * rng.standard_normal((200, 16)).astype(np.float32)
-    out = ls.search_costs(base, queries, k=5, efs=[1, 256])
-    exact, low, high = out["rows"]
-    assert exact["index"] == "exact" and exact["recall_at_k"] == 1.0
+    exact, low, high = ls.search_costs(base, queries, k=5, efs=[1, 256])
+    assert exact["index"] == "exact" and exact["recall_at_k"] == 1.0 and exact["base"] == 2000
     assert (low["ef_search"], high["ef_search"]) == (1, 256)
     assert high["recall_at_1"] >= 0.99 and high["recall_at_k"] >= 0.95  # a near copy of a base row is found
     assert low["recall_at_k"] < high["recall_at_k"]  # a one-candidate search misses some of the exact top 5
