@@ -26,7 +26,8 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
     right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
     left_parts = left_future.result()
     right_parts = right_parts or left_parts  # dedupe: the table is both sides
-    distinct = index_right_task.map(unmapped(plan), range(right_parts.parts), unmapped(right_parts)).result()
+    distinct = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)),
+                                    unmapped(right_parts)).result()
     recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts),
                                  unmapped(distinct)).result()
     threshold = choose_threshold_task(plan, left_parts.parts)
@@ -49,6 +50,7 @@ def link(
     dedupe: bool = False,
     storage_root: str = "data",
     partition_rows: Annotated[int, Field(ge=1)] = PARTITION_ROWS,
+    index_rows: Optional[Annotated[int, Field(ge=1)]] = None,
     index_kind: Literal["auto", "exact", "hnsw"] = "auto",
     exact_limit: Annotated[int, Field(ge=0)] = EXACT_LIMIT,
     recall_sample: Annotated[int, Field(ge=0)] = RECALL_SAMPLE,
@@ -79,7 +81,12 @@ def link(
             kept); needs threshold or labels.
         storage_root: where the dataset is written (local path or fsspec URL).
         partition_rows: rows per partition on each side: a worker holds one left partition and one
-            right partition's index at a time, whatever the tables' size.
+            right index shard at a time, whatever the tables' size.
+        index_rows: right rows per index shard (default partition_rows: one index per right
+            partition), rounded up to whole partitions; not below partition_rows. Each left name
+            searches every shard: its search time grows about linearly in the shards but only
+            logarithmically in an HNSW shard's size. Fewer, larger shards search faster, but a worker
+            holds a shard's vectors and index, and one task encodes a whole shard (fewer in parallel).
         index_kind: auto (exact inner product while the right side holds at most exact_limit names,
             HNSW above), exact or hnsw.
         exact_limit: the most right names auto indexes exactly.
@@ -90,7 +97,8 @@ def link(
     """
     settings = {"left_column": left_column, "right_column": right_column, "model": model, "top_k": top_k,
                 "threshold": threshold, "cosine_weight": cosine_weight, "labels": labels, "precision": precision, "dedupe": dedupe,
-                "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit,
+                "partition_rows": partition_rows, "index_rows": index_rows, "index_kind": index_kind,
+                "exact_limit": exact_limit,
                 "recall_sample": recall_sample, "batch_size": batch_size}
     run = link_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(left, right, storage_root, settings)

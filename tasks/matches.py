@@ -7,12 +7,12 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
 2. :func:`split_side`: a side's column streamed into working partitions of ``partition_rows`` rows
    (`link_names`), rows and null or empty names counted. Bad input (a missing column, no rows, no
    name at all, a CSV that is not UTF-8) fails here, before any model loads.
-3. :func:`index_right`: per right partition, its distinct names encoded and indexed (FAISS: exact
-   inner product while the right side holds at most ``exact_limit`` names, HNSW above), kept in the
-   working directory.
-4. :func:`query_left`: per left partition, its names encoded and queried against every right
-   partition's index, the partial top k merged (``merge_top_k``) into the partition's candidates;
-   with an approximate index, left partition 0 measures its recall against exact.
+3. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
+   one by default), its distinct names encoded and indexed (FAISS: exact inner product while the
+   right side holds at most ``exact_limit`` names, HNSW above), kept in the working directory.
+4. :func:`query_left`: per left partition, its names encoded and queried against every shard's
+   index, the partial top k merged (``merge_top_k``) into the partition's candidates; with an
+   approximate index, left partition 0 measures its recall against exact on each shard.
 5. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
 6. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
    dedupe) into the output version's parts, each part's counts in its footer; then the manifest,
@@ -20,7 +20,9 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
    removed. A run that fails before the manifest commits nothing.
 
 Memory per worker stays flat in the tables' size: a task holds one left partition, its candidates
-(``top_k`` per row) and one right partition's index at a time, never a whole side.
+(``top_k`` per row) and one shard's vectors and index at a time, never a whole side. A left name's
+search costs about linearly in the shards it visits but only logarithmically in an HNSW shard's
+size: fewer, larger shards trade memory per worker for search time.
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ class LinkPlan:
     labels: str | None
     precision: float
     partition_rows: int
+    index_rows: int  # right rows per index shard: whole partitions, so rounded up to them
     index_kind: str
     exact_limit: int
     recall_sample: int
@@ -94,8 +97,23 @@ class LinkPlan:
     def work_path(self) -> str:
         return fsspec.core.url_to_fs(self.work)[1]
 
-    def index_path(self, part: int, what: str) -> str:
-        return f"{self.work_path}/index/part-{part:05d}.{what}"
+    @property
+    def parts_per_shard(self) -> int:
+        """Right partitions per index shard (``index_rows`` rounded up to whole partitions)."""
+        return -(-self.index_rows // self.partition_rows)
+
+    def shards(self, right_parts: int) -> int:
+        """Index shards over ``right_parts`` right partitions."""
+        return -(-right_parts // self.parts_per_shard)
+
+    def shard_parts(self, shard: int, right_parts: int) -> range:
+        """The right partitions of index shard ``shard`` (the last shard may hold fewer)."""
+        first = shard * self.parts_per_shard
+        return range(first, min(first + self.parts_per_shard, right_parts))
+
+    def index_path(self, shard: int, what: str) -> str:
+        """Index shard ``shard``'s file (one partition per shard: the partition's number)."""
+        return f"{self.work_path}/index/part-{shard:05d}.{what}"
 
 
 @dataclass
@@ -140,8 +158,8 @@ def _fingerprint(url: str) -> str:
 def plan_link(left: str, right: str | None, storage_root: str, *, left_column: str = "title",
               right_column: str = "title", model: str = "current", top_k: int = 1,
               threshold: float | None = None, cosine_weight: float | None = None, labels: str | None = None, precision: float = 0.9,
-              dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_kind: str = "auto",
-              exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
+              dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_rows: int | None = None,
+              index_kind: str = "auto", exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
               batch_size: int | None = None) -> LinkPlan:
     """Check the parameters (as `pearl link` does) and the inputs' existence, resolve the model, and
     name the output version. Nothing is read or written."""
@@ -156,6 +174,10 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
         raise ValueError(problem)
     if top_k < 1 or partition_rows < 1 or recall_sample < 0:
         raise ValueError("top_k and partition_rows must be >= 1, recall_sample >= 0")
+    index_rows = partition_rows if index_rows is None else index_rows
+    if index_rows < partition_rows:  # a shard holds whole partitions
+        raise ValueError(f"index_rows {index_rows} is below partition_rows {partition_rows}: an index holds "
+                         "whole right partitions")
     if not 0.0 <= precision <= 1.0:
         raise ValueError(f"precision {precision} is not in [0, 1]")
     exact_limit = vector_index.EXACT_LIMIT if exact_limit is None else exact_limit
@@ -171,11 +193,13 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     params = {"left_column": left_column, "right_column": None if dedupe else right_column, "top_k": top_k,
               "threshold": threshold, "cosine_weight": cosine_weight, "precision": precision if labels else None, "dedupe": dedupe,
               "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit}
+    if index_rows != partition_rows:  # one partition per shard is the run before shards: its version stays
+        params["index_rows"] = index_rows
     name, schema = ("deduped_matches", DEDUPED_MATCHES) if dedupe else ("matches", MATCHES)
     out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
     return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
-                    resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_kind, exact_limit,
-                    recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else ())
+                    resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_rows, index_kind,
+                    exact_limit, recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else ())
 
 
 def start_work(plan: LinkPlan) -> None:
@@ -210,6 +234,13 @@ def read_side(plan: LinkPlan, side: str, part: int):
     first = t["row"][0].as_py() if t.num_rows else 0
     source, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
     return side_from_array(t["name"], source, column, first)
+
+
+def read_shard(plan: LinkPlan, shard: int, right: SideParts):
+    """Index shard ``shard``'s right partitions as one linking Side (rows: the table's)."""
+    from pearl_model.linking.sides import concat_sides
+
+    return concat_sides([read_side(plan, "right", j) for j in plan.shard_parts(shard, right.parts)])
 
 
 class LinkModelError(ValueError):
@@ -250,43 +281,44 @@ def index_kind(plan: LinkPlan, right: SideParts) -> str:
     return vector_index.choose_kind(right.names, plan.index_kind, plan.exact_limit)
 
 
-def index_right(plan: LinkPlan, part: int, right: SideParts) -> int:
-    """Encode right partition ``part``'s distinct names and index them (:func:`index_kind`); the
-    vectors and the index go to the working directory. Returns its distinct names."""
+def index_right(plan: LinkPlan, shard: int, right: SideParts) -> int:
+    """Encode index shard ``shard``'s distinct names (over its partitions, each name once) and index
+    them (:func:`index_kind`); the vectors and the index go to the working directory. Returns its
+    distinct names."""
     import faiss
 
     from pearl_model.linking import matches
 
     kind = index_kind(plan, right)
 
-    encoded = matches.encode_side(load_model(plan.model), read_side(plan, "right", part), plan.batch_size)
+    encoded = matches.encode_side(load_model(plan.model), read_shard(plan, shard, right), plan.batch_size)
     fs = plan.out.fs
     buf = io.BytesIO()
     np.save(buf, encoded.vectors)
-    _write_bytes(fs, plan.index_path(part, "npy"), buf.getvalue())
+    _write_bytes(fs, plan.index_path(shard, "npy"), buf.getvalue())
     if len(encoded.distinct):
         index = matches.build_index(encoded, kind)
-        _write_bytes(fs, plan.index_path(part, "faiss"), faiss.serialize_index(index).tobytes())
+        _write_bytes(fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index).tobytes())
     return len(encoded.distinct)
 
 
-def _right(plan: LinkPlan, part: int):
-    """(right partition ``part`` encoded, its index) from the working directory."""
+def _right(plan: LinkPlan, shard: int, right: SideParts):
+    """(index shard ``shard`` encoded, its index) from the working directory."""
     import faiss
 
     from pearl_model.linking import matches
 
     fs = plan.out.fs
-    vectors = np.load(io.BytesIO(_read_bytes(fs, plan.index_path(part, "npy"))))
-    index = faiss.deserialize_index(np.frombuffer(_read_bytes(fs, plan.index_path(part, "faiss")), np.uint8))
-    return matches.encoded_from_vectors(read_side(plan, "right", part), vectors), index
+    vectors = np.load(io.BytesIO(_read_bytes(fs, plan.index_path(shard, "npy"))))
+    index = faiss.deserialize_index(np.frombuffer(_read_bytes(fs, plan.index_path(shard, "faiss")), np.uint8))
+    return matches.encoded_from_vectors(read_shard(plan, shard, right), vectors), index
 
 
 def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int]) -> dict:
-    """Left partition ``part``'s top k among every right partition (``distinct``: each one's
-    distinct names, as :func:`index_right` returned them; those without any are skipped), written as
+    """Left partition ``part``'s top k among every index shard (``distinct``: each one's distinct
+    names, as :func:`index_right` returned them; those without any are skipped), written as
     candidate part ``part``. Left partition 0 with an approximate index also measures its recall@k
-    against exact on up to ``recall_sample`` of its distinct names."""
+    against exact, per shard, on up to ``recall_sample`` of its distinct names."""
     from pearl_model.linking import index as vector_index
     from pearl_model.linking import matches, rescore
 
@@ -300,11 +332,11 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int])
     sample = left.vectors[:plan.recall_sample] if approximate and part == 0 else left.vectors[:0]
     wanted = rescore.candidate_count(plan.top_k, plan.cosine_weight)  # by cosine, then rescored
     for j in (j for j, n in enumerate(distinct) if n):
-        right_part, index = _right(plan, j)
-        partial = matches.top_k(left, right_part, index, wanted, exclude_self=plan.dedupe).cast(MATCHES)
+        shard, index = _right(plan, j, right)
+        partial = matches.top_k(left, shard, index, wanted, exclude_self=plan.dedupe).cast(MATCHES)
         found = matches.merge_top_k([found, partial], wanted).cast(MATCHES)
         if len(sample):
-            recall.append(vector_index.recall_against_exact(right_part.vectors, sample, plan.top_k, index))
+            recall.append(vector_index.recall_against_exact(shard.vectors, sample, plan.top_k, index))
     plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
     return {"recall": recall, "queries": len(sample)}
 
@@ -402,7 +434,7 @@ def check_counts(counts: dict) -> None:
 
 def recall_summary(results: list[dict]) -> dict:
     """The approximate index's recall@k against exact, from :func:`query_left`'s results (None with
-    an exact index): the mean over right partitions, and each."""
+    an exact index): the mean over the index shards, and each (``recall_per_part``)."""
     per_part = [r for res in results for r in res["recall"]]
     queries = max((res["queries"] for res in results), default=0)
     return {"recall": float(np.mean(per_part)) if per_part else None, "recall_per_part": per_part,
@@ -475,7 +507,7 @@ def index_markdown(manifest: dict) -> str:
     if i.get("recall") is None:
         return head + "\nThe recall against exact was not measured (recall_sample 0, or no left name).\n"
     return head + (f"\nRecall@{manifest['params']['top_k']} against exact: **{i['recall']:.4f}** (mean over the "
-                   f"right partitions, on {i['recall_queries']} left names; per partition: "
+                   f"right side's indexes, on {i['recall_queries']} left names; per index: "
                    + ", ".join(f"{r:.4f}" for r in i["recall_per_part"]) + ").\n")
 
 
@@ -510,9 +542,9 @@ def split_side_task(plan: LinkPlan, side: str) -> SideParts:
     return parts
 
 
-@task(name="index-right", task_run_name="index-right-{part}", cache_policy=NONE)
-def index_right_task(plan: LinkPlan, part: int, right: SideParts) -> int:
-    return index_right(plan, part, right)
+@task(name="index-right", task_run_name="index-right-{shard}", cache_policy=NONE)
+def index_right_task(plan: LinkPlan, shard: int, right: SideParts) -> int:
+    return index_right(plan, shard, right)
 
 
 @task(name="query-left", task_run_name="query-left-{part}", cache_policy=NONE)

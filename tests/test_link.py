@@ -184,6 +184,17 @@ def test_csv_and_parquet_sides_skip_and_count_blank_names(tmp_path):
         assert (s.names, s.rows.tolist(), s.total, s.skipped) == (["plum", "kiwi"], [0, 3], 5, 3)
 
 
+def test_consecutive_partitions_concatenate_into_the_table_s_side():
+    table = ["plum", None, "kiwi", "  ", "plum", "fig", ""]
+    cuts = [(0, 3), (3, 4), (4, 7)]  # one partition of blanks only
+    parts = [sides.side_from_array(pa.array(table[a:b], pa.string()), "t", "title", first_row=a) for a, b in cuts]
+    joined, expected = sides.concat_sides(parts), side(table)
+    assert (joined.names, joined.rows.tolist(), joined.total, joined.skipped) == \
+        (expected.names, expected.rows.tolist(), expected.total, expected.skipped) == \
+        (["plum", "kiwi", "plum", "fig"], [0, 2, 4, 5], 7, 3)
+    assert matches.distinct_names(joined)[0] == ["plum", "kiwi", "fig"]  # a name in two partitions once
+
+
 def test_a_side_reads_from_any_fsspec_url(memory_root):
     import fsspec
 

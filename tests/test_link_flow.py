@@ -117,6 +117,14 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         again = link(**params)
         assert again["version"] == result["version"] and out.manifest()["created_at"] == manifest["created_at"]
 
+        # index shards of two right partitions: another version, two indexes queried, every row accounted for
+        sharded = link(**{**params, "index_rows": 128})
+        index = Dataset(root, "matches", sharded["version"], MATCHES).manifest()["stats"]["index"]
+        assert sharded["version"] != result["version"] and len(index["recall_per_part"]) == 2
+        s = sharded["counts"]
+        assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (82, 2, 2 * 80)
+        assert s["rows"] == s["skipped"] + s["matched"] + s["below_threshold"] + s["no_candidate"]
+
         # bad input: the run fails with the reason, and commits nothing
         failed = link(**{**params, "left_column": "title", "storage_root": str(tmp_path / "other")},
                       return_state=True)

@@ -46,14 +46,15 @@ def run(left, right, root, **settings):
     stage.start_work(plan)
     lp = stage.split_side(plan, "left")
     rp = stage.split_side(plan, "right") if right is not None else lp
-    distinct = [stage.index_right(plan, j, rp) for j in range(rp.parts)]
+    distinct = [stage.index_right(plan, j, rp) for j in range(plan.shards(rp.parts))]
     recall = [stage.query_left(plan, i, rp, distinct) for i in range(lp.parts)]
     threshold = stage.choose_threshold(plan, lp.parts)
     return plan, stage.write_matches(plan, lp, rp, threshold, stage.recall_summary(recall))
 
 
-def whole(model_dir, left_names, right_names, k, dedupe=False, cosine_weight=rescore.COSINE_WEIGHT):
+def whole(model_dir, left_names, right_names, k, dedupe=False, cosine_weight=None):
     """The unpartitioned reference: matches.top_k on whole sides, rescored as `pearl link` does."""
+    cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
     encoder = stage.load_model(model_dir)
     left = matches.encode_side(encoder, sides.side_from_array(pa.array(left_names, pa.string()), "l", "t"), 1)
     right = left if dedupe else matches.encode_side(
@@ -67,14 +68,17 @@ def rows_of(table, columns=("left_row", "right_row", "left", "right", "rank")):
     return table.select(list(columns)).to_pylist()
 
 
-@pytest.mark.parametrize("partition_rows,cosine_weight", [(2, None), (3, None), (100, None), (2, 1.0)])
-def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path, partition_rows, cosine_weight):
+# index_rows: shards of 2, 3 or 4 right partitions, the last one smaller where they do not divide (11 rows)
+@pytest.mark.parametrize("partition_rows,index_rows,cosine_weight", [
+    (2, None, None), (3, None, None), (100, None, None), (2, None, 1.0),
+    (2, 4, None), (2, 8, None), (3, 9, None), (2, 5, 1.0), (3, 6, 1.0), (2, 100, None)])
+def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path, partition_rows, index_rows,
+                                                    cosine_weight):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=3,
-                         partition_rows=partition_rows, cosine_weight=cosine_weight)
+                         partition_rows=partition_rows, index_rows=index_rows, cosine_weight=cosine_weight)
     got = plan.out.read()
-    _, expected = whole(model_dir, LEFT, RIGHT, 3, cosine_weight=rescore.COSINE_WEIGHT if cosine_weight is None
-                        else cosine_weight)
+    _, expected = whole(model_dir, LEFT, RIGHT, 3, cosine_weight=cosine_weight)
     assert manifest["rows"] == got.num_rows == expected.num_rows > 0
     assert rows_of(got) == rows_of(expected)
     np.testing.assert_allclose(got["score"].to_numpy(), expected["score"].to_numpy(), atol=1e-5)
@@ -85,10 +89,11 @@ def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path,
     assert plum[0]["score"] == plum[1]["score"]
 
 
-def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp_path):
+@pytest.mark.parametrize("index_rows", [None, 6])
+def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp_path, index_rows):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
-                         threshold=0.9, partition_rows=2)
+                         threshold=0.9, partition_rows=2, index_rows=index_rows)
     c = manifest["stats"]["counts"]
     assert c["rows"] == len(LEFT) == c["skipped"] + c["matched"] + c["below_threshold"] + c["no_candidate"]
     assert c["skipped"] == 2 and c["candidate_pairs"] == c["pairs"] + c["pairs_below_threshold"]
@@ -107,13 +112,16 @@ def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp
     assert not plan.out.fs.exists(plan.work_path)
 
 
-def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tables, tmp_path):
+# index_rows 6: apple's rows 0 and 5 in one shard of two partitions, where row 0 must skip itself
+@pytest.mark.parametrize("index_rows,cosine_weight", [(None, None), (6, None), (9, None), (6, 1.0)])
+def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tables, tmp_path, index_rows,
+                                                                 cosine_weight):
     _, right = tables
     plan, manifest = run(right, None, str(tmp_path / "store"), model=model_dir, top_k=2, threshold=0.95,
-                         dedupe=True, partition_rows=3)
+                         dedupe=True, partition_rows=3, index_rows=index_rows, cosine_weight=cosine_weight)
     got = plan.out.read()
     assert plan.out.name == "deduped_matches" and got.schema == DEDUPED_MATCHES
-    encoded, candidates = whole(model_dir, RIGHT, None, 2, dedupe=True)
+    encoded, candidates = whole(model_dir, RIGHT, None, 2, dedupe=True, cosine_weight=cosine_weight)
     side = encoded.side
     kept, _ = matches.above_threshold(candidates, 0.95)
     expected = clusters.with_clusters(kept, side.rows)
@@ -126,13 +134,14 @@ def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tabl
                                                                                kept["right_row"].to_numpy())))
 
 
-def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path):
+@pytest.mark.parametrize("index_rows,shards", [(None, 3), (8, 2)])
+def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path, index_rows, shards):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
-                         partition_rows=4, exact_limit=3)  # auto: more right names than exact_limit
+                         partition_rows=4, index_rows=index_rows, exact_limit=3)  # auto: more names than exact_limit
     index = manifest["stats"]["index"]
     assert index["kind"] == "hnsw" and index["right_names"] == 9
-    assert len(index["recall_per_part"]) == 3 and 0.0 <= index["recall"] <= 1.0
+    assert len(index["recall_per_part"]) == shards and 0.0 <= index["recall"] <= 1.0  # one per shard
     assert index["recall_queries"] == 3  # left partition 0's distinct names
     assert "Recall@2 against exact" in stage.index_markdown(manifest)
     exact = run(left, right, str(tmp_path / "exact"), left_column="name", model=model_dir, top_k=2,
@@ -205,6 +214,9 @@ def test_missing_inputs_and_bad_parameters_fail_at_the_plan(model_dir, tables, t
         stage.plan_link(left, right, root, model=model_dir, dedupe=True, threshold=0.5)
     with pytest.raises(ValueError, match="unknown index kind"):
         stage.plan_link(left, right, root, model=model_dir, index_kind="ivf")
+    with pytest.raises(ValueError, match="^index_rows 2 is below partition_rows 3: an index holds whole right "
+                                         "partitions$"):
+        stage.plan_link(left, right, root, model=model_dir, partition_rows=3, index_rows=2)
     nothing_committed(root)
 
 
@@ -243,6 +255,13 @@ def test_the_version_derives_from_inputs_parameters_and_model(model_dir, tables,
     assert stage.plan_link(left, right, root, left_column="name", model=model_dir).out.version == version
     assert stage.plan_link(left, right, root, left_column="name", model=model_dir, top_k=2).out.version != version
     assert stage.plan_link(left, right, root, left_column="name", model="minilm").out.version != version
+    # index_rows: its default, one shard per partition, is the run before shards (the same parameters, so the
+    # same version); another value is another version
+    plain = stage.plan_link(left, right, root, left_column="name", model=model_dir, index_rows=stage.PARTITION_ROWS)
+    assert plain.out.version == version and "index_rows" not in plain.params
+    sharded = stage.plan_link(left, right, root, left_column="name", model=model_dir,
+                              index_rows=2 * stage.PARTITION_ROWS)
+    assert sharded.out.version != version and sharded.params["index_rows"] == 2 * stage.PARTITION_ROWS
     os.utime(left, (1, 1))  # the left table changed
     plan = stage.plan_link(left, right, root, left_column="name", model=model_dir)
     assert plan.out.version != version
@@ -265,3 +284,22 @@ def test_the_working_names_schema_is_the_declared_one(model_dir, tables, tmp_pat
     assert t.column("row").to_pylist() == [8] and t.schema.names == ["row", "name"]
     assert plan.names("left").part_metadata(1) == {"rows": 4, "skipped": 1}
     assert MATCHES.names == plan.candidates.schema.names
+
+
+def test_an_index_shard_holds_its_partitions_distinct_names(model_dir, tables, tmp_path):
+    import faiss
+
+    plan = stage.plan_link(*tables, str(tmp_path / "store"), left_column="name", model=model_dir, partition_rows=2,
+                           index_rows=5, batch_size=1)  # 3 partitions a shard: rows 0-5, then 6-10
+    stage.start_work(plan)
+    rp = stage.split_side(plan, "right")
+    assert (rp.parts, plan.parts_per_shard, plan.shards(rp.parts)) == (6, 3, 2)
+    assert [list(plan.shard_parts(s, rp.parts)) for s in range(2)] == [[0, 1, 2], [3, 4, 5]]
+    # apple (rows 0 and 5) once in shard 0; plum (rows 4 and 9) once in each shard
+    assert [stage.index_right(plan, s, rp) for s in range(2)] == [4, 4]
+    shard, index = stage._right(plan, 1, rp)
+    assert shard.distinct == ["grape", "kiwi", "plum", "lemon"] and index.ntotal == 4
+    assert shard.side.rows.tolist() == [7, 8, 9, 10] and shard.side.total == 5
+    names = sorted(p.rsplit("/", 1)[-1] for p in plan.out.fs.ls(f"{plan.work_path}/index"))
+    assert names == ["part-00000.faiss", "part-00000.npy", "part-00001.faiss", "part-00001.npy"]
+    assert isinstance(index, faiss.IndexFlatIP)

@@ -150,6 +150,12 @@ def side_from_array(names: pa.Array | pa.ChunkedArray, source: str, column: str,
     return Side(source, column, pc.filter(names, keep).to_pylist(), rows, len(names))
 
 
+def concat_sides(parts: list[Side]) -> Side:
+    """One side of consecutive partitions of a table (their rows already the table's)."""
+    return Side(parts[0].source, parts[0].column, [n for p in parts for n in p.names],
+                np.concatenate([p.rows for p in parts]), sum(p.total for p in parts))
+
+
 def read_side(url: str, column: str = "title") -> Side:
     """The names in ``column`` of the table at ``url``; a side with no name at all is an error."""
     side = side_from_array(read_columns(url, [column]).column(column), url, column)
