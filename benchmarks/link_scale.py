@@ -287,6 +287,28 @@ def project_link(runs: list[dict], cores: int, left: float = TARGET, right: floa
             "memory": memory_flat(runs)}
 
 
+def project_shards(proj: dict, search: dict) -> dict:
+    """``proj`` (:func:`project_link`, one index per right partition) with the right side indexed in
+    shards of several partitions instead (the flow's ``index_rows``), from the search study
+    (`search`): a shard as large as its largest index; a query's cost on it against one partition's
+    index is the ratio of their milliseconds per query (HNSW at the flow's efSearch). Each pair's
+    whole cost is scaled by that ratio, its merge included: an upper bound. The index stage then
+    has one task per shard."""
+    rows = [r for r in search["rows"] if r["index"] == "hnsw" and r["ef_search"] == search["setup"]["default_ef_search"]]
+    one, big = min(rows, key=lambda r: r["base"]), max(rows, key=lambda r: r["base"])
+    per_shard = max(round(big["base"] / one["base"]), 1)
+    shards = math.ceil(proj["right_parts"] / per_shard)
+    ratio = big["ms_per_query"] / one["ms_per_query"]
+    pair = proj["per_pair_s"] * ratio
+    lp, cores = proj["left_parts"], proj["cores"]
+    hours = {**proj["hours"], "index": proj["per_name_s"] * proj["right"] / min(cores, shards) / 3600,
+             "query": (proj["per_name_s"] * proj["left"] + pair * lp * shards) / min(cores, lp) / 3600}
+    return {"partitions_per_shard": per_shard, "index_rows": per_shard * proj["partition_rows"], "shards": shards,
+            "ms_per_query": {"partition": one["ms_per_query"], "shard": big["ms_per_query"]},
+            "index_size": {"partition": one["base"], "shard": big["base"]}, "query_cost_ratio": round(ratio, 3),
+            "per_pair_s": pair, "hours": hours, "total_hours": sum(hours.values())}
+
+
 def memory_flat(runs: list[dict]) -> list[dict]:
     """Per partition_rows: the largest peak RSS of a worker in the smallest and in the largest run, and
     whether it stayed flat (ratio under FLAT) while the tables grew."""
@@ -369,12 +391,23 @@ def _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_
 def project(results: list[Path] = typer.Argument(..., help="JSONs written by `run` (their runs pooled)"),
             cores: int = typer.Option(256), left: float = typer.Option(TARGET), right: float = typer.Option(TARGET),
             partition_rows: Optional[int] = typer.Option(None, help="the runs to fit on (default: the largest run's)"),
+            search: Optional[Path] = typer.Option(None, help="a `search` result: also project index shards as "
+                                                             "large as its largest index"),
             save: Optional[Path] = typer.Option(None, help="also write the projection as JSON here")) -> None:
     """Print the projection to LEFT x RIGHT names on CORES cores, and whether memory stayed flat."""
     runs = [r for path in results for r in json.loads(path.read_text())["runs"]]
     proj = project_link(runs, cores, left, right, partition_rows)
-    typer.echo(run_table(runs) + "\n\n" + projection_markdown(proj))
+    text = run_table(runs) + "\n\n" + projection_markdown(proj)
+    if search:
+        proj["shards"] = project_shards(proj, json.loads(search.read_text()))
+        sh = proj["shards"]
+        text += (f"\n\nWith index shards of {sh['partitions_per_shard']} partitions (index_rows {sh['index_rows']:,}; "
+                 f"{sh['shards']:,} shards): a query costs x{sh['query_cost_ratio']:.2f} per index, "
+                 f"{sh['per_pair_s']:.1f} s per (partition, shard) pair (an upper bound): "
+                 + ", ".join(f"{k} {v:.2f} h" for k, v in sh["hours"].items()) + f"; total {sh['total_hours']:.2f} h.")
+    typer.echo(text)
     if save:
+        save.parent.mkdir(parents=True, exist_ok=True)
         save.write_text(json.dumps(proj, indent=1))
 
 

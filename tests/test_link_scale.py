@@ -68,6 +68,23 @@ def test_the_projection_splits_names_from_partition_pairs():
     assert ls.memory_flat([a, run(4000, 4, 9, 18, 0.9, 0.3, [2000, 1500])])[0]["flat"] is False
 
 
+def test_index_shards_project_fewer_pairs_at_the_search_study_s_cost_ratio():
+    a = run(2000, 2, 0.002 * 2000 + 1, 0.002 * 2000 + 0.5 * 4 + 2, 0.5, 0.2, [1000, 1100])
+    b = run(4000, 4, 0.002 * 4000 + 1, 0.002 * 4000 + 0.5 * 16 + 2, 0.9, 0.3, [1050, 1150])
+    proj = ls.project_link([b, a], cores=100, left=1e6, right=1e6)  # 1000 x 1000 partitions, 0.5 s a pair
+    hnsw = [{"index": "hnsw", "ef_search": 128, "base": n, "ms_per_query": ms} for n, ms in ((1000, 0.5), (4000, 0.8))]
+    search = {"setup": {"default_ef_search": 128},
+              "rows": [{"index": "exact", "ef_search": None, "base": 4000, "ms_per_query": 9.0},  # not HNSW: ignored
+                       {"index": "hnsw", "ef_search": 32, "base": 4000, "ms_per_query": 0.1}, *hnsw]}  # not the flow's ef
+    sh = ls.project_shards(proj, search)
+    assert (sh["partitions_per_shard"], sh["index_rows"], sh["shards"]) == (4, 4000, 250)
+    assert sh["query_cost_ratio"] == pytest.approx(1.6) and sh["per_pair_s"] == pytest.approx(0.8)
+    # query: (2000 s encoding + 0.8 s x 1000 x 250 pairs) over 100 cores; index: 2000 s over 100 shards' tasks
+    assert sh["hours"]["query"] == pytest.approx((2000 + 0.8 * 1000 * 250) / 100 / 3600)
+    assert sh["hours"]["index"] == pytest.approx(2000 / 100 / 3600)
+    assert sh["total_hours"] < proj["total_hours"]
+
+
 def test_the_projection_needs_two_sizes():
     with pytest.raises(ValueError, match="two runs"):
         ls.project_link([run(2000, 2, 5, 8, 0.5, 0.2, [1000])], cores=10)
