@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 @contextmanager

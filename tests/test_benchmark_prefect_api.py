@@ -29,14 +29,13 @@ def test_a_temporary_api_reaches_the_dask_workers_and_is_stopped_after(no_api):
 
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     home = os.environ.get("PREFECT_HOME")
-    with pytest.raises(RuntimeError, match="the benchmark failed"):
-        with mod.prefect_api() as url:
-            assert httpx.get(f"{url}/health", timeout=10).status_code == 200
-            assert os.environ["PREFECT_API_URL"] == url
-            with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                    Client(cluster) as client:
-                assert list(client.run(worker_api_url).values()) == [url]
-            raise RuntimeError("the benchmark failed")
+    with pytest.raises(RuntimeError, match="the benchmark failed"), mod.prefect_api() as url:
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        assert os.environ["PREFECT_API_URL"] == url
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            assert list(client.run(worker_api_url).values()) == [url]
+        raise RuntimeError("the benchmark failed")
     assert "PREFECT_API_URL" not in os.environ and os.environ.get("PREFECT_HOME") == home
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{url}/health", timeout=5)
