@@ -60,5 +60,10 @@ def recall_against_exact(vectors: np.ndarray, queries: np.ndarray, k: int, index
     """The share of the exact top ``k`` ids of ``queries`` that ``index`` (built on ``vectors``) finds."""
     _, exact = search(build_index(vectors, "exact"), queries, k)
     _, found = search(index, queries, k)
+    return recall(exact, found)
+
+
+def recall(exact: np.ndarray, found: np.ndarray) -> float:
+    """The share of the ids in ``exact`` (queries x k) that ``found`` holds on the same row (-1: no hit)."""
     hits = sum(len(np.intersect1d(e, f[f >= 0])) for e, f in zip(exact, found))
     return hits / exact.size if exact.size else 1.0
