@@ -18,6 +18,7 @@ that excludes 0. The test splits are never read.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import sys
@@ -58,6 +59,25 @@ def shared_heldout(training_sets: list) -> tuple[str | None, str]:
     return None, f"the training sets hold out different aliases ({sorted(map(str, versions))}): not scored"
 
 
+def code_fingerprint() -> str:
+    """The scoring code's sources: cached rows of older code are not reused."""
+    root = Path(__file__).resolve().parents[1] / "pearl_model"
+    files = sorted((root / "evaluation").glob("*.py")) + [root / "training" / "selection.py"]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+
+def rows_key(spec: str, settings: dict) -> str:
+    """A model's cache key: its export config (which names its training set and settings) or its
+    backbone spec, and what its dev rows depend on."""
+    from pearl_model.inference.network import read_config
+
+    path = Path(spec)
+    model = ({"path": str(path.resolve()), "config": read_config(path), "written": [
+        (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file()]}
+        if path.is_dir() else {"spec": spec})
+    return hashlib.sha256(json.dumps([model, settings], sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
 def compare(rows: dict[str, dict], base: dict[str, dict]) -> dict[str, dict]:
     """Each criterion both have: ``rows`` minus ``base`` (paired), its interval and verdict."""
     from pearl_model.evaluation.stable import paired_difference
@@ -93,6 +113,10 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
         datasets: str = typer.Option("conll2003,bc5cdr,ppdb_filtered", help="dev datasets (ppdb's is ~10x slower)"),
         synonym_pairs: int = typer.Option(10000, help="WordNet synonym pairs (0: not scored)"),
         benchmark_dir: str = typer.Option(None, help="default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS"),
+        leave_out: list[Path] = typer.Option([], help="training_set version directories whose strings the WordNet "
+                                                      "signal also leaves out (a model to be compared later)"),
+        cache: Path = typer.Option(None, help="each model's dev rows, reused when nothing they depend on changed "
+                                              "(default $PEARL_CACHE/dev_compare)"),
         out: Path = typer.Option(...)) -> None:
     """Score the models and the first one's backbone on dev data; write their differences to ``out``."""
     import torch
@@ -103,7 +127,8 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     from pearl_model.inference.network import read_config
     from pearl_model.training.selection import dev_rows, seen_names, synonym_signal
     from storage.datasets import Dataset
-    from storage.schemas import HELDOUT_ALIASES
+    from pearl_model.inference.backbones import cache_root
+    from storage.schemas import HELDOUT_ALIASES, TRAINING_SET
     from tasks.training import (
         HOLDOUT_PAIRS,
         HOLDOUT_TITLES,
@@ -112,8 +137,8 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     )
 
     labels = names.split(",") if names else [m.name for m in models]
-    if len(models) < 2 or len(labels) != len(models) or len(set(labels)) != len(labels) or BACKBONE in labels:
-        raise typer.BadParameter(f"give at least two models and as many distinct names (not {BACKBONE!r}): "
+    if not models or len(labels) != len(models) or len(set(labels)) != len(labels) or BACKBONE in labels:
+        raise typer.BadParameter(f"give models and as many distinct names (not {BACKBONE!r}): "
                                  f"{len(models)} models, names {labels}")
     seeds = tuple(int(s) for s in probe_seeds.split(","))
     if len(set(seeds)) < 2:
@@ -127,25 +152,37 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
         retrieval = retrieval_task(Dataset(ts.root, "heldout_aliases", heldout, HELDOUT_ALIASES),
                                    HOLDOUT_PAIRS, HOLDOUT_TITLES)
     seen: set[str] = set()
-    for ts in training_sets:
+    for ts in training_sets + [Dataset(str(d.parent.parent), "training_set", d.name, TRAINING_SET) for d in leave_out]:
         train_ex, val_ex, _ = load_examples(ts)
         seen |= seen_names(train_ex + val_ex)
     synonyms = synonym_signal(synonym_pairs, seen)
     backbone = read_config(models[0])["metadata"]["backbone"]
+    settings = {"datasets": datasets, "seeds": seeds, "benchmark_dir": str(Path(bench).resolve()), "heldout": heldout,
+                "synonym_pairs": synonym_pairs, "left_out": hashlib.sha256("\n".join(sorted(seen)).encode()).hexdigest(),
+                "code": code_fingerprint()}
+    cache = cache or cache_root() / "dev_compare"
 
     rows, seconds = {}, {}
     for label, spec in [(BACKBONE, backbone)] + list(zip(labels, map(str, models))):
+        cached = cache / f"{rows_key(spec, settings)}.json"
+        if cached.is_file():
+            rows[label], seconds[label] = json.loads(cached.read_text()), None
+            typer.echo(f"{label}: dev rows from {cached}", err=True)
+            continue
         t0 = time.perf_counter()
         encoder = CachedEncoder(load_encoder(spec, device="cpu"), label)  # each string encoded once across draws
         rows[label] = dev_rows(encoder, bench, retrieval, datasets.split(","), seeds, synonyms)
         seconds[label] = round(time.perf_counter() - t0, 1)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(rows[label]))
         typer.echo(f"{label}: scored in {seconds[label]} s", err=True)
 
     result = {
         "what": "trained models compared on dev data, paired differences with 95% intervals (x100)",
         "command": "python benchmarks/dev_compare.py run " + " ".join(sys.argv[2:]),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads",
-        "setup": {"models": {label: {"path": str(m), "training_set": ts.version}
+        "setup": {"models": {label: {"path": str(m), "training_set": ts.version, "training_set_rows": ts.manifest()["rows"],
+                                     "training_set_inputs": ts.manifest()["inputs"]}
                              for label, m, ts in zip(labels, models, training_sets)},
                   "backbone": backbone, "datasets": datasets.split(","), "probe_seeds": list(seeds),
                   "heldout_aliases": heldout, "heldout_note": why_not, "synonym_pairs": synonym_pairs,
