@@ -123,11 +123,11 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
 
     from pearl_model.evaluation.common import CachedEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
+    from pearl_model.inference.backbones import cache_root
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.network import read_config
     from pearl_model.training.selection import dev_rows, seen_names, synonym_signal
     from storage.datasets import Dataset
-    from pearl_model.inference.backbones import cache_root
     from storage.schemas import HELDOUT_ALIASES, TRAINING_SET
     from tasks.training import (
         HOLDOUT_PAIRS,
