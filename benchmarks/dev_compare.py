@@ -121,6 +121,7 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     """Score the models and the first one's backbone on dev data; write their differences to ``out``."""
     import torch
 
+    from pearl_model.evaluation.clustering import DRAWS
     from pearl_model.evaluation.common import CachedEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.inference.backbones import cache_root
@@ -184,12 +185,15 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
         "setup": {"models": {label: {"path": str(m), "training_set": ts.version, "training_set_rows": ts.manifest()["rows"],
                                      "training_set_inputs": ts.manifest()["inputs"]}
                              for label, m, ts in zip(labels, models, training_sets)},
-                  "backbone": backbone, "datasets": datasets.split(","), "probe_seeds": list(seeds),
+                  "backbone": backbone, "datasets": datasets.split(","), "probe_seeds": list(seeds), "draws": DRAWS,
                   "heldout_aliases": heldout, "heldout_note": why_not, "synonym_pairs": synonym_pairs,
                   "strings_left_out": len(seen), "seconds": seconds},
         "scores": {label: {k: round(r["value"], 2) for k, r in rs.items()} for label, rs in rows.items()},
         "std": {label: {k: round(r.get("std") or 0.0, 2) for k, r in rs.items()} for label, rs in rows.items()},
     } | differences(rows, labels)
+    result["table"] = [{"signal": k, **{m: result["scores"][m][k] for m in [BACKBONE] + labels},
+                        **{f"{m}_vs_{labels[0]}": d[k] for m, d in result["vs_first"].items() if k in d}}
+                       for k in result["vs_backbone"][labels[0]]]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     typer.echo(markdown(result))
