@@ -127,14 +127,14 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     from pearl_model.inference.backbones import cache_root
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.network import read_config
-    from pearl_model.training.selection import dev_rows, seen_names, synonym_signal
+    from pearl_model.training.selection import dev_rows, synonym_signal
     from storage.datasets import Dataset
-    from storage.schemas import HELDOUT_ALIASES, TRAINING_SET
-    from tasks.training import (
-        HOLDOUT_PAIRS,
-        HOLDOUT_TITLES,
-        load_examples,
-        retrieval_task,
+    from storage.schemas import HELDOUT_ALIASES
+    from tasks.training import HOLDOUT_PAIRS, HOLDOUT_TITLES, retrieval_task
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from synonym_retrieval import (
+        training_strings,  # what the `train` flow's dev checks leave out
     )
 
     labels = names.split(",") if names else [m.name for m in models]
@@ -153,9 +153,8 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
         retrieval = retrieval_task(Dataset(ts.root, "heldout_aliases", heldout, HELDOUT_ALIASES),
                                    HOLDOUT_PAIRS, HOLDOUT_TITLES)
     seen: set[str] = set()
-    for ts in training_sets + [Dataset(str(d.parent.parent), "training_set", d.name, TRAINING_SET) for d in leave_out]:
-        train_ex, val_ex, _ = load_examples(ts)
-        seen |= seen_names(train_ex + val_ex)
+    for path in [Path(ts.root) / "training_set" / ts.version for ts in training_sets] + list(leave_out):
+        seen |= training_strings(path)
     synonyms = synonym_signal(synonym_pairs, seen)
     backbone = read_config(models[0])["metadata"]["backbone"]
     settings = {"datasets": datasets, "seeds": seeds, "benchmark_dir": str(Path(bench).resolve()), "heldout": heldout,
@@ -175,7 +174,9 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
         rows[label] = dev_rows(encoder, bench, retrieval, datasets.split(","), seeds, synonyms)
         seconds[label] = round(time.perf_counter() - t0, 1)
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(rows[label]))
+        tmp = cached.with_suffix(".tmp")  # a killed run leaves no half-written rows to be reused
+        tmp.write_text(json.dumps(rows[label]))
+        tmp.replace(cached)
         typer.echo(f"{label}: scored in {seconds[label]} s", err=True)
 
     result = {
