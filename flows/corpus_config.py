@@ -60,11 +60,13 @@ REDUCE_KEYS = ("min_freq", "examples_per_phrase", "pmi_min_npmi", "ner_scope")
 
 class PhrasesConfig(_Stage):
     """phrase_occurrences (parse, NER, mining) and phrases (the count)."""
+    # pmi + examples are the defaults at every size: on dev data they are worse on no signal than the
+    # parsed spacy + all build and take less of its time (docs/research/data-full-size-settings.md)
     parser: Literal["spacy", "benepar", "pmi"] = Field(
-        "spacy", description="constituents from spaCy's dependency parse (offline default), the Berkeley Neural "
-                             "Parser (benepar: needs benepar_en3 or a model path), or none (pmi, ULR: n-grams of "
-                             "1 to max_phrase_words tokens, multi-word ones kept when their normalised PMI "
-                             "reaches pmi_min_npmi; spaCy's tagger and NER only)")
+        "pmi", description="none (pmi, ULR, the default: n-grams of 1 to max_phrase_words tokens, multi-word ones "
+                           "kept when their normalised PMI reaches pmi_min_npmi; spaCy's tagger and NER only), "
+                           "constituents from spaCy's dependency parse (spacy), or the Berkeley Neural Parser "
+                           "(benepar: needs benepar_en3 or a model path)")
     parser_options: Optional[dict] = Field(None, description='passed to the parser, e.g. {"model": "/models/benepar_en3"} '
                                                  'or {"batch_size": 256}')
     ner: Literal["spacy", "transformers", "none"] = Field(
@@ -72,10 +74,10 @@ class PhrasesConfig(_Stage):
                              'token-classification model (ner_options={"model": ...}), or none (all OTHER)')
     ner_options: Optional[dict] = Field(None, description="passed to the NER backend")
     ner_scope: Literal["all", "examples"] = Field(
-        "all", description="all: NER on every parsed sentence, each phrase typed by the majority of its "
-                           "occurrences; examples: the mining pass runs no NER (about half its time) and each "
-                           "kept phrase is typed by the majority over its example sentences (examples_per_phrase; "
-                           "tasks/phrase_types.py), for full-Wikipedia builds")
+        "examples", description="examples (the default): the mining pass runs no NER (about half its time) and "
+                                "each kept phrase is typed by the majority over its example sentences "
+                                "(examples_per_phrase; tasks/phrase_types.py); all: NER on every parsed sentence, "
+                                "each phrase typed by the majority of its occurrences")
     parse_max_chars: int = Field(600, ge=1, description="longer sentences are not parsed (filtered as too_long)")
     min_phrase_words: int = Field(1, ge=1, description="shorter phrase occurrences are dropped")
     max_phrase_words: int = Field(8, ge=1, description="longer phrase occurrences are dropped")
@@ -102,7 +104,7 @@ class PhrasesConfig(_Stage):
                "min_words": self.min_phrase_words, "max_words": self.max_phrase_words, "min_freq": self.min_freq,
                "phrase_buckets": self.phrase_buckets, "sentences_per_chunk": self.sentences_per_chunk,
                "examples_per_phrase": self.examples_per_phrase}
-        if self.parser == "pmi":  # only then: the other parsers' versions stay as they were
+        if self.parser == "pmi":  # only then: the parsed settings' versions stay as they were
             out["pmi_min_npmi"] = self.pmi_min_npmi
         if self.ner_scope != "all":  # likewise
             out["ner_scope"] = self.ner_scope

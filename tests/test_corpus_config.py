@@ -18,13 +18,19 @@ def test_the_defaults_give_the_parameters_datasets_were_versioned_by_before():
     assert ReadConfig().params() == {"input_format": "auto", "max_page_bytes": 4194304, "max_pages": None,
                                      "pages_per_part": 500}
     assert PagesConfig().params(8) == {"alias_buckets": 8, "max_sentence_chars": 1000, "min_sentence_words": 3}
-    assert PhrasesConfig().mining_params(8) == {
+    parsed = PhrasesConfig(parser="spacy", ner_scope="all")  # the defaults until 2026-11-28
+    assert parsed.mining_params(8) == {
         "examples_per_phrase": 3, "language": "en", "max_sentence_chars": 600, "max_words": 8, "min_words": 1,
         "ner": "spacy", "ner_options": {}, "parser": "spacy", "parser_options": {}, "phrase_buckets": 8,
         "sentences_per_chunk": 2000}
-    assert PhrasesConfig().reduce_params() == {"examples_per_phrase": 3, "min_freq": 2}
-    assert PhrasesConfig(parser="pmi").reduce_params() == {"examples_per_phrase": 3, "min_freq": 2,
-                                                           "pmi_min_npmi": 0.3}  # only with pmi
+    assert parsed.reduce_params() == {"examples_per_phrase": 3, "min_freq": 2}
+    # today's defaults: the settings of the full-size build compared on dev data (build B of issue 46)
+    assert PhrasesConfig().mining_params(8) == {
+        "examples_per_phrase": 3, "language": "en", "max_sentence_chars": 600, "max_words": 8, "min_words": 1,
+        "ner": "spacy", "ner_options": {}, "parser": "pmi", "parser_options": {}, "phrase_buckets": 8,
+        "sentences_per_chunk": 2000, "ner_scope": "examples"}
+    assert PhrasesConfig().reduce_params() == {"examples_per_phrase": 3, "min_freq": 2, "pmi_min_npmi": 0.3,
+                                               "ner_scope": "examples"}
     assert WordVectorsConfig().params() == {"bucket": None, "dim": 100, "epochs": 5, "max_sentences": 5000000,
                                             "min_count": 3, "seed": 0, "window": 5, "workers": 1}
     assert PositivesConfig().params(E5, None) == {

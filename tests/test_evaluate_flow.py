@@ -91,3 +91,22 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         bare = evaluate(models=[tiny_model], benchmark_dir=str(BENCH), datasets=["turney"], seeds=[0],
                         storage_root=str(tmp_path / "bare"), map_model=None, dask_workers=1)
         assert bare["lexical_diversity"] is None and bare["table"]
+
+        # Another version of the results (char3gram alone, on AutoFJ): its rows are read back from
+        # the storage root's eval_rows/, not scored again. A kept value edited by hand comes back,
+        # which only reading back can do; reuse_scores=false scores afresh and gives the true one.
+        kept = list((tmp_path / "eval_rows").glob("autofj-*.json"))
+        assert len(kept) == 2  # one per model: the tiny model's and char3gram's
+        char_kept = [p for p in kept if abs(json.loads(p.read_text())[0]["value"] - char["value"]) < 1e-9]
+        assert len(char_kept) == 1
+        rows_kept = json.loads(char_kept[0].read_text())
+        rows_kept[0]["value"] = 12.5
+        char_kept[0].write_text(json.dumps(rows_kept))
+        read_back = evaluate(models=["char3gram"], benchmark_dir=str(BENCH), datasets=["autofj"], seeds=[0],
+                             storage_root=str(tmp_path), map_model=None, dask_workers=1, lexical_diversity=False)
+        assert read_back["version"] != result["version"]
+        assert [t["autofj"] for t in read_back["table"] if t["model"] == "char3gram"] == ["12.5"]
+        fresh = evaluate(models=["char3gram"], benchmark_dir=str(BENCH), datasets=["autofj"], seeds=[0, 1],
+                         storage_root=str(tmp_path), map_model=None, dask_workers=1, lexical_diversity=False,
+                         reuse_scores=False)
+        assert [t["autofj"] for t in fresh["table"] if t["model"] == "char3gram"] == ["62.6"]

@@ -117,9 +117,10 @@ def test_sentences_parts_with_interleaved_ids_are_all_read(tmp_path):
     assert stats["requests_matched"] == stats["requests"] > 0
 
 
-def test_the_default_scope_leaves_dataset_versions_as_they_were():
-    assert "ner_scope" not in PhrasesConfig().params()
-    assert "ner_scope" not in PhrasesConfig().mining_params(8)
+def test_scope_all_leaves_dataset_versions_as_they_were():
+    assert "ner_scope" not in PhrasesConfig(ner_scope="all").params()
+    assert "ner_scope" not in PhrasesConfig(ner_scope="all").mining_params(8)
+    assert PhrasesConfig().mining_params(8)["ner_scope"] == "examples"  # the default
     assert PhrasesConfig(ner_scope="examples").mining_params(8)["ner_scope"] == "examples"
     assert PhrasesConfig(ner_scope="examples").reduce_params()["ner_scope"] == "examples"
 

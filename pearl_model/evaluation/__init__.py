@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from .analogy import evaluate_analogy
 from .autofj import evaluate_autofj
@@ -79,10 +80,12 @@ def check_draws(datasets, seeds, draws: int) -> None:
 
 
 def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=SEEDS, batch_size=None,
-                  draws: int = DRAWS) -> list[dict]:
+                  draws: int = DRAWS, rows_dir=None, spec: str | None = None) -> list[dict]:
     """Score `model` on the chosen datasets (default: all 9); a model without `encode()`
     (a similarity-only baseline) is scored on AutoFJ only. ``seeds``: the PPDB probes' seeds;
-    ``draws``: the clusterings' KMeans random states (0..draws-1)."""
+    ``draws``: the clusterings' KMeans random states (0..draws-1). ``rows_dir``: keep each of the
+    nine datasets' rows there and read them back while the model ``spec`` (its directory or name),
+    the data, the settings and the code are unchanged (``row_cache.py``)."""
     benchmark_dir = benchmark_dir or default_benchmark_dir()
     wanted = [_ALIASES.get(d, d) for d in (datasets or DATASETS)]
     unknown = [d for d in wanted if d not in DATASETS + EXTRA_DATASETS]
@@ -94,16 +97,38 @@ def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=SEEDS, batch_s
     if hasattr(model, "encode"):
         model = CachedEncoder(model)
     runners = _runners(tuple(seeds), batch_size, draws)
+    cache = _row_cache(rows_dir, spec, model, benchmark_dir, wanted, seeds, batch_size, draws)
     rows: list[dict] = []
     for name in wanted:
         t0 = time.perf_counter()
         try:
-            rows += runners[name](model, benchmark_dir)
+            if cache is not None and name in DATASETS:  # the extras read files outside benchmark_dir
+                rows += cache.rows(name, lambda: runners[name](model, benchmark_dir))
+            else:
+                rows += runners[name](model, benchmark_dir)
         except DatasetMissing as e:
             log.warning("skipping %s: %s", name, e)
             continue
         log.info("%s on %s: %.1f s", getattr(model, "name", model), name, time.perf_counter() - t0)
     return rows
+
+
+def _row_cache(rows_dir, spec, model, benchmark_dir, wanted, seeds, batch_size, draws):
+    if rows_dir is None:
+        return None
+    if spec is None:
+        raise ValueError("rows_dir needs the model's spec (its directory or name) to key its rows by")
+    from .data import autofj_package_dir, files_fingerprint
+    from .row_cache import RowCache, model_identity
+
+    settings = {"benchmark": [str(Path(benchmark_dir).resolve()), files_fingerprint(benchmark_dir)], "seeds": sorted(set(seeds)), "draws": draws,
+                "batch_size": batch_size}
+    if "autofj" in wanted:
+        try:
+            settings["autofj"] = files_fingerprint(autofj_package_dir())
+        except DatasetMissing:
+            pass  # scored as missing, and nothing is kept
+    return RowCache(rows_dir, model_identity(spec, getattr(model, "base", model)), settings)
 
 
 __all__ = ["run_benchmark", "check_draws", "PAPER_ROWS", "DATASETS", "EXTRA_DATASETS", "DatasetMissing", "entity_names",

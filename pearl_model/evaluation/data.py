@@ -46,6 +46,21 @@ def default_benchmark_dir() -> Path | None:
     return None
 
 
+def files_fingerprint(directory) -> str:
+    """Identity of a directory's files for versioning and cached scores: names, sizes, mtimes."""
+    import hashlib
+
+    h = hashlib.sha256()
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"benchmark directory not found: {directory}")
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:16]
+
+
 def _file(benchmark_dir, relative: str) -> Path:
     if benchmark_dir is None:
         raise DatasetMissing(f"no benchmark directory given (and $PEARL_BENCHMARKS is not set): "

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from pearl_model.evaluation.row_cache import write_json_atomic
 from pearl_model.training.config import TrainConfig
 
 CHECKPOINT_FORMAT = "pearl-checkpoint/1"
@@ -62,7 +63,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.op
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _write_json_atomic(directory / "latest.json", {"step": step, "path": final.name})
+    write_json_atomic(directory / "latest.json", {"step": step, "path": final.name})
     for old in sorted(p for p in directory.glob("step-*") if p.is_dir())[:-max(1, keep)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -111,7 +112,7 @@ def save_selection(directory: str | Path | None, state: dict | None, step: int |
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"step": str(step)})
         os.replace(tmp, directory / SELECTED_WEIGHTS)
     if records is not None:
-        _write_json_atomic(directory / SELECTION_LOG, {"records": records})
+        write_json_atomic(directory / SELECTION_LOG, {"records": records})
 
 
 def load_selection(directory: str | Path | None) -> list[dict]:
@@ -124,9 +125,3 @@ def load_selection(directory: str | Path | None) -> list[dict]:
 
 def load_selected_state(directory: str | Path | None) -> dict[str, torch.Tensor]:
     return load_file(str(Path(directory) / SELECTED_WEIGHTS))
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
