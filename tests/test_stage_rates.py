@@ -208,14 +208,19 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
                                {"pages_per_partition": 10, "sentences_per_chunk": 500}, 0.05, timeout=900)
     c = run["counts"]
     assert c["pages"] == 60 and c["pages"] == c["kept"] + sum(c["filtered"].values()) + sum(c["quarantined"].values())
+    # the defaults (parser pmi, ner_scope examples): word totals between mining and the count, then
+    # the kept phrases typed from their example sentences
     assert [s["stage"] for s in run["stages"]] == [
-        "raw_pages", "pages", "aliases", "corpus_report", "phrase_occurrences", "phrases", "phrase_report",
-        "word_vectors", "augmentations", "phrase_embeddings", "negatives", "training_set"]
+        "raw_pages", "pages", "aliases", "corpus_report", "phrase_occurrences", "pmi_word_totals", "phrases",
+        "phrase_types", "phrase_report", "word_vectors", "augmentations", "phrase_embeddings", "negatives",
+        "training_set"]
     assert all(s["units"] > 0 for s in run["stages"])
     assert {s["task"] for st in run["stages"] for s in st["steps"]} <= _wired_tasks()
     assert [s["units"] for s in run["stages"]] == [c[k] for k in (
-        "pages", "pages", "alias_mentions", "pages", "sentences", "phrases", "phrases", "corpus_words", "phrases",
-        "phrases", "phrases", "phrases")]
+        "pages", "pages", "alias_mentions", "pages", "sentences", "sentences", "phrases", "phrases", "phrases",
+        "corpus_words", "phrases", "phrases", "phrases", "phrases")]
+    assert run["params"]["phrase_params"]["parser"] == "pmi"
+    assert run["params"]["phrase_params"]["ner_scope"] == "examples"
     assert {d.split("/")[0] for s in run["stages"] for d in s["outputs"]} >= {
         "raw_pages", "pages", "sentences", "aliases", "phrases", "word_vectors", "augmentations", "negatives",
         "training_set"}
@@ -224,23 +229,17 @@ def test_a_small_run_goes_through_every_stage_with_the_flows_defaults(tmp_path):
     assert c["augmentations"] > 0 and c["training_set"] == c["phrases"] > 0
 
 
-def test_a_small_pmi_run_with_examples_ner_counts_then_types_the_phrases(tmp_path):
-    """parser "pmi" and ner_scope "examples" as the flow runs them: pmi_word_totals between mining
-    and phrases (phrases_stage), then phrase_types (NER on the kept phrases' example sentences)."""
+def test_a_small_parsed_run_types_phrases_in_the_mining_pass(tmp_path):
+    """parser "spacy" and ner_scope "all", the defaults before the full-size settings: no word totals
+    and no typing stage, the NER runs in the mining pass."""
     made = sr.replicate_inputs(["sample"], 60, 1, tmp_path / "in")
     run = sr.run_in_subprocess(made["paths"], 1, str(tmp_path / "store"),
-                               {"pages_per_partition": 10, "sentences_per_chunk": 500, "parser": "pmi",
-                                "ner_scope": "examples"}, 0.05, timeout=900)
+                               {"pages_per_partition": 10, "sentences_per_chunk": 500, "parser": "spacy",
+                                "ner_scope": "all"}, 0.05, timeout=900)
     stages = [s["stage"] for s in run["stages"]]
-    assert stages[stages.index("phrase_occurrences"):stages.index("phrase_types") + 1] == [
-        "phrase_occurrences", "pmi_word_totals", "phrases", "phrase_types"]
-    typing = next(s for s in run["stages"] if s["stage"] == "phrase_types")
-    assert typing["units"] == run["counts"]["phrases"] > 0
-    assert run["params"]["phrase_params"]["parser"] == "pmi"
-    assert run["params"]["phrase_params"]["ner_scope"] == "examples"
+    assert stages[stages.index("phrase_occurrences"):stages.index("phrase_report") + 1] == [
+        "phrase_occurrences", "phrases", "phrase_report"]
+    assert run["params"]["phrase_params"]["parser"] == "spacy"
+    assert "ner_scope" not in run["params"]["phrase_params"]  # "all" keeps the versions it always had
     assert run["counts"]["training_set"] == run["counts"]["phrases"] > 0
-    # every task the wiring names ran (a multistream dump's aside), each where the wiring runs it
-    steps = [s for st in run["stages"] for s in st["steps"]]
-    assert {s["task"] for s in steps} == _wired_tasks() and len(_wired_tasks()) > 20
-    assert {s["kind"] for s in steps if s["task"] in ("mine_chunk_task", "votes_task")} == {"map"}
-    assert [s["kind"] for s in steps if s["task"] == "raw_pages_task"] == ["task"]
+
