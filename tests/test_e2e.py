@@ -207,7 +207,10 @@ def test_second_run_reuses_everything(stack, first):
         assert [d.name for d in (root / name).iterdir() if d.is_dir()] == [versions[name]]
 
 
-@pytest.mark.timeout(1200)  # the module's 600 s was exceeded (688 s) with the cores shared by another run
+# the module's 600 s was exceeded (688 s) with the cores shared by another run; on the default (PMI)
+# corpus the step-3 checkpoint is kept, so the average weight is chosen on dev too: three dev passes
+# of ~150 s each on 2 idle cores (backbone, step 3, averages), ~9 min of the train task (profiled)
+@pytest.mark.timeout(1800)
 def test_train_deployment_on_the_built_corpus(stack, first):
     """`train/pearl` on the training set the first run published: real E5, a few steps on CPU,
     exported, scored against the backbone on BIRD, with its artifacts on the server."""
@@ -217,8 +220,7 @@ def test_train_deployment_on_the_built_corpus(stack, first):
     bench = default_benchmark_dir()  # without the benchmark files, train and export only
     params = {"training": {"max_steps": 3, "batch_size": 16, "device": "cpu"}, "char_epochs": 1, "char_max_words": 3000,
               "benchmark_datasets": ["bird"], "eval_seeds": [0], "dask_workers": 1, "evaluate_model": bench is not None}
-    # the dev selection scores the backbone and the model on four dev sets (~2 min on 2 idle cores)
-    run = run_deployment(stack, root, "e2e-train", "train/pearl", params, timeout=3 * RUN_TIMEOUT)
+    run = run_deployment(stack, root, "e2e-train", "train/pearl", params, timeout=5 * RUN_TIMEOUT)
     result = run["result"]
     model_dir = root / "models" / result["model"]["version"]
     man = json.loads((model_dir / "_manifest.json").read_text())
