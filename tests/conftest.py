@@ -145,3 +145,17 @@ def no_model(monkeypatch):
     loaded = []
     monkeypatch.setattr(cli, "_encoder", lambda spec, backend="auto": loaded.append(spec))
     return loaded
+
+
+def tiny_benchmark(root, words, turney: int = 40, bird: int = 60) -> None:
+    """Turney and BIRD files in the authors' formats under ``root``, drawn from ``words`` (seeded)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    (root / "turney").mkdir(parents=True)
+    (root / "turney" / "turney.txt").write_text("".join(
+        f"{a} {b} | {c} | {a} | {b} | " + " | ".join(rng.choice(words, 4)) + "\n"
+        for a, b, c in (rng.choice(words, 3) for _ in range(turney))))
+    (root / "bird").mkdir()
+    (root / "bird" / "bird.txt").write_text("term1\tterm2\trelatedness score\n" + "".join(
+        f"{a} {b}\t{c} {d}\t{rng.random():.3f}\n" for a, b, c, d in (rng.choice(words, 4) for _ in range(bird))))

@@ -11,7 +11,12 @@ from pearl_model.evaluation import run_benchmark
 from pearl_model.evaluation.clustering import evaluate_clustering
 from pearl_model.evaluation.common import CachedEncoder
 from pearl_model.evaluation.paraphrase import split_indices, train_probe, train_probes
-from pearl_model.evaluation.stable import average_difference, item_score, paired_difference
+from pearl_model.evaluation.stable import (
+    average_difference,
+    item_score,
+    paired_difference,
+)
+from tests.conftest import tiny_benchmark
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -43,14 +48,8 @@ def tiny():
 def bench(tmp_path_factory):
     """A benchmark folder in the authors' formats, small enough for a unit test."""
     root = tmp_path_factory.mktemp("bench")
-    rng = np.random.default_rng(0)
-    (root / "turney").mkdir()
-    (root / "turney" / "turney.txt").write_text("".join(
-        f"{a} {b} | {c} | {a} | {b} | " + " | ".join(rng.choice(WORDS, 4)) + "\n"
-        for a, b, c in (rng.choice(WORDS, 3) for _ in range(40))))
-    (root / "bird").mkdir()
-    (root / "bird" / "bird.txt").write_text("term1\tterm2\trelatedness score\n" + "".join(
-        f"{a} {b}\t{c} {d}\t{rng.random():.3f}\n" for a, b, c, d in (rng.choice(WORDS, 4) for _ in range(60))))
+    tiny_benchmark(root, WORDS)
+    rng = np.random.default_rng(1)
     (root / "ppdb").mkdir()
     pairs = [[" ".join(rng.choice(WORDS, 2)), " ".join(rng.choice(WORDS, 2)), rng.choice(["pos", "neg"]), None]
              for _ in range(120)]

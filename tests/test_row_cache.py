@@ -9,6 +9,7 @@ import pytest
 
 from pearl_model.evaluation import run_benchmark
 from pearl_model.evaluation.row_cache import RowCache, code_identity, model_identity
+from tests.conftest import tiny_benchmark
 
 WORDS = ["the", "new", "york", "times", "big", "cat", "lion", "dog", "of", "a", "red", "car", "river", "bank"]
 
@@ -29,14 +30,7 @@ class Counting:
 @pytest.fixture
 def bench(tmp_path):
     root = tmp_path / "bench"
-    rng = np.random.default_rng(0)
-    (root / "turney").mkdir(parents=True)
-    (root / "turney" / "turney.txt").write_text("".join(
-        f"{a} {b} | {c} | {a} | {b} | " + " | ".join(rng.choice(WORDS, 4)) + "\n"
-        for a, b, c in (rng.choice(WORDS, 3) for _ in range(30))))
-    (root / "bird").mkdir()
-    (root / "bird" / "bird.txt").write_text("term1\tterm2\trelatedness score\n" + "".join(
-        f"{a} {b}\t{c} {d}\t{rng.random():.3f}\n" for a, b, c, d in (rng.choice(WORDS, 4) for _ in range(40))))
+    tiny_benchmark(root, WORDS, turney=30, bird=40)
     return root
 
 
