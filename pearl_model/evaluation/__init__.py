@@ -121,8 +121,8 @@ def _row_cache(rows_dir, spec, model, benchmark_dir, wanted, seeds, batch_size, 
     from .data import autofj_package_dir, files_fingerprint
     from .row_cache import RowCache, model_identity
 
-    settings = {"benchmark": [str(Path(benchmark_dir).resolve()), files_fingerprint(benchmark_dir)], "seeds": sorted(set(seeds)), "draws": draws,
-                "batch_size": batch_size}
+    settings = {"benchmark": [str(Path(benchmark_dir).resolve()), files_fingerprint(benchmark_dir)],
+                "seeds": sorted(set(seeds)), "draws": draws, "batch_size": batch_size}
     if "autofj" in wanted:
         try:
             settings["autofj"] = files_fingerprint(autofj_package_dir())

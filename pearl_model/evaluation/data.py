@@ -53,7 +53,7 @@ def files_fingerprint(directory) -> str:
     h = hashlib.sha256()
     root = Path(directory)
     if not root.is_dir():
-        raise FileNotFoundError(f"benchmark directory not found: {directory}")
+        raise FileNotFoundError(f"directory not found: {directory}")
     for p in sorted(root.rglob("*")):
         if p.is_file():
             st = p.stat()
