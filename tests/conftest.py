@@ -11,6 +11,7 @@ import uuid
 from xml.sax.saxutils import escape, quoteattr
 
 import fsspec
+import hypothesis
 import pytest
 
 from storage.datasets import Dataset
@@ -21,6 +22,16 @@ from storage.datasets import Dataset
 os.environ.setdefault("PEARL_BACKEND", "onnx")
 
 from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
+
+# The property-based suites (tests/test_doors_*.py) run a fixed example budget in CI, derandomised
+# so a CI failure replays; HYPOTHESIS_PROFILE=nightly runs ten times the examples with fresh seeds.
+hypothesis.settings.register_profile(
+    "ci", max_examples=40, derandomize=True, deadline=None, print_blob=True,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.function_scoped_fixture])
+hypothesis.settings.register_profile(
+    "nightly", max_examples=400, deadline=None, print_blob=True,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.function_scoped_fixture])
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 HEADER = b"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:schemaLocation="http://www.mediawiki.org/xml/export-0.10/ http://www.mediawiki.org/xml/export-0.10.xsd" version="0.10" xml:lang="en">
   <siteinfo>
