@@ -14,11 +14,13 @@ and from the shell to check a page:
     python docs/hooks/results.py check docs/research/recipe-averaging.md
 
 Markers are arguments as Python literals, parsed with `ast.literal_eval` and never evaluated,
-so a page cannot run code. Fenced code blocks are left as they are (a page may show the syntax).
+so a page cannot run code; every value a results file gives is HTML-escaped (`fmt`), so a
+results file cannot put markup into a page. Fenced code blocks are left as they are (a page may show the syntax).
 """
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 import sys
@@ -88,11 +90,13 @@ def resolve(doc: Any, path: str | list | tuple, default: Any = MISSING) -> Any:
 
 
 def fmt(value: Any, spec: str | None = None) -> str:
+    """``value`` as page text: every value a results file gives a page passes here, HTML-escaped
+    (a results file is data; its ``<script>`` is shown, never run)."""
     if value is None:
         return "–"
     if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return format(value, spec)
-    return str(value)
+        return html.escape(format(value, spec))
+    return html.escape(str(value))
 
 
 def value(file: str, path: str | list, spec: str | None = None) -> str:
