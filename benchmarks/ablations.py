@@ -162,9 +162,9 @@ def _results(out: Path, setup: dict):
 
 def _score_backbone(done, add, benchmark_dir, retrieval, probe_seeds, datasets=None, synonyms=None) -> None:
     if ("backbone", None, None, None, None) not in done:
-        from pearl_model.inference.encoder import PhraseEncoder
+        from pearl_model.inference.model_dirs import open_model
 
-        enc = PhraseEncoder.from_backbone(BACKBONE, device="cpu")
+        enc = open_model(BACKBONE, backbone=True, device="cpu")
         add({"variant": "backbone", "seed": None, **score(ScaledVectors(enc, None, "backbone"), benchmark_dir,
                                                          retrieval, probe_seeds, datasets, synonyms)})
 
@@ -207,7 +207,8 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
         synonym_pairs: int = typer.Option(10000, help="WordNet synonym pairs scored (0: not)")) -> None:
     import torch
 
-    from pearl_model.inference.export import PearlEncoder, export_pearl, load_pearl
+    from pearl_model.inference.export import PearlEncoder, export_pearl
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.training.selection import seen_names, synonym_signal
     from pearl_model.training.config import TrainConfig
     from pearl_model.training.loop import backbone_state, build_model, train
@@ -284,7 +285,7 @@ def run(storage_root: str, variants: str = typer.Option("base", help="comma-sepa
                         if keep_exports is not None and w == 0.5:
                             shutil.copytree(path, keep_exports / (f"{name}@{seed}" + (f"-{a}" if a else "")),
                                             dirs_exist_ok=True)
-                        exported = PearlEncoder(load_pearl(path, device="cpu"), name=name)
+                        exported = PearlEncoder(open_model(path, device="cpu").model, name=name)
                         has_char = exported.model.char_proj is not None
                         enc = ScaledVectors(exported, exported.model.backbone_dim if has_char else None, name)
                         for s in sorted({s for ww, s in st if ww == w}):
@@ -310,7 +311,8 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     export directory (``<variant>@<seed>[-<anchors>]``), beside a backbone record."""
     import torch
 
-    from pearl_model.inference.export import PearlEncoder, load_pearl
+    from pearl_model.inference.export import PearlEncoder
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.training.selection import seen_names, synonym_signal
     from tasks.training import heldout_retrieval, load_examples
 
@@ -328,7 +330,7 @@ def rescore(storage_root: str, exports: list[Path] = typer.Argument(..., help="e
     _, done, add = _results(out, setup)
     _score_backbone(done, add, benchmark_dir, retrieval, pseeds, dev_sets, synonyms)
     for path in exports:
-        exported = PearlEncoder(load_pearl(path, device="cpu"), name=path.name)
+        exported = PearlEncoder(open_model(path, device="cpu").model, name=path.name)
         enc = ScaledVectors(exported, exported.model.backbone_dim, path.name)
         for sc in sorted(float(x) for x in scales.split(",")):
             if (path.name, None, 0.5, sc, None) in done:

@@ -94,9 +94,9 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
          weights: str = "0.5,0.375,0.25", pairs: int = 10000, draws: str = "0,1,2",
          out: Path = typer.Option(None), export_weight: float = typer.Option(None),
          export_to: Path = typer.Option(None), rule: str = "mean"):
-    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.evaluation.data import default_benchmark_dir
-    from pearl_model.inference.export import PearlEncoder, average_state_dicts, load_pearl
+    from pearl_model.inference.export import PearlEncoder, average_state_dicts
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.inference.network import read_config
     from pearl_model.inference.loading import load_encoder
     from pearl_model.training.selection import (changes_text, choose_average_weight, dev_changes, selection_score,
@@ -126,9 +126,9 @@ def main(model: Path, training_set: Path = typer.Option(..., help="the model's t
     signals = synonym_signal(pairs, seen)  # the flow's: seed 0
     more_draws = [synonym_signal(pairs, seen, seed=int(s)) for s in draws.split(",") if int(s) != 0]
 
-    pearl = load_pearl(model, device="cpu", backend="torch")
+    pearl = open_model(model, device="cpu", backend="torch").model
     exported = {k: v.detach().clone() for k, v in pearl.backbone.state_dict().items()}
-    original = {k: v.detach().cpu() for k, v in PhraseEncoder.from_backbone(spec, device="cpu").model.state_dict().items()}
+    original = {k: v.detach().cpu() for k, v in open_model(spec, backbone=True, device="cpu").model.state_dict().items()}
     if set(original) != set(exported):
         raise SystemExit(f"{spec}'s weights do not match {model}'s backbone: "
                          f"{sorted(set(original) ^ set(exported))[:5]}")

@@ -32,12 +32,12 @@ def main(states: list[Path] = typer.Argument(None, help="safetensors holding bac
     from sklearn.cluster import KMeans
     from sklearn.metrics import normalized_mutual_info_score as nmi
 
-    from pearl_model.inference.encoder import PhraseEncoder
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.evaluation.data import load_entities
 
     torch.set_num_threads(threads)
     names, types = load_entities(benchmark_dir, "bc5cdr", "dev")
-    enc = PhraseEncoder.from_backbone(backbone, device="cpu", backend="torch")
+    enc = open_model(backbone, backbone=True, device="cpu", backend="torch")
     original = {k: v.clone() for k, v in enc.model.state_dict().items()}
     features = {"one_word": [len(n.split()) == 1 for n in names],
                 "two_capitals": [sum(c.isupper() for c in n) >= 2 for n in names],

@@ -183,7 +183,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
 
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import BACKENDS, backend_packages, engine_available
-    from pearl_model.inference.static import StaticEncoder, distill_static
+    from pearl_model.inference.distill import distill_static
 
     if phrases_file:
         phrases = [p for p in phrases_file.read_text(encoding="utf-8").splitlines() if p.strip()][:n]
@@ -255,7 +255,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     del st
     if static:
         with tempfile.TemporaryDirectory() as tmp:
-            s = StaticEncoder.load(distill_static(spec, Path(tmp) / "static"))
+            s = load_encoder(str(distill_static(spec, Path(tmp) / "static")))
             row("static model2vec (256 dims)", lambda p: s.encode(p, batch_size=1024))
     st_rate = results["rows"]["sentence-transformers (fp32 torch)"]["phrases_per_s"]
     default_rate = results["rows"]["sentence-transformers default (fp32, batch 32)"]["phrases_per_s"]

@@ -106,9 +106,9 @@ def naive_loop(args, examples, device) -> dict:
 
 
 def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
-    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.evaluation import run_benchmark
-    from pearl_model.inference.export import export_pearl, load_pearl
+    from pearl_model.inference.export import export_pearl
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.training.selection import choose_average_weight, dev_selection, seen_names, synonym_signal
 
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
@@ -142,9 +142,9 @@ def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
     if not args.benchmark_dir:
         return
     synonyms = synonym_signal(cfg.select_synonym_pairs, seen) if args.dev else None
-    todo = [] if args.skip_pearl_benchmark else [("pearl", lambda: load_pearl(path, device=str(device)))]
+    todo = [] if args.skip_pearl_benchmark else [("pearl", lambda: open_model(path, device=str(device)).model)]
     if args.benchmark_backbone:
-        todo.append((args.backbone, lambda: PhraseEncoder.from_backbone(args.backbone, device=str(device))))
+        todo.append((args.backbone, lambda: open_model(args.backbone, backbone=True, device=str(device))))
     from pearl_model.evaluation.scores import compare
     from pearl_model.training.selection import dev_changes
 

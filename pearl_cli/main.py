@@ -507,7 +507,7 @@ def distill(
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
     """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
-    from pearl_model.inference.static import distill_static
+    from pearl_model.inference.distill import distill_static
 
     spec, label = _resolve(model, storage_root)
     try:
@@ -577,17 +577,20 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
 
 @app.command()
 def verify(directory: Path = typer.Argument(..., help="a model directory (an export, or a copy of one)")) -> None:
-    """Check every file of a model directory against its checksums.sha256; exit 1 naming the files that differ.
+    """Check every file of a model directory against its checksums.sha256, as loading does (links out
+    of it and half exports refused too); exit 1 naming what is wrong.
 
     A model directory is code as well as weights (sentence-transformers runs its st_module.py):
     verify a copy before loading it."""
-    from pearl_model.inference.checksums import CHECKSUMS, ChecksumError, verify_checksums
+    from pearl_model.inference.checksums import CHECKSUMS
+    from pearl_model.inference.export import PearlExportError
+    from pearl_model.inference.model_dirs import inspect_model_dir
 
     if not directory.is_dir():
         _fail(f"{directory}: not a directory")
-    try:
-        n = verify_checksums(directory, use_marker=False)
-    except (ChecksumError, OSError) as e:
+    try:  # what loading checks, every file hashed
+        n = inspect_model_dir(directory, use_marker=False).checked
+    except PearlExportError as e:
         typer.secho(str(e), fg="red", err=True)
         raise typer.Exit(1)
     if n is None:

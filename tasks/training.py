@@ -232,7 +232,8 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
         return out.reuse()
     import torch
 
-    from pearl_model.inference.export import export_pearl, load_pearl
+    from pearl_model.inference.export import export_pearl
+    from pearl_model.inference.model_dirs import open_model
     from pearl_model.training.selection import choose_average_weight, dev_selection, seen_names
     from pearl_model.training.selection import rank as selection_rank
     from pearl_model.evaluation.alias_retrieval import alias_retrieval
@@ -308,7 +309,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
                                 average_weight=weight, metadata=meta, char_scale=scale,
                                 extra_files={HISTORY_FILE: history})  # in the export's checksums
             if retrieval is not None:  # what is promoted is the averaged model: score it too
-                exported = load_pearl(path, device=str(device))
+                exported = open_model(path, device=str(device)).model
                 summary |= {f"{k}_exported": v for k, v in alias_retrieval(exported.encode, retrieval).items()}
                 del exported
             manifest = out.upload(path, code_version=CODE_VERSION, params=params,

@@ -8,7 +8,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("model2vec")
 
 from pearl_model.inference.export import export_pearl  # noqa: E402
-from pearl_model.inference.static import StaticEncoder, distill_static, is_static_model  # noqa: E402
+from pearl_model.inference.distill import distill_static  # noqa: E402
+from pearl_model.inference.static import StaticEncoder, is_static_model  # noqa: E402
 from tests.test_cli import model_dir  # noqa: E402,F401  (fixture: a tiny saved backbone)
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
 

@@ -10,18 +10,20 @@ about a second per GB, so a verified directory leaves a marker in ``$PEARL_CACHE
 keyed by its path and every file's size and mtime: a second load only stats the files. (A file
 rewritten with the same size and its mtime set back passes the marker; ``pearl verify`` and
 ``use_marker=False`` hash every file.) A directory without the file (an export from before it,
-a backbone, a static model) loads unchecked.
+a backbone, a static model) loads unchecked; which directories load at all is
+:mod:`pearl_model.inference.model_dirs`' rule (a half-export does not).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import string
 from pathlib import Path
 
 from .backbones import cache_root
 from .network import PearlExportError
 
-__all__ = ["CHECKSUMS", "ChecksumError", "sha256_file", "write_checksums", "verify_checksums"]
+__all__ = ["CHECKSUMS", "ChecksumError", "sha256_file", "write_checksums", "verify_checksums", "shown"]
 
 CHECKSUMS = "checksums.sha256"
 # A storage root keeps its own manifest beside a model version's files (storage.files.FileSet);
@@ -31,6 +33,11 @@ NOT_LISTED = frozenset({CHECKSUMS, "_manifest.json"})
 
 class ChecksumError(PearlExportError):
     """A file of a model directory that does not match the directory's ``checksums.sha256``."""
+
+
+def shown(name: str) -> str:
+    """``name`` with control characters escaped: a file name cannot break an error's one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -57,12 +64,18 @@ def write_checksums(root: str | os.PathLike) -> Path:
 
 def _read(root: Path) -> dict[str, str]:
     listed = {}
-    text = (root / CHECKSUMS).read_text(encoding="utf-8")
+    try:
+        text = (root / CHECKSUMS).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ChecksumError(f"{root / CHECKSUMS}: not UTF-8 text") from e
     for n, line in enumerate(text.splitlines(), 1):
         digest, sep, rel = line.partition("  ")
         parts = rel.split("/")
-        if not sep or len(digest) != 64 or any(p in ("", ".", "..") for p in parts):
+        if (not sep or len(digest) != 64 or digest.strip(string.hexdigits)
+                or any(p in ("", ".", "..") for p in parts)):
             raise ChecksumError(f"{root / CHECKSUMS}: line {n} is not '<sha256>  <relative path>'")
+        if rel in listed:
+            raise ChecksumError(f"{root / CHECKSUMS}: line {n} lists {shown(rel)} again")
         listed[rel] = digest.lower()
     return listed
 
@@ -81,15 +94,17 @@ def verify_checksums(root: str | os.PathLike, *, use_marker: bool = True) -> int
     None when the directory has no such file. Raises :class:`ChecksumError` naming the files
     that are missing, changed or not listed."""
     root = Path(root)
-    if not (root / CHECKSUMS).is_file():
+    if not os.path.lexists(root / CHECKSUMS):
         return None
+    if not (root / CHECKSUMS).is_file():  # a directory or a dangling link must not pass for "no checksums"
+        raise ChecksumError(f"{root}/{CHECKSUMS} is not a file")
     listed, present = _read(root), _files(root)
     marker = _marker(root, present) if use_marker else None
     if marker is not None and marker.exists():
         return len(listed)
-    problems = [f"{rel}: missing" for rel in listed if rel not in present]
-    problems += [f"{rel}: not listed" for rel in present if rel not in listed]
-    problems += [f"{rel}: sha256 differs" for rel in present
+    problems = [f"{shown(rel)}: missing" for rel in listed if rel not in present]
+    problems += [f"{shown(rel)}: not listed" for rel in present if rel not in listed]
+    problems += [f"{shown(rel)}: sha256 differs" for rel in present
                  if rel in listed and sha256_file(root / rel) != listed[rel]]
     if problems:
         raise ChecksumError(f"{root}: does not match its {CHECKSUMS} (changed since export; load only "

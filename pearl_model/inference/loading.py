@@ -3,7 +3,8 @@
 A spec is a backbone spec (:mod:`pearl_model.inference.backbones`), a trained PEARL export directory
 (:mod:`pearl_model.inference.export`), a static model2vec directory (:mod:`pearl_model.inference.static`), or one of
 the benchmark's baselines (:mod:`pearl_model.inference.baselines`: ``glove``, and ``char3gram``, a
-similarity without vectors that only AutoFJ can score).
+similarity without vectors that only AutoFJ can score). Every model is opened through
+:func:`pearl_model.inference.model_dirs.open_model`: checked, then loaded.
 """
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import os
 from functools import lru_cache
 
 from . import baselines
-from .encoder import PhraseEncoder
-from .export import PearlEncoder, is_pearl_export
-from .static import StaticEncoder, is_static_model
+from .model_dirs import open_model
 
 __all__ = ["load_encoder", "shared_encoder"]
 
@@ -23,11 +22,7 @@ def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend:
     """The encoder of ``spec``; ``backend``: its default engine (:mod:`pearl_model.inference.onnx_backend`)."""
     if spec in ("glove", "char3gram"):
         return baselines.GloveEncoder() if spec == "glove" else baselines.CharNgramJaccard(n=3)
-    if is_pearl_export(spec):
-        return PearlEncoder.load(spec, device=device, backend=backend)
-    if is_static_model(spec):
-        return StaticEncoder.load(spec)
-    return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
+    return open_model(spec, cache_dir=cache_dir, device=device, backend=backend)
 
 
 @lru_cache(maxsize=2)

@@ -21,7 +21,8 @@ The query prefix (E5: ``"query: "``) is built in, so the export declares no prom
 explicit ``prompt=`` given to ``encode`` is put before that prefix, for the backbone only:
 the character branch always reads the phrase's own words.
 
-This file imports only torch, sentence-transformers and ``.network``; saving with
+This file imports only torch, sentence-transformers and ``.network`` (and, where it is installed,
+``pearl_model``'s model directory door, which checks the directory before it is loaded); saving with
 ``model.save()`` writes the files from the weights where ``pearl_model`` is installed, else
 copies the directory the model was loaded from.
 """
@@ -111,4 +112,17 @@ class PearlSTModule(InputModule):
                                  revision=revision, local_files_only=local_files_only)
         if path is None:
             raise FileNotFoundError(f"no PEARL export at {model_name_or_path!r} (subfolder {subfolder!r})")
+        if Path(path).is_dir():
+            _check(path)
         return cls(load_network(path, device="cpu"), str(path))  # SentenceTransformer moves it to its device
+
+
+def _check(path: str) -> None:
+    """The model directory door's checks (links, checksums.sha256, a half export) where pearl_model is
+    installed. This file is the directory's own copy: it catches a damaged or half-copied export, not
+    one whose code was rewritten (``pearl verify DIR`` before loading does)."""
+    try:
+        from pearl_model.inference.model_dirs import inspect_model_dir
+    except ImportError:  # a machine without this project: the files are loaded as they are
+        return
+    inspect_model_dir(path)

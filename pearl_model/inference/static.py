@@ -1,11 +1,12 @@
 """Static phrase encoders: a model2vec distillation of any backbone or trained PEARL model.
 
-``distill_static(spec, out)`` runs every token of the model's vocabulary through its transformer
-once (model2vec's ``distill_from_model``: mean pooling, PCA, SIF weighting) and saves a
-:class:`model2vec.StaticModel`: a phrase vector is then the mean of its tokens' stored vectors,
-no transformer at all, tens of thousands of phrases a second on one CPU core. The directory
-loads with ``StaticModel.from_pretrained(out)`` and with ``SentenceTransformer(out)`` (model2vec
-writes the ``modules.json`` of a StaticEmbedding + Normalize pipeline).
+``distill_static(spec, out)`` (:mod:`pearl_model.inference.distill`) runs every token of the model's
+vocabulary through its transformer once (model2vec's ``distill_from_model``: mean pooling, PCA, SIF
+weighting) and saves a :class:`model2vec.StaticModel`: a phrase vector is then the mean of its
+tokens' stored vectors, no transformer at all, tens of thousands of phrases a second on one CPU
+core. The directory loads with ``StaticModel.from_pretrained(out)`` and with
+``SentenceTransformer(out)`` (model2vec writes the ``modules.json`` of a StaticEmbedding + Normalize
+pipeline).
 
 What a static model loses: word order and context, and, for a PEARL teacher, the character
 branch (it reads spelling, which a token table cannot); the backbone half is what is distilled.
@@ -22,12 +23,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .encoder import PhraseEncoder, _check_phrases, cosine_matrix
-from .export import is_pearl_export, load_pearl
+from .encoder import _check_phrases, cosine_matrix
 
 # model2vec is imported where a static model is made or loaded: an optional extra (M2V_PIP)
 
-__all__ = ["distill_static", "is_static_model", "StaticEncoder"]
+__all__ = ["is_static_model", "StaticEncoder"]
 M2V_PIP = "pip install 'model2vec[distill]==0.9.0'"
 
 
@@ -38,38 +38,6 @@ def is_static_model(path: str | os.PathLike) -> bool:
         return config.is_file() and json.loads(config.read_text()).get("model_type") == "model2vec"
     except (OSError, ValueError):
         return False
-
-
-def _teacher(spec: str, cache_dir=None):
-    """(transformer, tokenizer, what the static model covers) of a backbone spec or PEARL export."""
-    if is_pearl_export(spec):
-        model = load_pearl(spec, device="cpu", backend="torch")
-        part = "the backbone half (the character branch is not distilled)" if model.char_proj is not None \
-            else "the whole model (no character branch)"
-        return model.backbone, model.batcher.tokenizer, part
-    enc = PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device="cpu", backend="torch")
-    return enc.model, enc.tokenizer, "the whole model"
-
-
-def distill_static(spec: str, out: str | os.PathLike, pca_dims: int | None = 256,
-                   vocabulary: Sequence[str] | None = None, cache_dir=None) -> Path:
-    """Distil ``spec`` (a backbone spec or a PEARL export directory) into a StaticModel at ``out``.
-
-    ``pca_dims``: the static vectors' dimension (None: the teacher's, PCA-rotated);
-    ``vocabulary``: extra words to add as whole tokens (e.g. a corpus's frequent words).
-    """
-    try:
-        from model2vec.distill import distill_from_model
-    except ImportError as e:
-        raise ImportError(f"static distillation needs model2vec with its distill extra: {M2V_PIP}") from e
-    model, tokenizer, part = _teacher(spec, cache_dir)
-    static = distill_from_model(model, tokenizer, vocabulary=list(vocabulary or []) or None, device="cpu",
-                                pca_dims=pca_dims)
-    static.config["pearl_teacher"] = str(spec)
-    static.config["pearl_distilled"] = part
-    out = Path(out)
-    static.save_pretrained(out)
-    return out
 
 
 class StaticEncoder:

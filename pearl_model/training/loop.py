@@ -50,8 +50,9 @@ import torch
 import torch.nn.functional as F
 
 from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval
-from pearl_model.inference.encoder import PhraseEncoder, mean_pool
+from pearl_model.inference.encoder import mean_pool
 from pearl_model.inference.model import Batcher, PearlModel
+from pearl_model.inference.model_dirs import open_model
 from pearl_model.pairs.augment import CHAR_OPS, augment, can_change
 from pearl_model.phrases.labels import LABELS, OTHER
 from pearl_model.phrases.senses import NOUN_SENSES
@@ -659,7 +660,7 @@ def build_model(backbone: str, char_encoder_dir: str | Path, *, char_proj_dim: i
                 device: str = "auto", cache_dir: str | None = None, type_input: str = "raw"):
     """A fresh PEARL model: the backbone spec's encoder + a saved character encoder, new layers seeded."""
     dev = resolve_device(device)
-    enc = PhraseEncoder.from_backbone(backbone, cache_dir=cache_dir, device=str(dev))
+    enc = open_model(backbone, backbone=True, cache_dir=cache_dir, device=str(dev))
     char_model, vocab = chars.load(char_encoder_dir, device=dev)
     with torch.random.fork_rng(devices=[]):  # seeded init of the new layers, global RNG untouched
         torch.manual_seed(seed)

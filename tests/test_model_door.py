@@ -1,0 +1,197 @@
+"""One door for model directories (issue 54, item 1): every model directory is resolved, verified and
+loaded by pearl_model.inference.model_dirs; a tampered or half export is refused with one line by
+every way in (load_encoder, the CLI, `pearl verify`, sentence-transformers), and no code outside
+the door calls the low-level loaders."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from pearl_cli.main import app  # noqa: E402
+from pearl_model.inference.export import PearlExportError, export_pearl  # noqa: E402
+from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
+from tests.test_model_integrity import flip_byte  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def shipped(model, tmp_path_factory):
+    return export_pearl(model, tmp_path_factory.mktemp("door") / "m", fast_backend=False)
+
+
+def _copy(shipped: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(shipped, copy)
+    return copy
+
+
+def _metadata_gone(copy: Path) -> None:
+    (copy / "pearl_model.json").unlink()
+
+
+def _metadata_of_another_format(copy: Path) -> None:
+    config = json.loads((copy / "pearl_model.json").read_text())
+    (copy / "pearl_model.json").write_text(json.dumps(config | {"format": "pearl-model/0"}))
+
+
+def _one_line_refusal(result, *needles: str) -> None:
+    assert result.exit_code in (1, 2), result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert all(n in result.output for n in needles), result.output
+
+
+@pytest.mark.parametrize("edit", [_metadata_gone, _metadata_of_another_format])
+def test_a_tampered_export_without_its_metadata_is_refused_by_every_way_in(shipped, tmp_path, edit):
+    from pearl_model.inference.loading import load_encoder
+
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    edit(copy)
+    with pytest.raises(PearlExportError, match=r"model\.safetensors: sha256 differs"):
+        load_encoder(str(copy))
+    r = CliRunner().invoke(app, ["encode", "a red car", "--model", str(copy)])
+    _one_line_refusal(r, "model.safetensors: sha256 differs")
+    r = CliRunner().invoke(app, ["similar", "a red car", "car", "--model", str(copy)])
+    _one_line_refusal(r, "model.safetensors: sha256 differs")
+    r = CliRunner().invoke(app, ["verify", str(copy)])
+    _one_line_refusal(r, "model.safetensors: sha256 differs", "pearl_model.json")
+
+
+def test_a_half_export_without_checksums_is_refused_with_one_line(shipped, tmp_path):
+    from pearl_model.inference.loading import load_encoder
+
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    (copy / "checksums.sha256").unlink()
+    (copy / "pearl_model.json").unlink()  # what is left still loads as a plain backbone
+    with pytest.raises(PearlExportError, match=r"half a PEARL export.*pearl_model\.json"):
+        load_encoder(str(copy))
+    _one_line_refusal(CliRunner().invoke(app, ["encode", "a red car", "--model", str(copy)]), "half a PEARL export")
+    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "half a PEARL export")
+
+
+def test_an_export_is_not_fine_tuned_or_distilled_unverified(shipped, tmp_path):
+    """The backbone half of an export (the start of a new training run, a static distillation's
+    teacher) comes through the door too: a checksum mismatch stops it."""
+    from pearl_model.inference.model_dirs import open_model
+
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    with pytest.raises(PearlExportError, match=r"model\.safetensors: sha256 differs"):
+        open_model(str(copy), backbone=True, device="cpu")
+    enc = open_model(str(shipped), backbone=True, device="cpu")  # the untampered one: its backbone
+    assert enc.dim == 32 and enc.encode(PHRASES[:2]).shape == (2, 32)
+
+
+def test_sentence_transformers_loads_only_a_verified_export(shipped, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    with pytest.raises(PearlExportError, match=r"model\.safetensors: sha256 differs"):
+        st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+
+
+def test_what_is_neither_an_export_nor_a_model_is_refused(shipped, tmp_path):
+    from pearl_model.inference.loading import load_encoder
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(PearlExportError, match="not a model directory"):
+        load_encoder(str(empty))
+    half = tmp_path / "half"
+    shutil.copytree(shipped / "char_encoder", half / "char_encoder")
+    (half / "config.json").write_text("{}")
+    with pytest.raises(PearlExportError, match="half a PEARL export"):
+        load_encoder(str(half))
+
+
+def test_a_link_out_of_the_directory_is_refused_before_anything_is_read(shipped, tmp_path):
+    from pearl_model.inference.loading import load_encoder
+
+    copy = _copy(shipped, tmp_path)
+    outside = tmp_path / "outside.json"
+    outside.write_text((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").unlink()
+    (copy / "tokenizer_config.json").symlink_to(outside)
+    (copy / "checksums.sha256").unlink()  # no listing to catch it: the link itself must
+    with pytest.raises(PearlExportError, match=r"tokenizer_config\.json.*links outside"):
+        load_encoder(str(copy))
+    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "links outside")
+
+
+# --- no second door ------------------------------------------------------------------------
+
+# The loaders below the door, and the modules allowed to call each (where it is defined or the
+# door itself; st_module loads after asking the door, or where pearl_model is not installed).
+DOOR = "pearl_model/inference/model_dirs.py"
+LOW_LEVEL = {"load_pearl": {"pearl_model/inference/export.py"},
+             "load_network": {"pearl_model/inference/export.py", "pearl_model/inference/st_module.py"},
+             "load_backbone": {"pearl_model/inference/encoder.py"},
+             "from_backbone": set(),
+             "PearlEncoder.load": set(), "StaticEncoder.load": set()}
+SCANNED = ("pearl_model", "pearl_cli", "tasks", "flows", "runs", "storage", "benchmarks", "scripts")
+
+
+def _called(node: ast.Call) -> str | None:
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        owner = f.value.id if isinstance(f.value, ast.Name) else None
+        if f.attr == "load":
+            return f"{owner}.load" if owner in ("PearlEncoder", "StaticEncoder") else None
+        return f.attr
+    return None
+
+
+def second_doors(root: Path = ROOT) -> list[str]:
+    bad = []
+    for top in SCANNED:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel == DOOR or ".venv" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                name = _called(node) if isinstance(node, ast.Call) else None
+                if name in LOW_LEVEL and rel not in LOW_LEVEL[name]:
+                    bad.append(f"{rel}:{node.lineno} calls {name}")
+    return bad
+
+
+def test_no_model_directory_is_opened_beside_the_door():
+    bad = second_doors()
+    assert not bad, ("open model directories with pearl_model.inference.model_dirs.open_model, not:\n"
+                     + "\n".join(bad))
+
+
+@pytest.mark.parametrize("where, source, reported", [
+    ("tasks/bad.py", "from pearl_model.inference.export import load_pearl\nm = load_pearl(p)\n",
+     "tasks/bad.py:2 calls load_pearl"),
+    ("flows/bad.py", "def f(p):\n    return PearlEncoder.load(p)\n", "flows/bad.py:2 calls PearlEncoder.load"),
+    ("pearl_cli/bad.py", "enc = x.PhraseEncoder.from_backbone(spec)\n", "pearl_cli/bad.py:1 calls from_backbone"),
+    ("benchmarks/bad.py", "s = StaticEncoder.load(d)\n", "benchmarks/bad.py:1 calls StaticEncoder.load"),
+    ("pearl_model/inference/static.py", "m = load_pearl(d)\n", "pearl_model/inference/static.py:1 calls load_pearl"),
+])
+def test_a_second_door_is_reported(tmp_path, where, source, reported):
+    for top in SCANNED:
+        (tmp_path / top).mkdir()
+    (tmp_path / "pearl_model" / "inference").mkdir()
+    (tmp_path / DOOR).write_text("def open_model(p):\n    return load_pearl(p)\n")  # the door may
+    (tmp_path / "tasks" / "ok.py").write_text("enc = open_model(p)\nx = json.load(f)\n")
+    (tmp_path / where).write_text(source)
+    assert second_doors(tmp_path) == [reported]
