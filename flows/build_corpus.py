@@ -48,7 +48,7 @@ def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str
     raw, raw_manifest = raw_pages_stage(source, storage_root, read.params(), read.multistream_index, steps=steps)
     # bucket counts left unset follow the input size (storage.buckets.buckets_for): bounded reducers
     alias_buckets = pages.alias_buckets or alias_bucket_count(raw_manifest["rows"])
-    text, page_manifests = pages_stage(raw, raw_manifest, pages.params(alias_buckets), steps=steps)
+    text, page_manifests = pages_stage(raw, pages.params(alias_buckets), steps=steps)
     aliases = aliases_stage(text.alias_mentions, {"alias_buckets": alias_buckets}, steps=steps)
     steps.stage("corpus_report")
     corpus = steps.call(corpus_report_task, raw, text.pages, text.sentences, text.quarantine, text.alias_mentions,

@@ -43,8 +43,21 @@ class DatasetIncomplete(FileNotFoundError):
     """The dataset version has no manifest: it was never finished."""
 
 
-class UnsafeManifest(ValueError):
+class ManifestError(ValueError):
+    """A manifest or ``_latest.json`` pointer that is not what this code writes (not a JSON object,
+    a field of the wrong type, part counts that do not add up): the message names the file."""
+
+
+class UnsafeManifest(ManifestError):
     """A manifest names a file outside its version directory (an absolute path, "..", a scheme)."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part a dataset's manifest lists: its checked path and its row count."""
+
+    path: str
+    rows: int
 
 
 class SchemaMismatch(ValueError):
@@ -116,12 +129,17 @@ class Versioned:
     def manifest(self) -> dict:
         try:
             with self.fs.open(f"{self.path}/{MANIFEST}", "r") as fh:
-                return json.load(fh)
+                manifest = json.load(fh)
         except FileNotFoundError:
             raise DatasetIncomplete(
                 f"{self.kind} {self.name} version {self.version} at {self.url} has no manifest: "
                 "it is incomplete and will be recomputed, never read"
             ) from None
+        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+            raise ManifestError(f"{self.url}/{MANIFEST} is not valid JSON ({e}): delete the version to rebuild it") from None
+        if not isinstance(manifest, dict):
+            raise ManifestError(f"{self.url}/{MANIFEST} is not a JSON object: delete the version to rebuild it")
+        return manifest
 
     def reuse(self) -> dict:
         """The manifest of this complete version, published as ``<name>/_latest.json``: a run that
@@ -134,7 +152,7 @@ class Versioned:
         """The path of a file a manifest lists, refused (UnsafeManifest) when the name would land
         outside the version directory: manifests on a shared root are input from whoever can write there."""
         parts = name.split("/") if isinstance(name, str) else []
-        if not parts or any(p in ("", ".", "..") or "\\" in p for p in parts):
+        if not parts or any(p in ("", ".", "..") or "\\" in p or not p.isprintable() for p in parts):
             raise UnsafeManifest(f"{self.url}: manifest file name {name!r} is not a relative path inside the version")
         return f"{self.path}/{name}"
 
@@ -214,8 +232,35 @@ class Dataset(Versioned):
                                 params=params, inputs=inputs, stats=stats, extra=extra)
 
     # --- reading ---------------------------------------------------------------------
+    def parts(self, verify: bool = False) -> list[Part]:
+        """The parts the manifest lists, in order: the one door from a manifest's part names to
+        paths (tests/test_import_rules.py finds a second one). Every name goes through file_path,
+        every count is a non-negative integer and they add up to the manifest's rows, all checked
+        before any part is read (ManifestError, UnsafeManifest). ``verify``: each count checked
+        against its part's Parquet footer too (one footer read per part), for a caller that plans
+        work by the counts."""
+        manifest = self.manifest()
+        listed = manifest.get("parts")
+        if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
+            raise ManifestError(f"{self.url}/{MANIFEST}: 'parts' is not a list of objects")
+        parts = [Part(self.file_path(p.get("file")), p.get("rows")) for p in listed]
+        if not all(type(p.rows) is int and p.rows >= 0 for p in parts):
+            bad = next(p for p in parts if not (type(p.rows) is int and p.rows >= 0))
+            raise ManifestError(f"{self.url}/{MANIFEST}: part {bad.path.rsplit('/', 1)[-1]} has rows {bad.rows!r}, "
+                                "not a count")
+        total = manifest.get("rows")
+        if total != sum(p.rows for p in parts) or type(total) is not int:
+            raise ManifestError(f"{self.url}/{MANIFEST}: its parts hold {sum(p.rows for p in parts)} rows, "
+                                f"its 'rows' says {total!r}")
+        for p in parts if verify else ():
+            stored = pq.read_metadata(p.path, filesystem=self.fs).num_rows
+            if stored != p.rows:
+                raise ManifestError(f"{self.url}/{MANIFEST}: part {p.path.rsplit('/', 1)[-1]} holds {stored} rows, "
+                                    f"the manifest says {p.rows}")
+        return parts
+
     def part_files(self) -> list[str]:
-        return [self.file_path(p["file"]) for p in self.manifest()["parts"]]  # every name checked before any read
+        return [p.path for p in self.parts()]  # every name checked before any read
 
     def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
         files = self.part_files()
@@ -299,10 +344,17 @@ def latest_version(root: str, name: str) -> str | None:
     path = f"{base.rstrip('/')}/{name}/{LATEST}"
     try:
         with fs.open(path, "r") as fh:
-            version = json.load(fh)["version"]
+            pointer = json.load(fh)
     except FileNotFoundError:
         return None
-    return check_version(f"the version in {path}", version)  # an edited pointer leads nowhere else
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise ManifestError(f"{redact(root)}/{name}/{LATEST} is not valid JSON ({e}): fix or delete it") from None
+    if not isinstance(pointer, dict) or "version" not in pointer:
+        raise ManifestError(f"{redact(root)}/{name}/{LATEST} is not a JSON object with a version: fix or delete it")
+    try:
+        return check_version(f"the version in {redact(root)}/{name}/{LATEST}", pointer["version"])
+    except ValueError as e:  # an edited pointer leads nowhere else
+        raise ManifestError(str(e)) from None
 
 
 def new_manifest(name: str, version: str, body: dict, *, code_version: str, params: dict,

@@ -34,7 +34,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from storage.atomic import TMP, check_exclusive, fsync_path, is_local, write_exclusive
-from storage.datasets import MANIFEST, Versioned, dataset_version, new_manifest, publish_latest
+from storage.datasets import MANIFEST, ManifestError, Versioned, dataset_version, new_manifest, publish_latest
 from storage.redact import redact
 
 __all__ = ["FileSet", "plan_fileset", "default_cache"]
@@ -209,6 +209,19 @@ class FileSet(Versioned):
                 _remove(fs, p)
         return manifest
 
+    def entries(self, manifest: dict | None = None) -> list[tuple[str, dict]]:
+        """(name, entry) of each file the manifest lists: the file set's door from a manifest's names
+        to paths (tests/test_import_rules.py finds a second one). Every name checked by file_path and
+        every size a count (ManifestError, UnsafeManifest), before any file is read."""
+        listed = (manifest or self.manifest()).get("files")
+        if not isinstance(listed, list) or not all(isinstance(e, dict) for e in listed):
+            raise ManifestError(f"{self.url}/{MANIFEST}: 'files' is not a list of objects")
+        for e in listed:
+            self.file_path(e.get("file"))
+            if type(e.get("bytes")) is not int or e["bytes"] < 0:
+                raise ManifestError(f"{self.url}/{MANIFEST}: file {e['file']} has bytes {e.get('bytes')!r}, not a size")
+        return [(e["file"], e) for e in listed]
+
     def stored_path(self, rel: str, manifest: dict | None = None) -> str:
         """Where file ``rel`` of the committed version is stored (an object store's version keeps its
         files in the directory its manifest names)."""
@@ -234,7 +247,7 @@ class FileSet(Versioned):
         it is now (each file's size and mtime) leaves a marker under
         ``$PEARL_CACHE/storage/_verified/``, so a second call only stats the files."""
         manifest = self.manifest()
-        entries = [(_relative_file(e["file"], self), e) for e in manifest["files"]]
+        entries = self.entries(manifest)
 
         def check(rel: str, path: Path, entry: dict) -> None:
             if path.stat().st_size != entry["bytes"] or ("sha256" in entry and _sha256(path) != entry["sha256"]):
@@ -258,11 +271,10 @@ class FileSet(Versioned):
             return target
 
         if isinstance(self.fs, LocalFileSystem):
-            base = Path(self._base(manifest))
-            missing = [rel for rel, _ in entries if not (base / rel).is_file()]
+            missing = [rel for rel, _ in entries if not Path(self.stored_path(rel, manifest)).is_file()]
             if missing:
                 raise OSError(f"{self.url}: {missing[0]} is listed in the manifest but missing")
-            return verified(base)
+            return verified(Path(self._base(manifest)))
         target = Path(cache_dir) if cache_dir else default_cache() / self.name / self.version
         marker = target / MANIFEST
         if marker.exists():

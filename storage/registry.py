@@ -188,19 +188,27 @@ class ModelRegistry:
     def _history_path(self, n: int) -> str:
         return f"{self.base}/{HISTORY}/{n:08d}.json"
 
+    def _pointer_file(self, path: str, n: int | None = None) -> dict:
+        """current.json, or history file ``n``: RegistryError unless it is a JSON object with a version
+        and a history list (of n entries for history file n, so that reading on always moves forward)."""
+        ptr = _read_json(self.fs, path, ("version", "history"))
+        if not isinstance(ptr["history"], list) or n is not None and len(ptr["history"]) != n:
+            raise RegistryError(f"{path}: its history is not a list" + (f" of {n} entries" if n else "")
+                                + ": fix or restore it")
+        return ptr
+
     def pointer(self) -> dict | None:
         """The current pointer with its history, or None before the first promotion."""
         path = f"{self.base}/{CURRENT}"
         ptr = None
         try:
-            ptr = _read_json(self.fs, path, ("version", "history"))
+            ptr = self._pointer_file(path)
         except FileNotFoundError:
             pass
         while True:  # promotions newer than current.json (cut short, or overtaken): the history files decide
-            newer = self._history_path(len(ptr.get("history") or []) + 1 if ptr else 1)
+            n = len(ptr["history"]) + 1 if ptr else 1
             try:
-                with self.fs.open(newer, "r") as fh:
-                    ptr, path = json.load(fh), newer
+                ptr, path = self._pointer_file(self._history_path(n), n), self._history_path(n)
             except FileNotFoundError:
                 break
         if ptr is None:

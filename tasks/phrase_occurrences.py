@@ -57,12 +57,14 @@ phrase_bucket = bucket_of  # the phrase-count reducer a phrase key goes to
 
 
 def plan_chunks(sentences: Dataset, sentences_per_chunk: int) -> list[Chunk]:
-    """Slices of the sentences parts, so a big part still spreads over many workers."""
+    """Slices of the sentences parts, so a big part still spreads over many workers. The parts come
+    through Dataset.parts (a name outside the version is refused), their counts checked against the
+    parts' footers (a count no part holds would plan chunks without end)."""
     chunks = []
-    for part in sentences.manifest()["parts"]:
-        for offset in range(0, part["rows"], sentences_per_chunk):
-            length = min(sentences_per_chunk, part["rows"] - offset)
-            chunks.append(Chunk(len(chunks), f"{sentences.path}/{part['file']}", offset, length))
+    for part in sentences.parts(verify=True):
+        for offset in range(0, part.rows, sentences_per_chunk):
+            length = min(sentences_per_chunk, part.rows - offset)
+            chunks.append(Chunk(len(chunks), part.path, offset, length))
     return chunks
 
 

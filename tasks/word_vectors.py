@@ -61,7 +61,7 @@ class SentenceCorpus:
 
 
 def sentence_count(sentences: Dataset) -> int:
-    return sum(p["rows"] for p in sentences.manifest()["parts"])
+    return sum(p.rows for p in sentences.parts())
 
 
 def ngram_buckets(n_sentences: int, bucket: int | None = None) -> int:

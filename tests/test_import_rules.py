@@ -222,3 +222,157 @@ def test_each_room_of_the_library_says_what_it_holds(tmp_path):
     (tmp_path / "pearl_model" / "said").mkdir()
     (tmp_path / "pearl_model" / "said" / "__init__.py").write_text('"""What it holds."""\n')
     assert rooms_without_docstring(tmp_path) == ["pearl_model/quiet"]
+
+
+# --- one door for a manifest's part names --------------------------------------------------------
+PART_DOORS = {"storage/datasets.py": {"Dataset.parts"}, "storage/files.py": {"FileSet.entries"}}
+PART_FLOORS = ("tasks", "flows", "storage")
+_FILE_LISTS = ("parts", "files")  # a dataset manifest's parts, a file set manifest's files
+# what they return is no part name: checked paths, or a count
+_CHECKED = {"file_path", "stored_path", "parts", "entries", "part_files", "part_path", "len"}
+_PATH_TYPES = {"Path", "PurePath", "PurePosixPath", "PosixPath"}
+
+
+def _is_manifest(node: ast.AST, bound: set[str]) -> bool:
+    """``x.manifest()``, or a name bound to one in this function, or a name that says it is one
+    (``manifest``, ``man``, ``raw_manifest``: what a stage is handed)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "manifest":
+        return True
+    return isinstance(node, ast.Name) and (node.id in bound or node.id == "man" or node.id.endswith("manifest"))
+
+
+def _file_list(node: ast.AST, bound: set[str]) -> bool:
+    """``M["parts"]``, ``M["files"]``, ``M.get("parts")``... with M a manifest."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return node.slice.value in _FILE_LISTS and _is_manifest(node.value, bound)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and node.args and isinstance(node.args[0], ast.Constant)):
+        return node.args[0].value in _FILE_LISTS and _is_manifest(node.func.value, bound)
+    return False
+
+
+def _tainted(node: ast.AST, bound: set[str], tainted: set[str]) -> bool:
+    """Whether ``node`` holds data from a manifest's file list (a door's checked result does not)."""
+    if _file_list(node, bound):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in tainted
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _CHECKED or isinstance(func, ast.Name) and func.id in _CHECKED:
+            return False
+    return any(_tainted(child, bound, tainted) for child in ast.iter_child_nodes(node))
+
+
+def _targets(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _builds_path(node: ast.AST, bound: set[str], tainted: set[str]) -> bool:
+    """A path put together by hand from manifest data: an f-string, ``+`` or ``/`` (a Path), a
+    ``join`` (os.path, posixpath, ``"/".join``) or ``joinpath``, or ``Path(...)`` with such an operand."""
+    if isinstance(node, ast.JoinedStr):
+        operands = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div)):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.Call) and (
+            isinstance(node.func, ast.Attribute) and node.func.attr in ("join", "joinpath")
+            or isinstance(node.func, ast.Name) and node.func.id in _PATH_TYPES):
+        joinpath = isinstance(node.func, ast.Attribute) and node.func.attr == "joinpath"
+        operands = [*node.args, *([node.func.value] if joinpath else [])]  # p.joinpath(x): p is an operand too
+    else:
+        return False
+    return any(_tainted(o, bound, tainted) for o in operands)
+
+
+def _scopes(tree: ast.Module):
+    """(qualified name, node) of the module and of every function in it (methods as Class.method)."""
+    yield "", tree
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield f"{prefix}{child.name}", child
+                yield from walk(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+    yield from walk(tree, "")
+
+
+def _own_nodes(scope: ast.AST):
+    """The nodes of one scope, not those of the functions inside it (they are scopes of their own)."""
+    for child in ast.iter_child_nodes(scope):
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            yield child
+            yield from _own_nodes(child)
+
+
+def second_part_doors(root: Path = ROOT) -> list[str]:
+    """Places under tasks/, flows/ or storage/ that turn a manifest's part names into paths another
+    way than its one door (``Dataset.parts`` / ``Versioned.file_path`` for datasets, ``FileSet.entries``
+    / ``FileSet.stored_path`` for file sets), which refuses a name outside the version directory.
+
+    Caught, in any function but the doors: (1) reading a manifest's file list, ``M["parts"]``,
+    ``M["files"]``, ``M.get(...)`` of either, where M is ``x.manifest()``, a name bound to one in
+    the same function, or a name ``man`` / ``*manifest`` (counting the parts reads it too: use
+    ``len(ds.parts())``); (2) a path put together from such data by an f-string, ``+``, ``/``,
+    ``os.path.join`` / ``posixpath.join`` / ``"/".join``, ``joinpath`` or ``Path(...)``, the data
+    followed through assignments, ``for`` targets and comprehensions within the function. Not
+    caught: other dicts' ``"parts"`` keys (``stats["parts"]``, a count), data passed on to another
+    function (that function's own reads are checked), and paths from the doors' results."""
+    bad = []
+    for floor in PART_FLOORS:
+        for path in sorted((root / floor).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            doors = PART_DOORS.get(rel, set())
+            for name, scope in _scopes(ast.parse(path.read_text(encoding="utf-8"))):
+                if name in doors:
+                    continue
+                nodes = list(_own_nodes(scope))
+                bound = {t for n in nodes if isinstance(n, ast.Assign) and _is_manifest(n.value, set())
+                         for target in n.targets for t in _targets(target)}
+                tainted: set[str] = set()
+                for _ in range(3):  # names bound from names bound from the file list, a few steps deep
+                    for n in nodes:
+                        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None \
+                                and _tainted(n.value, bound, tainted):
+                            tainted |= _targets(n.targets[0] if isinstance(n, ast.Assign) else n.target)
+                        elif isinstance(n, (ast.For, ast.comprehension)) and _tainted(n.iter, bound, tainted):
+                            tainted |= _targets(n.target)
+                where = f"{rel}:{{}} ({name or 'module'})"
+                bad += [where.format(n.lineno) + " reads a manifest's file list" for n in nodes if _file_list(n, bound)]
+                bad += [where.format(n.lineno) + " builds a path from a manifest's part names" for n in nodes
+                        if _builds_path(n, bound, tainted)]
+    return sorted(set(bad), key=lambda s: (s.split(":")[0], int(s.split(":")[1].split(" ")[0]), s))
+
+
+def test_manifest_part_names_become_paths_only_through_the_door():
+    bad = second_part_doors()
+    assert not bad, "a manifest's part names read outside Dataset.parts / FileSet.entries:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, reported", [
+    ("def plan(ds):\n    for part in ds.manifest()['parts']:\n        yield f\"{ds.path}/{part['file']}\"\n",
+     ["tasks/s.py:2 (plan) reads a manifest's file list", "tasks/s.py:3 (plan) builds a path from a manifest's part names"]),
+    ("import os\ndef f(ds):\n    man = ds.manifest()\n    names = [p['file'] for p in man.get('parts')]\n"
+     "    return [os.path.join(ds.path, n) for n in names]\n",
+     ["tasks/s.py:4 (f) reads a manifest's file list", "tasks/s.py:5 (f) builds a path from a manifest's part names"]),
+    ("import posixpath\ndef f(raw_manifest, base):\n    return posixpath.join(base, raw_manifest['files'][0]['file'])\n",
+     ["tasks/s.py:3 (f) builds a path from a manifest's part names", "tasks/s.py:3 (f) reads a manifest's file list"]),
+    ("from pathlib import Path\nclass A:\n    def f(self, m):\n        files = self.manifest()['files']\n"
+     "        return [Path(self.path) / e['file'] for e in files]\n",
+     ["tasks/s.py:4 (A.f) reads a manifest's file list", "tasks/s.py:5 (A.f) builds a path from a manifest's part names"]),
+    ("def n(raw):\n    return len(raw.manifest()['parts'])\n", ["tasks/s.py:2 (n) reads a manifest's file list"]),
+    # not flagged: a stats count named "parts", the door's checked paths, a path from other data
+    ("def f(ds, manifest, stats):\n    k = manifest['stats']['right']['parts'] + stats['parts']\n"
+     "    paths = [f'{p.path}!' for p in ds.parts()] + [ds.file_path(n) + '.x' for n in stats['files']]\n"
+     "    return k, paths, f\"{ds.path}/part-{k:05d}.parquet\"\n", []),
+])
+def test_a_second_part_door_is_reported(tmp_path, source, reported):
+    for floor in PART_FLOORS:
+        (tmp_path / floor).mkdir()
+    (tmp_path / "storage" / "datasets.py").write_text(
+        "class Dataset:\n    def parts(self):\n        return [self.file_path(p['file']) for p in self.manifest()['parts']]\n")
+    (tmp_path / "tasks" / "s.py").write_text(source)
+    assert second_part_doors(tmp_path) == reported

@@ -87,7 +87,7 @@ def find_duplicate_pages(raw: Dataset) -> list[np.ndarray]:
     once (23M records, a full dump: 18 s and 1.2 GB here, plus reading the parts).
     """
     seqs, ids = [], []
-    for i in range(len(raw.manifest()["parts"])):
+    for i in range(len(raw.parts())):
         t = raw.read_part(i, columns=["seq", "page_id"],
                           filter=pc.field("error").is_null() & pc.field("page_id").is_valid())
         seqs.append(t["seq"].to_numpy())
@@ -260,7 +260,7 @@ def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict) -> dict:
     if all(d.is_complete() for d in out.all()):  # a rerun that changed nothing keeps the manifests
         return {d.name: d.reuse() for d in out.all()}
     totals: Counter = Counter()
-    for i in range(len(raw.manifest()["parts"])):
+    for i in range(len(raw.parts())):
         totals.update(out.pages.part_metadata(i)["stats"])
     if totals["records"] != raw.manifest()["rows"]:
         raise AssertionError(f"pages parts account for {totals['records']} records, raw_pages has "
@@ -305,13 +305,13 @@ def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict) -> di
     return commit_page_outputs(out, raw, params)
 
 
-def pages_stage(raw: Dataset, raw_manifest: dict, params: dict, *,
+def pages_stage(raw: Dataset, params: dict, *,
                 steps: Steps = PREFECT) -> tuple[PageOutputs, dict]:
     """The stage in its flow: raw_pages -> pages, sentences, alias_mentions, quarantine, one
     extraction task per raw part; returns the outputs and their committed manifests."""
     steps.stage("pages")
     pages = steps.call(plan_page_outputs_task, raw, params)
     duplicates = steps.call(find_duplicate_pages_task, raw)
-    steps.map(extract_part_task, unmapped(raw), range(len(raw_manifest["parts"])), unmapped(pages), unmapped(params),
+    steps.map(extract_part_task, unmapped(raw), range(len(raw.parts())), unmapped(pages), unmapped(params),
               duplicates)
     return pages, steps.call(commit_page_outputs_task, pages, raw, params)
