@@ -24,7 +24,10 @@ class ReadConfig(_Stage):
     """raw_pages: reading the input dump(s)."""
     input_format: Literal["auto", "mediawiki-xml", "jsonl"] = Field("auto", description="auto: from the file name")
     pages_per_partition: int = Field(500, ge=1, description="pages per Parquet part and per Dask task")
-    max_page_bytes: int = Field(4 * 1024 * 1024, ge=1, description="larger pages are quarantined as too_large")
+    max_page_bytes: int = Field(4 * 1024 * 1024, ge=1, description="larger pages (a JSON line, an XML <page>) are "
+                                                                    "quarantined as too_large")
+    max_json_depth: int = Field(64, ge=1, description="a JSON-lines record nested deeper is quarantined as too_deep "
+                                                      "(json itself stops near 1000 levels: malformed_json)")
     max_pages: Optional[int] = Field(None, ge=1, description="stop after this many pages (a slice to try things)")
     allow_incomplete_input: bool = Field(
         False, description="go on with the pages read from an input that ended early or is corrupt; by default "
@@ -36,8 +39,11 @@ class ReadConfig(_Stage):
                             "null: always sequential")
 
     def params(self) -> dict:
-        return {"input_format": self.input_format, "pages_per_part": self.pages_per_partition,
-                "max_page_bytes": self.max_page_bytes, "max_pages": self.max_pages}
+        params = {"input_format": self.input_format, "pages_per_part": self.pages_per_partition,
+                  "max_page_bytes": self.max_page_bytes, "max_pages": self.max_pages}
+        if self.max_json_depth != ReadConfig.model_fields["max_json_depth"].default:  # else versions stay
+            params["max_json_depth"] = self.max_json_depth
+        return params
 
 
 class PagesConfig(_Stage):

@@ -11,8 +11,8 @@ from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from pearl_model.linking.index import EXACT_LIMIT
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
-    PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task, plan_link_task,
-    query_left_task, split_side_task, write_matches_task,
+    MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task,
+    plan_link_task, query_left_task, split_side_task, write_matches_task,
 )
 
 
@@ -55,6 +55,7 @@ def link(
     exact_limit: Annotated[int, Field(ge=0)] = EXACT_LIMIT,
     recall_sample: Annotated[int, Field(ge=0)] = RECALL_SAMPLE,
     batch_size: Optional[Annotated[int, Field(ge=1)]] = None,
+    max_row_bytes: Annotated[int, Field(ge=1)] = MAX_ROW_BYTES,
     dask_address: Optional[str] = None,
     dask_workers: Annotated[int, Field(ge=1)] = 2,
 ) -> dict:
@@ -92,6 +93,8 @@ def link(
         exact_limit: the most right names auto indexes exactly.
         recall_sample: left names on which an approximate index's recall is measured against exact.
         batch_size: names per forward pass (default: the engine's).
+        max_row_bytes: the longest CSV row read (default 64 MiB): a CSV is read in blocks from 1 MiB,
+            grown for a longer row up to this; a row over it fails the run naming the limit.
         dask_address: an existing Dask scheduler; none starts a local cluster.
         dask_workers: worker processes of the local cluster.
     """
@@ -99,7 +102,7 @@ def link(
                 "threshold": threshold, "cosine_weight": cosine_weight, "labels": labels, "precision": precision, "dedupe": dedupe,
                 "partition_rows": partition_rows, "index_rows": index_rows, "index_kind": index_kind,
                 "exact_limit": exact_limit,
-                "recall_sample": recall_sample, "batch_size": batch_size}
+                "recall_sample": recall_sample, "batch_size": batch_size, "max_row_bytes": max_row_bytes}
     run = link_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(left, right, storage_root, settings)
 

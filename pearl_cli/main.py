@@ -435,6 +435,8 @@ def link(
                                                         "(connected components of the pairs kept)"),
     backbone: str = BACKBONE,
     batch_size: Optional[int] = typer.Option(None, min=1, help="names per forward pass (default: the engine's)"),
+    max_row_bytes: int = typer.Option(64 << 20, min=1, help="the longest CSV row read (a CSV is read in blocks "
+                                                            "from 1 MiB, grown for a longer row up to this)"),
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
@@ -457,9 +459,9 @@ def link(
         table_format(out)
         if "://" not in out:
             _check_out(out, Format.npy)  # a local --out can be written (the format is not read)
-        left_side = read_side(left, left_column)
-        right_side = left_side if dedupe else read_side(right, right_column)
-        pairs = None if labels is None else read_columns(labels, ["left", "right"]).drop_null()
+        left_side = read_side(left, left_column, max_row_bytes)
+        right_side = left_side if dedupe else read_side(right, right_column, max_row_bytes)
+        pairs = None if labels is None else read_columns(labels, ["left", "right"], max_row_bytes).drop_null()
     except LinkInputError as e:
         _fail(str(e))
     encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
@@ -492,6 +494,9 @@ def link(
                f"{n.skipped} null or empty (skipped)", err=True)
     if not dedupe:
         typer.echo(f"right: {right_side.total} rows, {right_side.skipped} null or empty (skipped)", err=True)
+    for name, s in [("left", left_side)] + ([] if dedupe else [("right", right_side)]):
+        if s.nul_stripped:
+            typer.echo(f"{name}: NUL bytes stripped from {s.nul_stripped} names", err=True)
     if threshold is None:
         typer.echo(NO_LABELS, err=True)
     found = f", {len(set(table['cluster'].to_pylist()))} clusters" if dedupe else ""

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pearl_model.linking.sides import MAX_ROW_BYTES
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
@@ -76,6 +77,7 @@ class LinkPlan:
     params: dict = field(hash=False)
     inputs: dict = field(hash=False)
     notes: tuple[str, ...] = ()
+    max_row_bytes: int = MAX_ROW_BYTES  # the longest CSV row read (a limit on memory, not on the output)
 
     @property
     def dedupe(self) -> bool:
@@ -160,7 +162,7 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
               threshold: float | None = None, cosine_weight: float | None = None, labels: str | None = None, precision: float = 0.9,
               dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_rows: int | None = None,
               index_kind: str = "auto", exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
-              batch_size: int | None = None) -> LinkPlan:
+              batch_size: int | None = None, max_row_bytes: int = MAX_ROW_BYTES) -> LinkPlan:
     """Check the parameters (as `pearl link` does) and the inputs' existence, resolve the model, and
     name the output version. Nothing is read or written."""
     from pearl_model.inference.backbones import DEFAULT_BACKBONE
@@ -172,8 +174,8 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     problem = request_error(dedupe, bool(right), threshold is not None, labels is not None, PARAMETER_NAMES)
     if problem:
         raise ValueError(problem)
-    if top_k < 1 or partition_rows < 1 or recall_sample < 0:
-        raise ValueError("top_k and partition_rows must be >= 1, recall_sample >= 0")
+    if top_k < 1 or partition_rows < 1 or recall_sample < 0 or max_row_bytes < 1:
+        raise ValueError("top_k, partition_rows and max_row_bytes must be >= 1, recall_sample >= 0")
     index_rows = partition_rows if index_rows is None else index_rows
     if index_rows < partition_rows:  # a shard holds whole partitions
         raise ValueError(f"index_rows {index_rows} is below partition_rows {partition_rows}: an index holds "
@@ -199,7 +201,8 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
     return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
                     resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_rows, index_kind,
-                    exact_limit, recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else ())
+                    exact_limit, recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else (),
+                    max_row_bytes)
 
 
 def start_work(plan: LinkPlan) -> None:
@@ -216,7 +219,7 @@ def split_side(plan: LinkPlan, side: str) -> SideParts:
     url, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
     names = plan.names(side)
     parts = rows = skipped = 0
-    for chunk in iter_column(url, column, plan.partition_rows):
+    for chunk in iter_column(url, column, plan.partition_rows, plan.max_row_bytes):
         blank = side_from_array(chunk, url, column).skipped
         names.write_part(parts, pa.table({"row": pa.array(np.arange(rows, rows + len(chunk)), pa.int64()),
                                           "name": chunk}), {"rows": len(chunk), "skipped": blank})
@@ -351,7 +354,7 @@ def choose_threshold(plan: LinkPlan, left_parts: int) -> dict:
         given = plan.threshold is not None
         return {"value": plan.threshold, "source": "given" if given else None,
                 "note": f"threshold {plan.threshold} given; not chosen from labels" if given else NO_LABELS}
-    pairs = read_columns(plan.labels, ["left", "right"]).drop_null()
+    pairs = read_columns(plan.labels, ["left", "right"], plan.max_row_bytes).drop_null()
     known = pc.unique(pairs["left"])
     wanted = (pc.field("rank") == 1) & pc.field("left").isin(known)
     best = pa.concat_tables([plan.candidates.read_part(i, filter=wanted) for i in range(left_parts)])

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 # JSON lines longer than this are read in pieces so that one giant line cannot take all memory.
 _LINE_LIMIT = 1 << 20
+# A JSON record nested deeper than this (the record itself is depth 1) is quarantined as too_deep;
+# the read setting max_json_depth changes it (json.loads itself stops near 1000 levels).
+MAX_JSON_DEPTH = 64
 # With several sources, a JSON record without an id gets page_id = (i + 1) * this + its
 # line number in source i, clear of real page ids (enwiki's are < 10^8) and of the other
 # sources' (sentence ids, page_id * 10^6 + index, stay within int64 up to ~9000 sources).
@@ -72,12 +75,14 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
 _INT64 = range(-(2**63), 2**63)
 
 
-def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id_base: int = 0) -> Iterator[dict]:
+def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id_base: int = 0,
+                     max_json_depth: int = MAX_JSON_DEPTH) -> Iterator[dict]:
     """Records of a JSON-lines input; one without an id gets page_id ``id_base + seq + 1``.
 
     A blank line is no record; any other line is one row, and a line that is not a usable
     record is a quarantine row whose ``error_detail`` starts with its line number (1-based,
-    in this source, decompressed), so one bad record never fails the read.
+    in this source, decompressed), so one bad record never fails the read. Its limits:
+    ``max_page_bytes`` a line (``too_large``), ``max_json_depth`` of nesting (``too_deep``).
     """
     seq = 0
     line_no = 0
@@ -101,7 +106,7 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
                 continue
             if not line.strip():
                 continue
-            row = _json_record(seq, line, id_base)
+            row = _json_record(seq, line, id_base, max_json_depth)
             if row["error"]:
                 row["error_detail"] = f"line {line_no}: {row['error_detail']}"[:500]
             yield row
@@ -118,7 +123,7 @@ def _json_unreadable(seq: int, line: bytes, reason: str, detail: str) -> dict:
     }
 
 
-def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
+def _json_record(seq: int, line: bytes, id_base: int = 0, max_json_depth: int = MAX_JSON_DEPTH) -> dict:
     try:
         record = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -126,6 +131,8 @@ def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
     # JSONDecodeError; ValueError: an integer of over 4300 digits; RecursionError: deep nesting
     except (ValueError, RecursionError) as exc:
         return _json_unreadable(seq, line, "malformed_json", f"{type(exc).__name__}: {exc}")
+    if _deeper_than(record, max_json_depth):
+        return _json_unreadable(seq, line, "too_deep", f"nested deeper than max_json_depth={max_json_depth}")
     if not isinstance(record, dict) or not isinstance(record.get("title"), str):
         return _json_unreadable(seq, line, "malformed_record", "expected an object with a string 'title'")
     text = record.get("text", record.get("extract"))
@@ -139,11 +146,15 @@ def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
     if not (_encodable(title) and _encodable(text)):  # a lone surrogate escape such as "\\ud800"
         return bad("malformed_record", "'title' or 'text' holds a lone surrogate, which is not text")
     page_id = record.get("id")
-    if isinstance(page_id, str) and page_id.isdigit():  # "77"; "²" is a digit but no number
+    # One rule: an id is a JSON integer or a string of ASCII digits; a numeral of another script
+    # ("٣", "²") is refused, as Python reads some of them as numbers and not others.
+    if isinstance(page_id, str) and page_id.isnumeric():
         try:
+            if not (page_id.isascii() and page_id.isdigit()):
+                raise ValueError
             page_id = int(page_id)
-        except ValueError:
-            return bad("malformed_record", f"'id' {page_id[:50]!r} is not an integer")
+        except ValueError:  # also over int()'s 4300 digits
+            return bad("malformed_record", f"'id' {page_id[:50]!r} is not an integer in ASCII digits 0-9")
     if not isinstance(page_id, int):  # none, or not a number: a page id of its own
         page_id = id_base + seq + 1
     elif page_id not in _INT64:
@@ -160,6 +171,18 @@ def _json_record(seq: int, line: bytes, id_base: int = 0) -> dict:
         "error": None,
         "error_detail": None,
     }
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether ``value`` nests lists or objects more than ``limit`` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def _encodable(s: str) -> bool:
@@ -209,6 +232,7 @@ def write_raw_pages(
     max_page_bytes: int = 4 << 20,
     max_pages: int | None = None,
     progress: ProgressFn | None = None,
+    max_json_depth: int = MAX_JSON_DEPTH,
 ) -> dict:
     """Cut the input(s) into parts of ``pages_per_part`` records; returns read statistics.
 
@@ -253,7 +277,8 @@ def write_raw_pages(
             if info["format"] == "mediawiki-xml":
                 rows = iter_xml_pages(stream, max_page_bytes, src)
             else:
-                rows = iter_jsonl_pages(stream, max_page_bytes, src, (i + 1) * SYNTHETIC_ID_BASE if several else 0)
+                rows = iter_jsonl_pages(stream, max_page_bytes, src, (i + 1) * SYNTHETIC_ID_BASE if several else 0,
+                                        max_json_depth)
             try:
                 for row in rows:
                     row["seq"] = stats.pages_read  # runs on across sources
@@ -359,6 +384,7 @@ def raw_pages_task(source: Source, out: Dataset, params: dict) -> dict:
     stats = write_raw_pages(
         sources, out, input_format=params["input_format"], pages_per_part=params["pages_per_part"],
         max_page_bytes=params["max_page_bytes"], max_pages=params["max_pages"], progress=progress,
+        max_json_depth=params.get("max_json_depth", MAX_JSON_DEPTH),
     )
     publish(update_progress_artifact, artifact, 100.0)
     if not stats["input_complete"]:
