@@ -76,7 +76,8 @@ COPY storage/ storage/
 COPY runs/ runs/
 COPY pearl_model/ pearl_model/
 COPY pearl_cli/ pearl_cli/
-# The distribution installs pearl_model and pearl_cli; flows/, tasks/, runs/ and storage/ run
+COPY pearl_redact/ pearl_redact/
+# The distribution installs pearl_model, pearl_cli and pearl_redact; flows/, tasks/, runs/ and storage/ run
 # from /app (scripts/setup.sh does the same for a checkout's .venv).
 RUN pip install --no-deps -e . \
     && python -c "import sysconfig; open(sysconfig.get_paths()['purelib'] + '/pearl-pipeline-checkout.pth', 'w').write('/app\\n')" \

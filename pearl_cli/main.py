@@ -37,6 +37,7 @@ from typer.core import TyperGroup
 
 from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.inference.onnx_backend import BACKENDS
+from pearl_redact import redact
 
 
 
@@ -84,8 +85,9 @@ STORAGE_ROOT = typer.Option(None, "--storage-root", envvar="PEARL_STORAGE_ROOT",
                             help="where the datasets, models and registry are (default ./data)")
 
 
-def _fail(message: str) -> None:
-    typer.secho(message, fg="red", err=True)
+def _fail(message: str, *urls: str) -> None:
+    """One red line on stderr, credentials in URLs (and the userinfo of ``urls`` anywhere) redacted; exit 2."""
+    typer.secho(redact(message, *urls), fg="red", err=True)
     raise typer.Exit(2)
 
 
@@ -109,7 +111,7 @@ def _registry(storage_root: Optional[str]):
     try:
         return _registry_module().ModelRegistry(root)
     except (ValueError, ImportError, OSError) as e:  # an unknown fsspec protocol, a missing driver
-        _fail(f"cannot open the registry under {root}: {e}")
+        _fail(f"cannot open the registry under {root}: {e}", root)
 
 
 @contextlib.contextmanager
@@ -388,9 +390,30 @@ def similar(
     Console().print(table)
 
 
+# OWASP's CSV injection: a cell starting with one of these is run as a formula by spreadsheets
+FORMULA_START = r"^([=+\-@\t\r])"
+
+
+def _spreadsheet_safe(table):
+    """``table`` with each text cell that starts with =, +, -, @, a tab or a carriage return given a
+    leading ' (OWASP's advice: the spreadsheet shows it as text), and how many cells were."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    changed = 0
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            column = table.column(i)
+            changed += pc.sum(pc.match_substring_regex(column, FORMULA_START)).as_py() or 0
+            table = table.set_column(i, field, pc.replace_substring_regex(column, FORMULA_START, "'\\1"))
+    return table, changed
+
+
 def _write_table(out: str, table) -> None:
     """Write ``table`` to ``out`` (Parquet, or CSV by the suffix; any fsspec URL) under a temporary
-    name renamed into place: a failure leaves no half-written file and any old one whole."""
+    name renamed into place: a failure leaves no half-written file and any old one whole. The temporary
+    files a killed earlier write left in the directory are removed first (their writer is gone). In a
+    CSV, a name a spreadsheet would run as a formula is written with a leading ' (Parquet keeps it exact)."""
     import fsspec
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -400,14 +423,20 @@ def _write_table(out: str, table) -> None:
     atomic = _checkout_module("storage.atomic", "writing a table")
     try:
         fs, path = fsspec.core.url_to_fs(out)
+        if "/" in path:
+            atomic.clean_leftovers(fs, path.rsplit("/", 1)[0], dead_writers=True)
         with atomic.atomic_path(fs, path) as tmp:
             if table_format(out) == "csv":
+                table, escaped = _spreadsheet_safe(table)
                 with fs.open(tmp, "wb") as f:
                     pacsv.write_csv(table, f)
+                if escaped:
+                    typer.echo(f"{escaped} names (cells) that start with =, +, -, @, a tab or a carriage return are "
+                               "written with a leading ' (a spreadsheet would run them as formulas)", err=True)
             else:
                 pq.write_table(table, tmp, filesystem=fs, compression="zstd")
-    except (OSError, ValueError) as e:
-        typer.secho(f"cannot write {out}: {e}", fg="red", err=True)
+    except (OSError, ImportError, ValueError) as e:  # ImportError: the URL's filesystem driver is not installed
+        typer.secho(redact(f"cannot write {out}: {e}", out), fg="red", err=True)
         raise typer.Exit(1)
 
 
@@ -418,7 +447,10 @@ def link(
     right: Optional[str] = typer.Argument(None, metavar="RIGHT",
                                           help="the table to match LEFT's names against (none with --dedupe)"),
     out: str = typer.Option(..., "--out", "-o", metavar="FILE",
-                            help="the matches: Parquet, or CSV by the suffix (.parquet, .pq, .csv); any fsspec URL"),
+                            help="the matches: Parquet, or CSV by the suffix (.parquet, .pq, .csv); any fsspec URL. "
+                                 "In a CSV, a name that starts with =, +, -, @, a tab or a carriage return is written "
+                                 "with a leading ' so that a spreadsheet shows it as text, not a formula (OWASP); "
+                                 "Parquet keeps the names exact"),
     left_column: str = typer.Option("title", help="LEFT's column of names"),
     right_column: str = typer.Option("title", help="RIGHT's column of names"),
     top_k: int = typer.Option(1, "--top-k", min=1, help="matches kept per left row, best first"),
@@ -500,7 +532,7 @@ def link(
     if threshold is None:
         typer.echo(NO_LABELS, err=True)
     found = f", {len(set(table['cluster'].to_pylist()))} clusters" if dedupe else ""
-    typer.echo(f"wrote {n.pairs} matches to {out} ({n.pairs_below_threshold} of {n.candidate_pairs} "
+    typer.echo(f"wrote {n.pairs} matches to {redact(out)} ({n.pairs_below_threshold} of {n.candidate_pairs} "
                f"candidates below the threshold{found})", err=True)
 
 

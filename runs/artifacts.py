@@ -15,8 +15,11 @@ def in_a_run() -> bool:
 def publish(create: Callable, *args, **kwargs) -> Any:
     """`create(*args, **kwargs)`, a `prefect.artifacts` function, in a Prefect run. Outside one (a
     task's body run as a plain function, as the benchmarks do) nothing is sent: Prefect deprecates
-    artifacts without a run, and one would start a server. The content is computed either way."""
-    return create(*args, **kwargs) if in_a_run() else None
+    artifacts without a run, and one would start a server. The content is computed either way.
+    Credentials in URLs anywhere in the content are redacted (artifacts are shown to every API user)."""
+    from pearl_redact import redact
+
+    return create(*redact(args), **redact(kwargs)) if in_a_run() else None
 
 
 def publish_link(link: str, **kwargs) -> Any:

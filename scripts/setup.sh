@@ -95,7 +95,7 @@ elif [ ! -x /usr/bin/chromium ]; then
 fi
 
 # The pipeline (flows/, tasks/, runs/, storage/) runs from this checkout, beside its
-# prefect.yaml: the distribution installs only pearl_model and pearl_cli (generic top-level
+# prefect.yaml: the distribution installs only pearl_model, pearl_cli and pearl_redact (generic top-level
 # names like `tasks` would collide in a shared environment), and this .pth puts the checkout
 # on the venv's path.
 "$VENV/bin/python" - "$ROOT" <<'PY'

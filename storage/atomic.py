@@ -1,10 +1,13 @@
 """Writes that a crash, a power cut or a concurrent writer cannot leave half done.
 
-Every file is written under a temporary name (``.tmp-<random><suffix>`` beside the final name) and
-renamed into place. On a local root the temporary file is fsync'ed before the rename and the
-directory after it, so a power cut leaves the old file or the new one, never an empty one.
-Temporary files of a killed run are removed by :func:`clean_leftovers` once they are older than
-a grace period (a live writer's are fresh: its file is renamed as soon as it is closed).
+Every file is written under a temporary name (``.tmp-<pid>-<host>-<random><suffix>``: the
+writer's process id and a hash of its host name) beside the final name, or in a staging
+directory on the same store, and renamed into place. On a local root the temporary file is
+fsync'ed before the rename and the directory after it, so a power cut leaves the old file or the
+new one, never an empty one. Temporary files of a killed run are removed by :func:`clean_leftovers`
+once they are older than a grace period (a live writer's are fresh: its file is renamed as soon as
+it is closed), or, where asked, as soon as their writer is known to be gone (a process of this host
+that no longer runs).
 
 :func:`write_exclusive` creates a file only if it does not exist, as one atomic step (the
 registry's compare-and-swap): a hard link on a local root, otherwise the store's conditional
@@ -15,7 +18,10 @@ fsspec's generic ``mode="create"`` checks and then writes, which two writers can
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -47,21 +53,32 @@ def fsync_path(path: str, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _tmp_beside(final: str) -> str:
+def _host() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+# what _tmp_beside names: the writer's pid and host, then a random part and the final name's suffix
+_OWN_TMP = re.compile(rf"{re.escape(TMP)}(\d+)-([0-9a-f]{{8}})-[0-9a-f]{{32}}(\.[A-Za-z0-9]+)?")
+
+
+def _tmp_beside(final: str, staging: str | None = None) -> str:
     # Not the final name with a prefix: nothing that lists parts by name may ever match it.
     parent, base = final.rsplit("/", 1)
-    return f"{parent}/{TMP}{uuid.uuid4().hex}{Path(base).suffix}"
+    return f"{staging or parent}/{TMP}{os.getpid()}-{_host()}-{uuid.uuid4().hex}{Path(base).suffix}"
 
 
 @contextmanager
-def atomic_path(fs: fsspec.AbstractFileSystem, final: str) -> Iterator[str]:
-    """A temporary name beside ``final`` to write to; renamed to ``final`` when the block
-    ends, so a file that exists is whole. A failed write leaves no temporary file behind
-    (a killed process still can: ``.tmp-`` files are never listed or read, and
-    :func:`clean_leftovers` removes them later)."""
+def atomic_path(fs: fsspec.AbstractFileSystem, final: str, staging: str | None = None) -> Iterator[str]:
+    """A temporary name beside ``final`` (or in ``staging``, a directory of the same store) to
+    write to; renamed to ``final`` when the block ends, so a file that exists is whole. A failed
+    write leaves no temporary file behind (a killed process still can: ``.tmp-`` files are never
+    listed or read, and :func:`clean_leftovers` removes them later, where it looks: a dataset's
+    parts are staged in the dataset's directory, never inside a version that gets committed)."""
     parent = final.rsplit("/", 1)[0]
     fs.makedirs(parent, exist_ok=True)
-    tmp = _tmp_beside(final)
+    if staging is not None:
+        fs.makedirs(staging, exist_ok=True)
+    tmp = _tmp_beside(final, staging)
     try:
         yield tmp
         if is_local(fs):
@@ -77,8 +94,8 @@ def atomic_path(fs: fsspec.AbstractFileSystem, final: str) -> Iterator[str]:
         raise
 
 
-def atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
-    with atomic_path(fs, path) as tmp:
+def atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str, staging: str | None = None) -> None:
+    with atomic_path(fs, path, staging) as tmp:
         with fs.open(tmp, "w") as fh:
             fh.write(text)
 
@@ -122,24 +139,49 @@ def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool
 
 
 def clean_leftovers(fs: fsspec.AbstractFileSystem, directory: str, *, recursive: bool = False,
-                    grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
+                    grace_s: float = LEFTOVER_GRACE_S, dead_writers: bool = False) -> list[str]:
     """Remove the temporary files of killed writers in ``directory``: names with ``.tmp-`` last
     modified more than ``grace_s`` ago (a live writer's temporary file is younger), a staging
     directory with all it holds. Files whose age the store cannot tell are kept. Returns what
-    was removed."""
+    was removed.
+
+    ``dead_writers`` (a directory that is not the pipeline's, such as a user's output directory):
+    only names :func:`atomic_path` gives are touched, and one is removed at once when its writer
+    is known to be gone: a process of this host that no longer runs (or a later one that reuses
+    its id). A writer on another host is only known gone by the age rule."""
     try:
         paths = fs.find(directory) if recursive else fs.ls(directory, detail=False)
     except (FileNotFoundError, NotADirectoryError):
         return []
     now, removed = time.time(), []
     for p in paths:
-        if TMP not in p.rsplit("/", 1)[-1]:
+        name = p.rsplit("/", 1)[-1]
+        if TMP not in name or (dead_writers and not _OWN_TMP.fullmatch(name)):
             continue
         try:
-            if now - fs.modified(p).timestamp() <= grace_s:
+            modified = fs.modified(p).timestamp()
+            if now - modified <= grace_s and not (dead_writers and _writer_gone(name, modified)):
                 continue
             fs.rm(p, recursive=True)
         except (NotImplementedError, FileNotFoundError):  # undatable, or its writer just renamed it
             continue
         removed.append(p)
     return removed
+
+
+def _writer_gone(name: str, modified: float) -> bool:
+    """Whether the process that wrote the temporary file ``name`` (last modified at ``modified``)
+    is known to have ended: one of this host whose pid runs no longer, or runs a process started
+    after the file's last write (the pid reused). Unknown (another host, no access): False."""
+    import psutil
+
+    m = _OWN_TMP.fullmatch(name)
+    if m is None or m[2] != _host():
+        return False
+    try:
+        process = psutil.Process(int(m[1]))
+        return process.status() == psutil.STATUS_ZOMBIE or process.create_time() > modified + 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from .atomic import atomic_path, atomic_write_text, clean_leftovers
 from .buckets import bucket_column
-from .redact import redact
+from pearl_redact import redact
 
 MANIFEST = "_manifest.json"
 LATEST = "_latest.json"
@@ -119,6 +119,12 @@ class Versioned:
         return f"{base}/{self.name}/{self.version}"
 
     @property
+    def staging(self) -> str:
+        """Where the version's files are written before they are renamed into it: the directory of
+        the name, whose leftovers each publish sweeps, never the version, which a commit closes."""
+        return self.path.rsplit("/", 1)[0]
+
+    @property
     def url(self) -> str:
         """Where the version lives, for messages, links and records (credentials in the root redacted)."""
         return redact(f"{self.root.rstrip('/')}/{self.name}/{self.version}")
@@ -183,7 +189,7 @@ class Dataset(Versioned):
         if metadata is not None:
             table = table.replace_schema_metadata({PART_METADATA: json.dumps(metadata, sort_keys=True)})
         key = bucket_column(self.schema)
-        with atomic_path(self.fs, self.part_path(index)) as tmp:
+        with atomic_path(self.fs, self.part_path(index), self.staging) as tmp:
             if key is None:
                 pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
             else:
@@ -379,7 +385,7 @@ def publish_manifest(fs: fsspec.AbstractFileSystem, path: str, name: str, versio
     a dataset's parts are all in place, so the manifest comes last."""
     manifest = new_manifest(name, version, body, **provenance)
     clean_leftovers(fs, path, recursive=True)  # a killed earlier attempt's temporary files
-    atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str))
+    atomic_write_text(fs, f"{path}/{MANIFEST}", json.dumps(manifest, indent=2, default=str), path.rsplit("/", 1)[0])
     publish_latest(fs, path, version, manifest["created_at"])
     return manifest
 
@@ -405,26 +411,23 @@ def as_url(location: str) -> str:
 
 def file_fingerprint(url: str, error: type[Exception] | None = None, expected: str = "a file") -> dict:
     """Identity of an input file for versioning (a stage's inputs): its URL, size and modification
-    time (or ETag). FileNotFoundError for a missing file, IsADirectoryError for a directory; a
-    network filesystem's own errors pass through. With ``error``, each of these is that stage's
-    error instead, naming the input (``expected``: what it should have been)."""
+    time (or ETag). FileNotFoundError for a missing file, IsADirectoryError for a directory, OSError
+    for any other failure (a network filesystem's own, its text kept). With ``error``, each of these
+    is that stage's error instead. The message names the input (``expected``: what it should have
+    been), credentials redacted, and chains nothing: the store's own error may repeat them."""
     try:
         fs, path = fsspec.core.url_to_fs(url)
         info = fs.info(path)
-        if info.get("type") == "directory":
-            raise IsADirectoryError(f"{url} is a directory, not a file")
     except FileNotFoundError:
-        if error is None:
-            raise
-        raise error(f"input not found: {url}") from None
-    except IsADirectoryError:
-        if error is None:
-            raise
-        raise error(f"input is a directory, expected {expected}: {url}") from None
+        kind, message = FileNotFoundError, f"input not found: {url}"
     except Exception as e:  # network filesystems raise their own types
-        if error is None:
-            raise
-        raise error(f"cannot stat input {url}: {e}") from e
+        kind, message = OSError, f"cannot stat input {url}: {e}"
+    else:
+        kind, message = None, ""
+        if info.get("type") == "directory":
+            kind, message = IsADirectoryError, f"input is a directory, expected {expected}: {url}"
+    if kind is not None:
+        raise (error or kind)(redact(message, url))
     stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("created")
     return {"url": url, "size": info.get("size"), "stamp": str(stamp)}
 

@@ -35,7 +35,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from storage.atomic import TMP, check_exclusive, fsync_path, is_local, write_exclusive
 from storage.datasets import MANIFEST, ManifestError, Versioned, dataset_version, new_manifest, publish_latest
-from storage.redact import redact
+from pearl_redact import redact
 
 __all__ = ["FileSet", "plan_fileset", "default_cache"]
 

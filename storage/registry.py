@@ -39,7 +39,7 @@ import fsspec
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
 from storage.datasets import check_version, resolve_root
 from storage.files import FileSet
-from storage.redact import redact
+from pearl_redact import redact
 
 REGISTRY = "registry"
 CURRENT = "current.json"

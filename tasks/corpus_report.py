@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from storage.datasets import Dataset
-from storage.redact import redact
+from pearl_redact import redact
 
 
 class CountsDoNotReconcile(AssertionError):

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pearl_model.linking.sides import MAX_ROW_BYTES
+from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
@@ -540,7 +541,7 @@ def plan_link_task(left: str, right: str | None, storage_root: str, settings: di
 @task(name="split-side", task_run_name="split-{side}", cache_policy=NONE)
 def split_side_task(plan: LinkPlan, side: str) -> SideParts:
     parts = split_side(plan, side)
-    get_run_logger().info("%s: %d rows (%d null or empty) in %d partitions", parts.source, parts.rows,
+    get_run_logger().info("%s: %d rows (%d null or empty) in %d partitions", redact(parts.source), parts.rows,
                           parts.skipped, parts.parts)
     return parts
 

@@ -88,7 +88,7 @@ def write_array(out: Dataset, name: str, array: np.ndarray) -> dict:
     """``array`` as ``<out>/<name>`` (.npy, no pickle), streamed to a temporary name and
     renamed as the parts are; its manifest entry (file, bytes, sha256)."""
     final = f"{out.path}/{name}"
-    with atomic_path(out.fs, final) as tmp, out.fs.open(tmp, "wb") as fh:
+    with atomic_path(out.fs, final, out.staging) as tmp, out.fs.open(tmp, "wb") as fh:
         writer = _HashingWriter(fh)
         np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
     return {"file": name, "bytes": out.fs.size(final), "sha256": writer.sha256.hexdigest()}

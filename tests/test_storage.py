@@ -553,7 +553,7 @@ def test_credentials_in_urls_are_redacted_and_urls_without_them_unchanged(tmp_pa
     assert man["inputs"]["source"] == "ftp://***@host/dump.xml.bz2@10@t"
     assert Dataset("ftp://alice:pw@host/store", "raw_pages", "v1", SENTENCES).url == "ftp://***@host/store/raw_pages/v1"
 
-    from storage.redact import redact
+    from pearl_redact import redact
 
     assert redact("ftp://alice:s3cr@t@host/dump.xml.bz2") == "ftp://***@host/dump.xml.bz2"
     assert redact({"source": ["https://tok@example.org/a", "s3://bucket/key@2"], "n": 3}) == {

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pearl_redact import redact
+
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 # A CSV is read in blocks of FIRST_BLOCK bytes (pyarrow's default), grown for a longer row up to
 # max_row_bytes, MAX_ROW_BYTES unless set: the memory one read may take, whatever the table's size.
@@ -27,7 +29,11 @@ MAX_ROW_BYTES = 64 << 20
 
 
 class LinkInputError(ValueError):
-    """An input table that cannot be linked as asked; the message names the file."""
+    """An input table that cannot be linked as asked; the message names the file, credentials in
+    its URL redacted (the message reaches the flow's state, logs and the CLI's output)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 @dataclass
@@ -67,11 +73,12 @@ def _reading(url: str) -> Iterator[None]:
         yield
     except LinkInputError:
         raise
-    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:
+    except (OSError, ImportError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:  # ImportError: no driver
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "utf8" in message.lower().replace("-", ""):
             message = f"not UTF-8 text ({message})"
-        raise LinkInputError(f"cannot read {url}: {message}") from e
+        # the store's own error may repeat the URL's userinfo: its text is redacted here, and not chained
+        raise LinkInputError(redact(f"cannot read {url}: {message}", url)) from None
 
 
 def read_batches(url: str, columns: list[str], rows: int = 65_536,

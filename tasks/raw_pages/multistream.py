@@ -27,7 +27,7 @@ import fsspec
 import pyarrow as pa
 
 from storage.datasets import Dataset
-from storage.redact import redact
+from pearl_redact import redact
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.xml_dump import (
     CODE_VERSION, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages, decompressor,
@@ -106,7 +106,8 @@ def _index_lines(index: str) -> Iterable[tuple[int, bytes]]:
     except FileNotFoundError:
         raise SourceError(f"multistream index not found: {index}") from None
     except READ_ERRORS as exc:
-        raise SourceError(f"cannot read the multistream index {index}: {type(exc).__name__}: {exc}") from exc
+        raise SourceError(redact(f"cannot read the multistream index {index}: {type(exc).__name__}: {exc}",
+                                 index)) from None  # the store's error may repeat the userinfo: not chained
 
 
 def read_index(index: str, dump_size: int) -> list[Stream]:

@@ -18,7 +18,7 @@ import fsspec
 import pyarrow as pa
 
 from storage.datasets import Dataset
-from storage.redact import redact
+from pearl_redact import redact
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.xml_dump import (
     CODE_VERSION, COMPRESSED_RE, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages,

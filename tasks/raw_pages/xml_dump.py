@@ -24,7 +24,7 @@ import fsspec
 import mwxml
 from mwxml.element_iterator import ElementIterator
 
-from storage.redact import redact
+from pearl_redact import redact
 
 # raw_pages' version for the sequential reading, here since the multistream reading's extends it:
 # a change to this module or to sequential.py bumps it.
@@ -105,7 +105,9 @@ def check_source(source: str, input_format: str = "auto") -> dict:
         with fsspec.open(source, "rb") as raw:
             head = decompressor(source, raw).read(1 << 16)
     except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise SourceError(f"cannot read {source}: {exc} (corrupt or not the compression its name says)") from exc
+        # the store's error may repeat the URL's userinfo: redacted, and not chained (tracebacks print it)
+        raise SourceError(redact(f"cannot read {source}: {exc} (corrupt or not the compression its name says)",
+                                 source)) from None
     if not head.strip():
         raise SourceError(f"input is empty: {source}")
     if kind == "mediawiki-xml" and b"<mediawiki" not in head:
