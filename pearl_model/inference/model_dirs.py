@@ -19,7 +19,8 @@ resolved by :mod:`pearl_model.inference.backbones`. A local directory is, in thi
    ``config.json``), else refused: not a model directory.
 
 Every refusal is one line, a :class:`~.network.PearlExportError` (:class:`~.checksums.ChecksumError`
-for a mismatch). The check and the load are two reads of the same files: a directory rewritten in
+for a mismatch; a backbone spec that cannot be resolved: :class:`~.backbones.BackboneError`; a
+missing optional package: ImportError), files the loaders cannot parse included. The check and the load are two reads of the same files: a directory rewritten in
 between is not seen (the directory's writer is trusted that far: docs/operating.md, threat model).
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .backbones import BackboneError
 from .checksums import CHECKSUMS, shown, verify_checksums
 from .encoder import PhraseEncoder
 from .export import PearlEncoder, load_pearl
@@ -117,12 +119,16 @@ def open_model(spec: str | os.PathLike, *, backbone: bool = False, cache_dir: st
     export's backbone half, verified like the whole; a static model has none)."""
     found = inspect_model_dir(spec)
     spec = str(spec)
-    if backbone:
+    if backbone and found.kind == "static":
+        raise PearlExportError(f"{spec} is a static model2vec model: it has no transformer to start from")
+    try:
+        if found.kind == "pearl" and not backbone:
+            return PearlEncoder(load_pearl(spec, device, backend))
         if found.kind == "static":
-            raise PearlExportError(f"{spec} is a static model2vec model: it has no transformer to start from")
+            return StaticEncoder.load(spec)
         return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
-    if found.kind == "pearl":
-        return PearlEncoder(load_pearl(spec, device, backend))
-    if found.kind == "static":
-        return StaticEncoder.load(spec)
-    return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
+    except (PearlExportError, BackboneError, ImportError):
+        raise
+    except Exception as e:  # damaged files: tokenizers raises a bare Exception, safetensors its own
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise PearlExportError(f"cannot load the model {spec}: {shown(first)}") from e
