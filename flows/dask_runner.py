@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 
 from prefect import get_run_logger
 from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
 
 from runs.artifacts import publish_link
+from runs.prefect_api import shared_api
 
 # The dashboard has no authentication, so the local cluster's listens on loopback only;
 # PEARL_DASK_DASHBOARD (host:port, e.g. 0.0.0.0:8787) opens it elsewhere on purpose.
@@ -15,15 +17,35 @@ DASHBOARD_ENV = "PEARL_DASK_DASHBOARD"
 DEFAULT_DASHBOARD = "127.0.0.1:8787"  # taken: distributed picks a free port (the log says which)
 
 
+class SharedAPIDaskTaskRunner(DaskTaskRunner):
+    """A DaskTaskRunner whose workers report to this process's Prefect API (`runs.prefect_api.shared_api`):
+    without PREFECT_API_URL each worker would start a temporary API server of its own."""
+
+    def __enter__(self):
+        self._api = ExitStack()
+        self._api.enter_context(shared_api())  # before the cluster starts: its workers inherit the API
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._api.close()
+            raise
+
+    def __exit__(self, *args) -> None:
+        try:
+            super().__exit__(*args)
+        finally:
+            self._api.close()
+
+
 def dask_task_runner(address: str | None = None, n_workers: int = 2) -> DaskTaskRunner:
-    if address:
+    if address:  # workers elsewhere cannot reach this machine's loopback API: they need PREFECT_API_URL's
         return DaskTaskRunner(address=address)
     # One thread per worker process: the stages are CPU-bound pure Python (GIL).
     # host: the scheduler and the workers listen on loopback too.
     # A task that runs alone may widen its OpenMP pool (the evaluation's probes and KMeans): waiting
     # OpenMP threads then sleep instead of spinning, or on a busy machine they spin on the cores the
     # working threads need (docs/research/speed-evaluation.md).
-    return DaskTaskRunner(
+    return SharedAPIDaskTaskRunner(
         cluster_kwargs={"n_workers": n_workers, "threads_per_worker": 1, "processes": True,
                         "host": "127.0.0.1", "env": {"OMP_WAIT_POLICY": "PASSIVE"},
                         "dashboard_address": os.environ.get(DASHBOARD_ENV) or DEFAULT_DASHBOARD}
