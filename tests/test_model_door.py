@@ -18,15 +18,9 @@ from typer.testing import CliRunner  # noqa: E402
 from pearl_cli.main import app  # noqa: E402
 from pearl_model.inference.export import PearlExportError, export_pearl  # noqa: E402
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
-from tests.test_model_integrity import flip_byte  # noqa: E402
+from tests.test_model_integrity import cache, flip_byte  # noqa: E402,F401  (cache: autouse, PEARL_CACHE per test)
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
 
 
 @pytest.fixture(scope="module")
