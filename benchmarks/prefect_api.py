@@ -1,14 +1,14 @@
 """One Prefect API for a benchmark that runs a flow on a local Dask cluster: `runs.prefect_api.shared_api`
 (the user's own where `PREFECT_API_URL` is set, otherwise one temporary server for the benchmark and its
-Dask workers), started before the measured flow rather than inside its time, on a fresh home that is
-removed when the benchmark ends.
+Dask workers), started before the measured flow rather than inside its time; a temporary one on a fresh
+home, removed when the benchmark ends.
 """
 from __future__ import annotations
 
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from runs.prefect_api import shared_api
 
@@ -16,16 +16,13 @@ from runs.prefect_api import shared_api
 @contextmanager
 def prefect_api() -> Iterator[str]:
     """The API's URL, exported as PREFECT_API_URL for this process and its children while open."""
-    if os.environ.get("PREFECT_API_URL"):
-        with shared_api() as url:
-            yield url
-        return
     home = os.environ.get("PREFECT_HOME")
-    with tempfile.TemporaryDirectory(prefix="pearl-bench-prefect-", ignore_cleanup_errors=True) as fresh:
-        os.environ["PREFECT_HOME"] = fresh
+    with ExitStack() as stack:
+        if not os.environ.get("PREFECT_API_URL"):
+            os.environ["PREFECT_HOME"] = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="pearl-bench-prefect-", ignore_cleanup_errors=True))
         try:
-            with shared_api() as url:
-                yield url
+            yield stack.enter_context(shared_api())
         finally:
             if home is None:
                 os.environ.pop("PREFECT_HOME", None)

@@ -84,21 +84,21 @@ def temporary_api() -> SubprocessASGIServer:
 @contextmanager
 def shared_api() -> Iterator[str]:
     """The API's URL, named to this process's settings and exported as PREFECT_API_URL to the processes it
-    starts (the Dask workers) while open: the user's own where set, otherwise this process's temporary
-    server, started here if it is not running yet and then stopped on leaving."""
+    starts (the Dask workers, whose task runs read this process's settings) while open: the user's own where
+    set, otherwise this process's temporary server, started here if it is not running yet and then stopped
+    on leaving."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    url = PREFECT_API_URL.value()
-    if url:
-        yield url
-        return
-    server = temporary_api()
-    started_here = not server.running
     exported = os.environ.get("PREFECT_API_URL")
+    url = PREFECT_API_URL.value() or exported  # the environment's may be newer than the settings read at import
+    server = None if url else temporary_api()
+    started_here = server is not None and not server.running
     try:
-        server.start()
-        os.environ["PREFECT_API_URL"] = server.api_url
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+        if server is not None:
+            server.start()
+            url = server.api_url
+        os.environ["PREFECT_API_URL"] = url
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
     finally:
         if exported is None:
             os.environ.pop("PREFECT_API_URL", None)
