@@ -26,7 +26,12 @@ from contextlib import contextmanager
 
 import prefect
 from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL, PREFECT_HOME, get_current_settings, temporary_settings
+from prefect.settings import (
+    PREFECT_API_URL,
+    PREFECT_HOME,
+    get_current_settings,
+    temporary_settings,
+)
 
 PARENT_ENV = "PEARL_PREFECT_API_PARENT"  # the pid the server watches
 WATCH_SECONDS = 0.5
