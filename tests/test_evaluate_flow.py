@@ -93,19 +93,35 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         assert bare["lexical_diversity"] is None and bare["table"]
 
         # Another version of the results (char3gram alone, on AutoFJ): its rows are read back from
-        # the storage root's eval_rows/, not scored again. A kept value edited by hand comes back,
-        # which only reading back can do; reuse_scores=false scores afresh and gives the true one.
+        # the storage root's eval_rows/, not scored again. A kept value edited by hand with its digest
+        # computed again comes back (the storage root is trusted that far), which only reading back
+        # can do; edited without it, the file is refused and scored afresh (issue 54, item 3);
+        # reuse_scores=false scores afresh and gives the true one.
+        from pearl_model.evaluation.row_cache import rows_digest
+
         kept = list((tmp_path / "eval_rows").glob("autofj-*.json"))
         assert len(kept) == 2  # one per model: the tiny model's and char3gram's
-        char_kept = [p for p in kept if abs(json.loads(p.read_text())[0]["value"] - char["value"]) < 1e-9]
+        char_kept = [p for p in kept if abs(json.loads(p.read_text())["rows"][0]["value"] - char["value"]) < 1e-9]
         assert len(char_kept) == 1
-        rows_kept = json.loads(char_kept[0].read_text())
-        rows_kept[0]["value"] = 12.5
-        char_kept[0].write_text(json.dumps(rows_kept))
+
+        def edit(value: float, digest: bool) -> None:
+            entry = json.loads(char_kept[0].read_text())
+            entry["rows"][0]["value"] = value
+            if digest:
+                entry["sha256"] = rows_digest(entry["key"], entry["rows"])
+            char_kept[0].write_text(json.dumps(entry))
+
+        edit(12.5, digest=True)
         read_back = evaluate(models=["char3gram"], benchmark_dir=str(BENCH), datasets=["autofj"], seeds=[0],
                              storage_root=str(tmp_path), map_model=None, dask_workers=1, lexical_diversity=False)
         assert read_back["version"] != result["version"]
         assert [t["autofj"] for t in read_back["table"] if t["model"] == "char3gram"] == ["12.5"]
+        edit(13.5, digest=False)
+        refused = evaluate(models=["char3gram"], benchmark_dir=str(BENCH), datasets=["turney", "autofj"], seeds=[0],
+                           storage_root=str(tmp_path), map_model=None, dask_workers=1, lexical_diversity=False)
+        assert refused["version"] not in (result["version"], read_back["version"])
+        assert [t["autofj"] for t in refused["table"] if t["model"] == "char3gram"] == ["62.6"]
+        assert json.loads(char_kept[0].read_text())["rows"][0]["value"] == pytest.approx(char["value"])
         fresh = evaluate(models=["char3gram"], benchmark_dir=str(BENCH), datasets=["autofj"], seeds=[0, 1],
                          storage_root=str(tmp_path), map_model=None, dask_workers=1, lexical_diversity=False,
                          reuse_scores=False)

@@ -110,6 +110,8 @@ def run_benchmark(model, benchmark_dir=None, datasets=None, seeds=SEEDS, batch_s
             log.warning("skipping %s: %s", name, e)
             continue
         log.info("%s on %s: %.1f s", getattr(model, "name", model), name, time.perf_counter() - t0)
+    if cache is not None:
+        log.info("kept rows of %s: %s", getattr(model, "name", model), dict(cache.counts))
     return rows
 
 
@@ -122,7 +124,8 @@ def _row_cache(rows_dir, spec, model, benchmark_dir, wanted, seeds, batch_size, 
     from .row_cache import RowCache, model_identity
 
     settings = {"benchmark": [str(Path(benchmark_dir).resolve()), files_fingerprint(benchmark_dir)],
-                "seeds": sorted(set(seeds)), "draws": draws, "batch_size": batch_size}
+                # the exact seed list: draws are kept in its order, and paired by position
+                "seeds": list(seeds), "draws": draws, "batch_size": batch_size, "name": getattr(model, "name", None)}
     if "autofj" in wanted:
         try:
             settings["autofj"] = files_fingerprint(autofj_package_dir())

@@ -14,7 +14,11 @@ kept under a key of everything it depends on:
   caller adds) and the versions of the numeric packages under them.
 
 Change any of them and the rows are computed again. A file is written whole (a temporary name,
-then a rename), so a killed run leaves nothing half written to be read back.
+then a rename), so a killed run leaves nothing half written to be read back. It holds its key and
+a SHA-256 of the key and the rows (canonical JSON) beside the rows: a file that is truncated,
+edited, of another layout or copied under another key's name is scored afresh, warned about and
+counted (``RowCache.counts``), never served. The digest finds an edit; it does not stop a writer
+of the directory who computes it again (the storage root is trusted that far, as its datasets are).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import json
 import logging
 import os
 import uuid
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,6 +35,8 @@ from typing import Any, Callable, Sequence
 log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parents[1]
+# The kept file's layout, part of every key: a file of another layout is never looked up.
+FORMAT = 2
 PACKAGES = ("numpy", "scikit-learn", "scipy", "torch", "transformers", "onnxruntime", "openvino", "faiss-cpu")
 
 
@@ -73,33 +80,59 @@ def model_identity(spec: str, model: Any = None) -> dict:
     return out
 
 
+def rows_digest(key: str, rows: Any) -> str:
+    """SHA-256 of ``key`` and ``rows`` as canonical JSON (sorted keys, no spaces): the same for
+    rows written and read back, another for any edit of a value or a type."""
+    text = json.dumps(rows, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{key}\0{text}".encode()).hexdigest()
+
+
 class RowCache:
-    """One model's row sets under ``directory``, one JSON file per (name, settings)."""
+    """One model's row sets under ``directory``, one JSON file per (name, settings). ``counts``:
+    row sets read back, scored, and kept files rejected (not as written)."""
 
     def __init__(self, directory: str | os.PathLike, model: dict, settings: dict,
                  extra_code: Sequence[Path] = ()):
         self.directory = Path(directory)
-        self._base = json.dumps({"model": model, "settings": settings, "code": code_identity(extra_code)},
-                                sort_keys=True, default=str)
+        self._base = json.dumps({"format": FORMAT, "model": model, "settings": settings,
+                                 "code": code_identity(extra_code)}, sort_keys=True, default=str)
+        self.counts: Counter = Counter(read_back=0, scored=0, rejected=0)
+
+    def key(self, name: str) -> str:
+        return hashlib.sha256(f"{self._base}\0{name}".encode()).hexdigest()
 
     def path(self, name: str) -> Path:
-        key = hashlib.sha256(f"{self._base}\0{name}".encode()).hexdigest()[:32]
-        return self.directory / f"{name}-{key}.json"
+        return self.directory / f"{name}-{self.key(name)[:32]}.json"
 
     def get(self, name: str) -> Any:
-        path = self.path(name)
-        if not path.is_file():
+        """The kept rows of ``name`` when its file is as written; None when there is none or it is not."""
+        path, key = self.path(name), self.key(name)
+        if not path.exists():
             return None
+        try:
+            kept = json.loads(path.read_bytes())
+            rows = kept["rows"]
+            ok = kept["key"] == key and kept["sha256"] == rows_digest(key, rows)
+        except (OSError, ValueError, TypeError, KeyError, RecursionError):  # unreadable, not JSON, not the layout
+            ok = False
+        if not ok:
+            self.counts["rejected"] += 1
+            log.warning("%s: kept rows %s are not as written (edited, truncated or unreadable): scored afresh",
+                        name, path)
+            return None
+        self.counts["read_back"] += 1
         log.info("%s: rows read back from %s", name, path)
-        return json.loads(path.read_text())
+        return rows
 
     def put(self, name: str, rows: Any) -> None:
-        write_json_atomic(self.path(name), rows)
+        key = self.key(name)
+        write_json_atomic(self.path(name), {"key": key, "sha256": rows_digest(key, rows), "rows": rows})
 
     def rows(self, name: str, compute: Callable[[], Any]) -> Any:
         """The kept rows of ``name``, else ``compute()``'s, kept."""
         found = self.get(name)
         if found is None:
             found = compute()
+            self.counts["scored"] += 1
             self.put(name, found)
         return found
