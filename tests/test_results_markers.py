@@ -59,7 +59,8 @@ def test_a_marker_that_cannot_render_is_an_error_naming_it(results, marker, mess
 def test_html_in_a_results_file_reaches_the_page_escaped(results):
     """A results file is data: whatever it holds is shown as text, never run as the page's HTML
     (issue 54, item 9)."""
-    evil = ["<script>alert(1)</script>", '<img src=x onerror="alert(1)">', "a & b's \"quote\""]
+    evil = ["<script>alert(1)</script>", '<img src=x onerror="alert(1)">', "a & b's \"quote\"",
+            "[x](javascript:alert(1))"]
     (results.RESULTS / "evil.json").write_text(json.dumps({"v": evil[0], "rows": [
         {"name": e, "note": {"deep": e}} for e in evil], "keys": {evil[1]: 1}}))
     page = results.render('{{ value("evil.json", "v") }}\n'
@@ -67,7 +68,7 @@ def test_html_in_a_results_file_reaches_the_page_escaped(results):
                           '{{ table("evil.json", "keys", {"k": "_key", "v": "_value"}) }}')
     assert "<script" not in page and "<img" not in page and "</script" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;img src=x onerror=" in page
-    assert "a &amp; b" in page
+    assert "a &amp; b" in page and "](" not in page  # nor a Markdown link
     assert "| 1 |" in page and page.count("&lt;script&gt;") == 3  # numbers as they were
 
 

@@ -91,12 +91,13 @@ def resolve(doc: Any, path: str | list | tuple, default: Any = MISSING) -> Any:
 
 def fmt(value: Any, spec: str | None = None) -> str:
     """``value`` as page text: every value a results file gives a page passes here, HTML-escaped
-    (a results file is data; its ``<script>`` is shown, never run)."""
+    and with its brackets as entities (a results file is data: its ``<script>`` or
+    ``[x](javascript:...)`` is shown, never run or linked)."""
     if value is None:
         return "–"
     if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return html.escape(format(value, spec))
-    return html.escape(str(value))
+        value = format(value, spec)
+    return html.escape(str(value)).replace("[", "&#91;").replace("]", "&#93;")
 
 
 def value(file: str, path: str | list, spec: str | None = None) -> str:
