@@ -140,13 +140,13 @@ def test_encode_without_a_current_model_says_so_and_uses_the_backbone(tmp_path, 
     class Stop(Exception):
         pass
 
-    def fake_from_backbone(spec, **kw):  # only records which backbone the CLI falls back to
+    def fake_load(spec, **kw):  # only records which backbone the CLI falls back to
         seen.append(spec)
         raise Stop
 
-    monkeypatch.setattr("pearl_model.inference.encoder.PhraseEncoder.from_backbone", fake_from_backbone)
+    monkeypatch.setattr("pearl_model.inference.encoder.PhraseEncoder.load_unchecked", fake_load)
     r = CliRunner().invoke(app, ["encode", "banana", "--storage-root", str(tmp_path / "empty")])
-    assert isinstance(r.exception, Stop) and seen == ["the-default"]
+    assert r.exit_code != 0 and seen == ["the-default"]  # the door reports the stopped load
     assert "nothing has been promoted yet" in r.output and "using the backbone the-default" in r.output
 
 

