@@ -43,7 +43,7 @@ from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
-CODE_VERSION = "matches-2"  # 2: the rescored score
+CODE_VERSION = "matches-3"  # 2: the rescored score; 3: NUL bytes stripped from names
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -121,13 +121,15 @@ class LinkPlan:
 
 @dataclass
 class SideParts:
-    """A side split into partitions: how many, and its rows (blank names included) and skipped names."""
+    """A side split into partitions: how many, and its rows (blank names included), skipped names and
+    names that held NUL bytes (stripped when read: kept, or skipped when nothing else was left)."""
 
     source: str
     column: str
     parts: int
     rows: int
     skipped: int
+    nul_stripped: int = 0
 
     @property
     def names(self) -> int:
@@ -219,15 +221,15 @@ def split_side(plan: LinkPlan, side: str) -> SideParts:
 
     url, column = (plan.left, plan.left_column) if side == "left" or plan.dedupe else (plan.right, plan.right_column)
     names = plan.names(side)
-    parts = rows = skipped = 0
+    parts = rows = skipped = nul = 0
     for chunk in iter_column(url, column, plan.partition_rows, plan.max_row_bytes):
-        blank = side_from_array(chunk, url, column).skipped
+        read = side_from_array(chunk, url, column)
         names.write_part(parts, pa.table({"row": pa.array(np.arange(rows, rows + len(chunk)), pa.int64()),
-                                          "name": chunk}), {"rows": len(chunk), "skipped": blank})
-        parts, rows, skipped = parts + 1, rows + len(chunk), skipped + blank
+                                          "name": chunk}), {"rows": len(chunk), "skipped": read.skipped})
+        parts, rows, skipped, nul = parts + 1, rows + len(chunk), skipped + read.skipped, nul + read.nul_stripped
     if rows == skipped:
         raise LinkInputError(f"{url}: all {rows} names in column {column!r} are null or empty")
-    return SideParts(url, column, parts, rows, skipped)
+    return SideParts(url, column, parts, rows, skipped, nul)
 
 
 def read_side(plan: LinkPlan, side: str, part: int):
@@ -417,6 +419,7 @@ def write_matches(plan: LinkPlan, left: SideParts, right: SideParts, threshold: 
     counts = dataclasses.asdict(totals)
     check_counts(counts)
     stats = {"counts": counts, "right": {"rows": right.rows, "skipped": right.skipped, "parts": right.parts},
+             "nul_stripped": {"left": left.nul_stripped, "right": right.nul_stripped},
              "left_parts": left.parts, "model": plan.model_name,
              "index": {"kind": index_kind(plan, right), "right_names": right.names,
                        "exact_limit": plan.exact_limit, **recall},
@@ -453,8 +456,12 @@ def counts_table(manifest: dict) -> list[dict]:
             (f"{side}: every candidate below the threshold", c["below_threshold"]),
             (f"{side}: no candidate (no other row)", c["no_candidate"]),
             (f"{side}: null or empty names (skipped)", c["skipped"])]
+    # a name that held NUL bytes is counted again here, beside the row's outcome above
+    nul = manifest["stats"].get("nul_stripped", {})  # absent from versions before it was counted
+    rows.append((f"names with NUL bytes stripped ({side})", nul.get("left", 0)))
     if not manifest["params"]["dedupe"]:
-        rows += [("right: rows", r["rows"]), ("right: null or empty names (skipped)", r["skipped"])]
+        rows += [("right: rows", r["rows"]), ("right: null or empty names (skipped)", r["skipped"]),
+                 ("names with NUL bytes stripped (right)", nul.get("right", 0))]
     rows += [("candidate pairs (top k)", c["candidate_pairs"]), ("pairs kept", c["pairs"]),
              ("pairs below the threshold", c["pairs_below_threshold"])]
     return [{"count": what, "value": n} for what, n in rows]

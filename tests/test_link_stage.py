@@ -150,6 +150,21 @@ def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path, in
     assert "nothing is missed" in stage.index_markdown({**manifest, "stats": {**manifest["stats"], "index": exact}})
 
 
+def test_names_with_nul_bytes_are_stripped_and_counted_in_the_report(model_dir, tmp_path):
+    pq.write_table(pa.table({"title": pa.array(["ap\x00ple", "plum", "\x00", "kiwi\x00"], pa.string())}),
+                   tmp_path / "right.parquet")
+    pq.write_table(pa.table({"title": pa.array(["apple", "p\x00lum"], pa.string())}), tmp_path / "left.parquet")
+    plan, manifest = run(str(tmp_path / "left.parquet"), str(tmp_path / "right.parquet"), str(tmp_path / "store"),
+                         model=model_dir, top_k=1, threshold=0.0)
+    assert manifest["stats"]["nul_stripped"] == {"left": 1, "right": 3}
+    assert manifest["stats"]["right"]["skipped"] == 1  # "\x00" alone is blank once stripped
+    table = {r["count"]: r["value"] for r in stage.counts_table(manifest)}
+    assert table["names with NUL bytes stripped (left)"] == 1 and table["names with NUL bytes stripped (right)"] == 3
+    names = pq.read_table(plan.out.part_files()[0]).to_pydict()
+    assert not any("\x00" in n for n in names["left"] + names["right"])
+    assert set(names["left"]) == {"apple", "plum"}
+
+
 def test_labels_choose_the_threshold_and_draw_the_curve(model_dir, tables, tmp_path):
     left, right = tables
     labels = tmp_path / "labels.csv"

@@ -28,7 +28,7 @@ from pearl_redact import redact
 
 # raw_pages' version for the sequential reading, here since the multistream reading's extends it:
 # a change to this module or to sequential.py bumps it.
-CODE_VERSION = "raw_pages-3"  # 3: pages cut by tag, not by line
+CODE_VERSION = "raw_pages-4"  # 3: pages cut by tag, not by line; 4: one id rule (ASCII digits), a JSON depth limit
 
 # Reading stops at these: a truncated (EOFError) or corrupt (OSError, zlib.error, LZMAError)
 # compressed stream, or an I/O error; what was read before is kept.
