@@ -22,12 +22,14 @@ def _canonical(value):
     return value
 
 
-def dataset_contents(root: Path, versions: dict[str, str]) -> dict[str, dict]:
-    """{dataset: {"rows": n, "sha256": digest of its rows}} for each dataset version named."""
-    out = {}
+def dataset_contents(root: Path, versions: dict[str, str], leave_out: dict[str, list[str]] | None = None
+                     ) -> dict[str, dict]:
+    """{dataset: {"rows": n, "sha256": digest of its rows}} for each dataset version named;
+    ``leave_out``: columns of a dataset the digest does not cover."""
+    out, leave_out = {}, leave_out or {}
     for name, version in sorted(versions.items()):
         files = sorted((Path(root) / name / version).glob("part-*.parquet"))
         rows = [json.dumps(_canonical(r), sort_keys=True, default=str) for f in files
-                for r in pq.read_table(f).to_pylist()]
+                for r in pq.read_table(f).drop_columns(leave_out.get(name, [])).to_pylist()]
         out[name] = {"rows": len(rows), "sha256": hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()}
     return out
