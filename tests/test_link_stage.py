@@ -46,10 +46,12 @@ def run(left, right, root, **settings):
     stage.start_work(plan)
     lp = stage.split_side(plan, "left")
     rp = stage.split_side(plan, "right") if right is not None else lp
-    distinct = [stage.index_right(plan, j, rp) for j in range(plan.shards(rp.parts))]
-    recall = [stage.query_left(plan, i, rp, distinct) for i in range(lp.parts)]
+    sample = stage.tuning_sample(plan, lp, rp)
+    shards = [stage.index_right(plan, j, rp, sample) for j in range(plan.shards(rp.parts))]
+    recall = [stage.query_left(plan, i, rp, shards) for i in range(lp.parts)]
     threshold = stage.choose_threshold(plan, lp.parts)
-    return plan, stage.write_matches(plan, lp, rp, threshold, stage.recall_summary(recall))
+    search = stage.search_settings(plan, rp, shards)
+    return plan, stage.write_matches(plan, lp, rp, threshold, {**stage.recall_summary(recall), **search})
 
 
 def whole(model_dir, left_names, right_names, k, dedupe=False, cosine_weight=None):
@@ -311,10 +313,11 @@ def test_an_index_shard_holds_its_partitions_distinct_names(model_dir, tables, t
     assert (rp.parts, plan.parts_per_shard, plan.shards(rp.parts)) == (6, 3, 2)
     assert [list(plan.shard_parts(s, rp.parts)) for s in range(2)] == [[0, 1, 2], [3, 4, 5]]
     # apple (rows 0 and 5) once in shard 0; plum (rows 4 and 9) once in each shard
-    assert [stage.index_right(plan, s, rp) for s in range(2)] == [4, 4]
+    assert [stage.index_right(plan, s, rp)["names"] for s in range(2)] == [4, 4]
     shard, index = stage._right(plan, 1, rp)
     assert shard.distinct == ["grape", "kiwi", "plum", "lemon"] and index.ntotal == 4
     assert shard.side.rows.tolist() == [7, 8, 9, 10] and shard.side.total == 5
+    # the index alone is kept: its vectors are in it, none beside it
     names = sorted(p.rsplit("/", 1)[-1] for p in plan.out.fs.ls(f"{plan.work_path}/index"))
-    assert names == ["part-00000.faiss", "part-00000.npy", "part-00001.faiss", "part-00001.npy"]
-    assert isinstance(index, faiss.IndexFlatIP)
+    assert names == ["part-00000.faiss", "part-00001.faiss"]
+    assert isinstance(index, faiss.IndexFlatIP) and shard.vectors is None
