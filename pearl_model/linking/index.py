@@ -88,13 +88,14 @@ def tune_ef_search(index, queries: np.ndarray, k: int, target: float, steps=EF_S
                    candidates: int | None = None) -> list[tuple[int, float]]:
     """[(efSearch, recall@k against exact)] of ``queries`` on the HNSW ``index`` at each of ``steps`` in
     turn, up to the first that reaches ``target`` (all of them when none does: the last is the cap).
-    ``candidates`` (default ``k``): the hits a query asks for, as the caller will search (FAISS visits at
-    least that many, whatever efSearch says); recall counts the first ``k`` of them. The index is left
-    at the last efSearch tried."""
+    ``candidates`` (default ``k``): the hits a query asks for, as the caller will search; recall counts
+    the first ``k`` of them. A step below ``candidates`` is not tried: FAISS keeps no more than
+    efSearch candidates, so such a search can return fewer hits than asked for. The index is left at
+    the last efSearch tried."""
     candidates = max(candidates or k, k)
     _, exact = search(build_index(stored_vectors(index), "exact"), queries, k)
     tried = []
-    for ef in steps:
+    for ef in [ef for ef in steps if ef >= candidates] or [max(steps)]:
         set_ef_search(index, ef)
         tried.append((ef, recall(exact, search(index, queries, candidates)[1][:, :k])))
         if tried[-1][1] >= target:
