@@ -351,8 +351,8 @@ def test_an_unreachable_recall_target_searches_at_the_cap_and_reports_it(model_d
     real = vector_index.set_ef_search
     monkeypatch.setattr(vector_index, "set_ef_search", lambda index, ef: (used.append(ef), real(index, ef)))
     left, right = tables
-    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=1,
-                         partition_rows=4, index_kind="hnsw", recall_target=0.99)
+    _, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=1,
+                      partition_rows=4, index_kind="hnsw", recall_target=0.99)
     index = manifest["stats"]["index"]
     cap = steps[-1]
     assert index["target_met"] is False and index["ef_search"] == cap
