@@ -4,7 +4,7 @@
     python benchmarks/link_scale.py run --tables /tmp/linkscale/200k --tables /tmp/linkscale/1m \\
         --partition-rows 100000 --workers 2 --out benchmarks/results/link_scale_1m_cpu.json
     python benchmarks/link_scale.py project benchmarks/results/link_scale_1m_cpu.json --cores 256
-    python benchmarks/link_scale.py search --index-vectors part-00000.npy --query-vectors part-00001.npy
+    python benchmarks/link_scale.py search --index-vectors part-00000.faiss --query-vectors part-00001.faiss
 
 `make`: a right and a left table of N names each (column `title`, Parquet), from the built corpus's
 phrases and page titles (the storage root's latest `phrases` and `pages`, or `raw_pages`). The right
@@ -191,7 +191,7 @@ def top1_accuracy(matches, left, right) -> dict:
 
 
 def run_one(tables: Path, workers: int, partition_rows: int, model: str, index_kind: str,
-            exact_limit: Optional[int], batch_size: Optional[int], interval: float) -> dict:
+            exact_limit: Optional[int], batch_size: Optional[int], interval: float, search: dict) -> dict:
     import pyarrow.parquet as pq
     from distributed import Client, LocalCluster
 
@@ -215,7 +215,8 @@ def run_one(tables: Path, workers: int, partition_rows: int, model: str, index_k
             t = time.perf_counter()
             result = link(str(left), str(right), storage_root=root, model=model, partition_rows=partition_rows,
                           index_kind=index_kind, batch_size=batch_size, dask_address=cluster.scheduler_address,
-                          **({"exact_limit": exact_limit} if exact_limit is not None else {}))
+                          **({"exact_limit": exact_limit} if exact_limit is not None else {}),
+                          **{k: v for k, v in search.items() if v is not None})
             wall = time.perf_counter() - t
         matches = Dataset(root, result["dataset"], result["version"], schemas.MATCHES).read(
             columns=["left_row", "right", "rank"])
@@ -227,6 +228,7 @@ def run_one(tables: Path, workers: int, partition_rows: int, model: str, index_k
     return {"tables": str(tables), "left_rows": L, "right_rows": R, "workers": workers, "partition_rows": partition_rows,
             "left_parts": manifest["stats"]["left_parts"], "right_parts": manifest["stats"]["right"]["parts"],
             "model": manifest["stats"]["model"], "index": result["index"], "recall": result["recall"],
+            "ef_search": result["ef_search"], "index_stats": manifest["stats"]["index"],
             "load_s": round(load_s, 2), "wall_s": round(wall, 2), "stages": stages,
             "left_rows_per_s": round(L / wall, 1), "right_names_per_task_s": round(R / encode_s, 1) if encode_s else None,
             "peak_rss_mb_per_worker": [round(mem.peaks.get(p, 0) / MB, 1) for p in pids],
@@ -356,27 +358,34 @@ def run(tables: list[Path] = typer.Option(..., help="directories written by `mak
         partition_rows: int = typer.Option(100_000), workers: int = typer.Option(2),
         model: str = typer.Option("current", help="as the flow's model (current: the E5 backbone on an empty root)"),
         index_kind: str = typer.Option("auto"), exact_limit: Optional[int] = typer.Option(None),
+        index_rows: Optional[int] = typer.Option(None, help="right rows per index shard (the flow's index_rows)"),
+        ef_search: Optional[int] = typer.Option(None, help="HNSW efSearch (the flow's ef_search; default 128)"),
+        recall_target: Optional[float] = typer.Option(None, help="tune efSearch to this recall@k (the flow's "
+                                                                 "recall_target; not with --ef-search)"),
         batch_size: Optional[int] = typer.Option(None), interval: float = typer.Option(0.1, help="seconds between RSS samples"),
         cores: int = typer.Option(256, help="cores of the projection printed at the end"),
         out: Path = typer.Option(Path("benchmarks/results/link_scale.json"))) -> None:
     """Run the link flow on each table pair, measured; write the results (and the projection)."""
     with prefect_api():  # one API for this process and the Dask workers it starts
-        _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out)
+        _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out,
+             {"index_rows": index_rows, "ef_search": ef_search, "recall_target": recall_target})
 
 
-def _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out) -> None:
+def _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_size, interval, cores, out,
+         search) -> None:
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("distributed"):
             logging.getLogger(name).setLevel(logging.WARNING)
     from storage.datasets import git_commit
 
     results = {"setup": {"machine": machine(), "git_commit": git_commit(), "model": model, "workers": workers,
-                         "partition_rows": partition_rows, "index_kind": index_kind,
+                         "partition_rows": partition_rows, "index_kind": index_kind, **search,
                          "command": " ".join(["python", "benchmarks/link_scale.py", *sys.argv[1:]]),
                          "tables": [json.loads((t / "tables.json").read_text()) for t in tables],
                          "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}, "runs": []}
     for t in tables:
-        results["runs"].append(run_one(t, workers, partition_rows, model, index_kind, exact_limit, batch_size, interval))
+        results["runs"].append(run_one(t, workers, partition_rows, model, index_kind, exact_limit, batch_size, interval,
+                                       search))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1, default=str))  # each run kept as it ends
         typer.echo(run_table(results["runs"][-1:]))
@@ -428,7 +437,7 @@ def search_costs(base: np.ndarray, queries: np.ndarray, k: int, efs: list[int]) 
              "ms_per_query": round((time.perf_counter() - t) / len(queries) * 1e3, 4), "recall_at_1": 1.0,
              "recall_at_k": 1.0}]
     for ef in efs:
-        hnsw.hnsw.efSearch = ef
+        vector_index.set_ef_search(hnsw, ef)
         t = time.perf_counter()
         _, found = vector_index.search(hnsw, queries, k)
         ms = (time.perf_counter() - t) / len(queries) * 1e3
@@ -438,11 +447,23 @@ def search_costs(base: np.ndarray, queries: np.ndarray, k: int, efs: list[int]) 
     return rows
 
 
+def load_vectors(path: Path) -> np.ndarray:
+    """Vectors from a .npy file, or those a saved FAISS index holds (the flow keeps its index shards as
+    storage_root/link_work/<version>/index/part-N.faiss, the vectors inside)."""
+    if path.suffix != ".faiss":
+        return np.load(path)
+    import faiss
+
+    from pearl_model.linking.index import stored_vectors
+
+    return stored_vectors(faiss.read_index(str(path)))
+
+
 @app.command()
-def search(index_vectors: list[Path] = typer.Option(..., help="right partitions' vectors (.npy: the flow's "
-                                                              "storage_root/link_work/<version>/index/part-N.npy), "
-                                                              "concatenated"),
-           query_vectors: Path = typer.Option(..., help="another partition's vectors: the queries"),
+def search(index_vectors: list[Path] = typer.Option(..., help="right partitions' vectors (.npy, or the flow's index "
+                                                              "shards: storage_root/link_work/<version>/index/"
+                                                              "part-N.faiss), concatenated"),
+           query_vectors: Path = typer.Option(..., help="another partition's vectors (.npy or .faiss): the queries"),
            sizes: str = typer.Option("", help="index the first N vectors, for each N (default: all)"),
            queries: int = typer.Option(5000), k: int = typer.Option(0, help="0: the flow's default candidates"),
            ef: str = typer.Option("32,64,128,256", help="efSearch values"), threads: int = typer.Option(1),
@@ -450,16 +471,17 @@ def search(index_vectors: list[Path] = typer.Option(..., help="right partitions'
     """One partition pair's search, which query-left repeats for every pair: time and recall per
     efSearch, at one or more index sizes (what one larger index would cost instead of several).
 
-    The vectors are the flow's own: the index-right tasks leave each right partition's under the
-    working directory until write-matches ends the run (copy them while the query stage runs)."""
+    The vectors are the flow's own: the index-right tasks leave each right partition's index (its
+    vectors inside) under the working directory until write-matches ends the run (copy them while
+    the query stage runs)."""
     import faiss
 
     from pearl_model.linking import index as vector_index
     from pearl_model.linking.rescore import candidate_count
 
     faiss.omp_set_num_threads(threads)  # a worker's task: one thread
-    base = np.concatenate([np.load(f) for f in index_vectors])
-    q = np.load(query_vectors)[:queries]
+    base = np.concatenate([load_vectors(f) for f in index_vectors])
+    q = load_vectors(query_vectors)[:queries]
     k = k or candidate_count(1)
     rows = [r for n in ([int(x) for x in sizes.split(",")] if sizes else [len(base)])
             for r in search_costs(base[:n], q, k, [int(e) for e in ef.split(",")])]

@@ -12,7 +12,7 @@ from pearl_model.linking.index import EXACT_LIMIT
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
     MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task,
-    plan_link_task, query_left_task, split_side_task, write_matches_task,
+    plan_link_task, query_left_task, split_side_task, tuning_sample_task, write_matches_task,
 )
 
 
@@ -26,12 +26,13 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
     right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
     left_parts = left_future.result()
     right_parts = right_parts or left_parts  # dedupe: the table is both sides
-    distinct = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)),
-                                    unmapped(right_parts)).result()
+    sample = tuning_sample_task(plan, left_parts, right_parts)
+    shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
+                                  unmapped(sample)).result()
     recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts),
-                                 unmapped(distinct)).result()
+                                 unmapped(shards)).result()
     threshold = choose_threshold_task(plan, left_parts.parts)
-    manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall)
+    manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
     return link_report_task(manifest, storage_root)
 
 
@@ -54,6 +55,8 @@ def link(
     index_kind: Literal["auto", "exact", "hnsw"] = "auto",
     exact_limit: Annotated[int, Field(ge=0)] = EXACT_LIMIT,
     recall_sample: Annotated[int, Field(ge=0)] = RECALL_SAMPLE,
+    ef_search: Optional[Annotated[int, Field(ge=1)]] = None,
+    recall_target: Optional[Annotated[float, Field(gt=0.0, le=1.0)]] = None,
     batch_size: Optional[Annotated[int, Field(ge=1)]] = None,
     max_row_bytes: Annotated[int, Field(ge=1)] = MAX_ROW_BYTES,
     dask_address: Optional[str] = None,
@@ -91,7 +94,14 @@ def link(
         index_kind: auto (exact inner product while the right side holds at most exact_limit names,
             HNSW above), exact or hnsw.
         exact_limit: the most right names auto indexes exactly.
-        recall_sample: left names on which an approximate index's recall is measured against exact.
+        recall_sample: left names on which an approximate index's recall is measured against exact
+            (and, with recall_target, efSearch tuned).
+        ef_search: an HNSW index's efSearch, candidates visited per query (default 128): higher
+            finds more of the exact top k, slower. Not with recall_target.
+        recall_target: tune efSearch instead: the smallest of 16, 32, ... 1024 whose recall@top_k
+            against exact reaches this on every index shard, measured on recall_sample left names
+            drawn at random (seeded) while each shard is indexed; where none does, 1024 is used with
+            a warning and the recall reached goes into the report. Exact indexes ignore both.
         batch_size: names per forward pass (default: the engine's).
         max_row_bytes: the longest CSV row read (default 64 MiB): a CSV is read in blocks from 1 MiB,
             grown for a longer row up to this; a row over it fails the run naming the limit.
@@ -102,7 +112,8 @@ def link(
                 "threshold": threshold, "cosine_weight": cosine_weight, "labels": labels, "precision": precision, "dedupe": dedupe,
                 "partition_rows": partition_rows, "index_rows": index_rows, "index_kind": index_kind,
                 "exact_limit": exact_limit,
-                "recall_sample": recall_sample, "batch_size": batch_size, "max_row_bytes": max_row_bytes}
+                "recall_sample": recall_sample, "batch_size": batch_size, "max_row_bytes": max_row_bytes,
+                "ef_search": ef_search, "recall_target": recall_target}
     run = link_stages.with_options(task_runner=dask_task_runner(dask_address, dask_workers))
     return run(left, right, storage_root, settings)
 

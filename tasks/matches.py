@@ -7,20 +7,27 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
 2. :func:`split_side`: a side's column streamed into working partitions of ``partition_rows`` rows
    (`link_names`), rows and null or empty names counted. Bad input (a missing column, no rows, no
    name at all, a CSV that is not UTF-8) fails here, before any model loads.
-3. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
+3. :func:`tuning_sample`: with a ``recall_target`` and an approximate index, up to ``recall_sample``
+   left names drawn at random (seeded) over the whole left side.
+4. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
    one by default), its distinct names encoded and indexed (FAISS: exact inner product while the
-   right side holds at most ``exact_limit`` names, HNSW above), kept in the working directory.
-4. :func:`query_left`: per left partition, its names encoded and queried against every shard's
-   index, the partial top k merged (``merge_top_k``) into the partition's candidates; with an
-   approximate index, left partition 0 measures its recall against exact on each shard.
-5. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
-6. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
+   right side holds at most ``exact_limit`` names, HNSW above), the index alone kept in the working
+   directory (it holds the vectors: :func:`~pearl_model.linking.index.stored_vectors`). With a
+   recall target, the shard's HNSW index is tuned there, while it is in memory: recall@k of the
+   sample against exact at efSearch 16, 32, ... up to the first that reaches the target.
+5. :func:`query_left`: per left partition, its names encoded and queried against every shard's
+   index at the run's efSearch (:func:`search_settings`: ``ef_search``, or the largest the shards'
+   tuning chose), the partial top k merged (``merge_top_k``) into the partition's candidates; with
+   an approximate index, left partition 0 measures its recall against exact on each shard (from the
+   vectors the index holds).
+6. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
+7. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
    dedupe) into the output version's parts, each part's counts in its footer; then the manifest,
    last, with the counts, the histogram and the examples the report shows; the working directory is
    removed. A run that fails before the manifest commits nothing.
 
 Memory per worker stays flat in the tables' size: a task holds one left partition, its candidates
-(``top_k`` per row) and one shard's vectors and index at a time, never a whole side. A left name's
+(``top_k`` per row) and one shard's index (its vectors inside it) at a time, never a whole side. A left name's
 search costs about linearly in the shards it visits but only logarithmically in an HNSW shard's
 size: fewer, larger shards trade memory per worker for search time.
 """
@@ -29,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
 import os
 from dataclasses import dataclass, field
 
@@ -38,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pearl_model.linking.index import EF_SEARCH_STEPS, HNSW_EF_SEARCH
 from pearl_model.linking.sides import MAX_ROW_BYTES
 from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
@@ -47,7 +54,8 @@ CODE_VERSION = "matches-3"  # 2: the rescored score; 3: NUL bytes stripped from 
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
-RECALL_SAMPLE = 1000  # left names whose approximate top k is checked against exact
+RECALL_SAMPLE = 1000  # left names whose approximate top k is checked against exact (and tunes efSearch)
+TUNING_SEED = 0  # draws the left rows that tune efSearch to a recall target
 HISTOGRAM_BINS = 80  # of the best match's score, over [-1, 1]
 EXAMPLES = 10  # example matches on each side of the threshold
 WORK = "link_work"  # <storage_root>/link_work/<version>/: the run's partitions, removed after commit
@@ -79,6 +87,8 @@ class LinkPlan:
     inputs: dict = field(hash=False)
     notes: tuple[str, ...] = ()
     max_row_bytes: int = MAX_ROW_BYTES  # the longest CSV row read (a limit on memory, not on the output)
+    ef_search: int = HNSW_EF_SEARCH  # an HNSW index's efSearch, unless a recall target tunes it
+    recall_target: float | None = None  # recall@top_k against exact that tunes efSearch (None: ef_search)
 
     @property
     def dedupe(self) -> bool:
@@ -165,9 +175,15 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
               threshold: float | None = None, cosine_weight: float | None = None, labels: str | None = None, precision: float = 0.9,
               dedupe: bool = False, partition_rows: int = PARTITION_ROWS, index_rows: int | None = None,
               index_kind: str = "auto", exact_limit: int | None = None, recall_sample: int = RECALL_SAMPLE,
-              batch_size: int | None = None, max_row_bytes: int = MAX_ROW_BYTES) -> LinkPlan:
+              batch_size: int | None = None, max_row_bytes: int = MAX_ROW_BYTES, ef_search: int | None = None,
+              recall_target: float | None = None) -> LinkPlan:
     """Check the parameters (as `pearl link` does) and the inputs' existence, resolve the model, and
-    name the output version. Nothing is read or written."""
+    name the output version. Nothing is read or written.
+
+    ``ef_search`` (default 128) or ``recall_target`` (not both) set an HNSW index's efSearch: the value
+    given, or the smallest of 16, 32, ... 1024 whose recall@top_k against exact reaches the target on
+    every shard, measured on ``recall_sample`` left names (1024, with a warning and the recall it
+    reached in the report, where none does). Exact indexes ignore both."""
     from pearl_model.inference.backbones import DEFAULT_BACKBONE
     from pearl_model.linking import index as vector_index
     from pearl_model.linking import rescore
@@ -185,6 +201,13 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
                          "whole right partitions")
     if not 0.0 <= precision <= 1.0:
         raise ValueError(f"precision {precision} is not in [0, 1]")
+    if ef_search is not None and recall_target is not None:
+        raise ValueError("give ef_search or recall_target, not both: the target chooses efSearch")
+    if ef_search is not None and ef_search < 1:
+        raise ValueError(f"ef_search {ef_search} is below 1")
+    if recall_target is not None and not (0.0 < recall_target <= 1.0 and recall_sample >= 1):
+        raise ValueError(f"recall_target {recall_target} needs to be in (0, 1] and recall_sample >= 1 (the names "
+                         "it is measured on)")
     exact_limit = vector_index.EXACT_LIMIT if exact_limit is None else exact_limit
     cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
     rescore.default_weights(cosine_weight)  # out of [0, 1] fails here
@@ -200,12 +223,18 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
               "partition_rows": partition_rows, "index_kind": index_kind, "exact_limit": exact_limit}
     if index_rows != partition_rows:  # one partition per shard is the run before shards: its version stays
         params["index_rows"] = index_rows
+    ef_search = HNSW_EF_SEARCH if ef_search is None else ef_search
+    if index_kind != "exact":  # as index_rows: only a value that can change the results versions them
+        if ef_search != HNSW_EF_SEARCH:
+            params["ef_search"] = ef_search
+        if recall_target is not None:
+            params |= {"recall_target": recall_target, "recall_sample": recall_sample}
     name, schema = ("deduped_matches", DEDUPED_MATCHES) if dedupe else ("matches", MATCHES)
     out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
     return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
                     resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_rows, index_kind,
                     exact_limit, recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else (),
-                    max_row_bytes)
+                    max_row_bytes, ef_search, recall_target)
 
 
 def start_work(plan: LinkPlan) -> None:
@@ -287,44 +316,84 @@ def index_kind(plan: LinkPlan, right: SideParts) -> str:
     return vector_index.choose_kind(right.names, plan.index_kind, plan.exact_limit)
 
 
-def index_right(plan: LinkPlan, shard: int, right: SideParts) -> int:
+def tuning_sample(plan: LinkPlan, left: SideParts, right: SideParts) -> list[str]:
+    """The left names that tune efSearch to ``plan.recall_target``: the distinct names of up to
+    ``plan.recall_sample`` rows drawn at random (seeded: every run draws the same) over the whole left
+    side, blanks left out. None without a target, or with an exact index."""
+    if plan.recall_target is None or index_kind(plan, right) == "exact":
+        return []
+    rows = np.sort(np.random.default_rng(TUNING_SEED).choice(left.rows, min(left.rows, plan.recall_sample),
+                                                             replace=False))
+    names = []
+    for part in np.unique(rows // plan.partition_rows):
+        side = read_side(plan, "left", int(part))
+        names += [side.names[i] for i in np.flatnonzero(np.isin(side.rows, rows))]
+    return list(dict.fromkeys(names))
+
+
+def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] = ()) -> dict:
     """Encode index shard ``shard``'s distinct names (over its partitions, each name once) and index
-    them (:func:`index_kind`); the vectors and the index go to the working directory. Returns its
-    distinct names."""
+    them (:func:`index_kind`); the index alone goes to the working directory (it holds the vectors).
+    With ``sample`` (:func:`tuning_sample`) an HNSW index is tuned to ``plan.recall_target``
+    (:func:`~pearl_model.linking.index.tune_ef_search`). Returns its distinct names (``names``) and the
+    efSearch tried with their recall (``tuned``: [efSearch, recall] pairs; none untuned)."""
     import faiss
 
-    from pearl_model.linking import matches
+    from pearl_model.linking import index as vector_index
+    from pearl_model.linking import matches, rescore
+    from pearl_model.linking.sides import side_from_array
 
     kind = index_kind(plan, right)
-
-    encoded = matches.encode_side(load_model(plan.model), read_shard(plan, shard, right), plan.batch_size)
-    fs = plan.out.fs
-    buf = io.BytesIO()
-    np.save(buf, encoded.vectors)
-    _write_bytes(fs, plan.index_path(shard, "npy"), buf.getvalue())
+    model = load_model(plan.model)
+    encoded = matches.encode_side(model, read_shard(plan, shard, right), plan.batch_size)
+    tuned = []
     if len(encoded.distinct):
         index = matches.build_index(encoded, kind)
-        _write_bytes(fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index).tobytes())
-    return len(encoded.distinct)
+        if sample and kind != "exact":
+            queries = matches.encode_side(model, side_from_array(pa.array(list(sample), pa.string()), "sample", ""),
+                                          plan.batch_size).vectors
+            tuned = vector_index.tune_ef_search(index, queries, plan.top_k, plan.recall_target, EF_SEARCH_STEPS,
+                                                rescore.candidate_count(plan.top_k, plan.cosine_weight))
+            vector_index.set_ef_search(index, plan.ef_search)  # the saved index as built; the queries set theirs
+        _write_bytes(plan.out.fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index).tobytes())
+    return {"names": len(encoded.distinct), "tuned": [[ef, r] for ef, r in tuned]}
+
+
+def search_settings(plan: LinkPlan, right: SideParts, shards: list[dict]) -> dict:
+    """How the queries search: the efSearch of an HNSW index (None for exact), ``plan.ef_search`` or,
+    with a recall target, the largest efSearch the shards' tuning chose (:func:`index_right`), so that
+    every shard reaches the target; ``target_met`` False where a shard reached it at no efSearch tried
+    (then the cap is used). ``tuning``: each tuned shard's efSearch and the recall measured there."""
+    from pearl_model.linking import index as vector_index
+
+    if index_kind(plan, right) == "exact":
+        return {"ef_search": None, "recall_target": None}
+    chosen = [vector_index.chosen_ef_search(s["tuned"], plan.recall_target) for s in shards if s["tuned"]]
+    if not chosen:  # untuned (no target, or no left name to tune on)
+        return {"ef_search": plan.ef_search, "recall_target": plan.recall_target}
+    return {"ef_search": max(ef for ef, _, _ in chosen), "recall_target": plan.recall_target,
+            "target_met": all(met for _, _, met in chosen),
+            "tuning": [{"shard": j, "ef_search": ef, "recall": r} for j, (ef, r, _) in
+                       zip((j for j, s in enumerate(shards) if s["tuned"]), chosen)]}
 
 
 def _right(plan: LinkPlan, shard: int, right: SideParts):
-    """(index shard ``shard`` encoded, its index) from the working directory."""
+    """(index shard ``shard``'s names and rows, its index) from the working directory: the index alone
+    is read (the vectors are in it)."""
     import faiss
 
     from pearl_model.linking import matches
 
-    fs = plan.out.fs
-    vectors = np.load(io.BytesIO(_read_bytes(fs, plan.index_path(shard, "npy"))))
-    index = faiss.deserialize_index(np.frombuffer(_read_bytes(fs, plan.index_path(shard, "faiss")), np.uint8))
-    return matches.encoded_from_vectors(read_shard(plan, shard, right), vectors), index
+    index = faiss.deserialize_index(np.frombuffer(_read_bytes(plan.out.fs, plan.index_path(shard, "faiss")), np.uint8))
+    return matches.encoded_from_vectors(read_shard(plan, shard, right), None, index.ntotal), index
 
 
-def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int]) -> dict:
-    """Left partition ``part``'s top k among every index shard (``distinct``: each one's distinct
-    names, as :func:`index_right` returned them; those without any are skipped), written as
-    candidate part ``part``. Left partition 0 with an approximate index also measures its recall@k
-    against exact, per shard, on up to ``recall_sample`` of its distinct names."""
+def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) -> dict:
+    """Left partition ``part``'s top k among every index shard (``shards``: as :func:`index_right`
+    returned them; those without a name are skipped), at the efSearch of :func:`search_settings`,
+    written as candidate part ``part``. Left partition 0 with an approximate index also measures its
+    recall@k against exact, per shard, on up to ``recall_sample`` of its distinct names (the exact
+    top k from the vectors the index holds)."""
     from pearl_model.linking import index as vector_index
     from pearl_model.linking import matches, rescore
 
@@ -337,12 +406,14 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, distinct: list[int])
     approximate = index_kind(plan, right) != "exact"
     sample = left.vectors[:plan.recall_sample] if approximate and part == 0 else left.vectors[:0]
     wanted = rescore.candidate_count(plan.top_k, plan.cosine_weight)  # by cosine, then rescored
-    for j in (j for j, n in enumerate(distinct) if n):
+    ef_search = search_settings(plan, right, shards)["ef_search"]
+    for j in (j for j, s in enumerate(shards) if s["names"]):
         shard, index = _right(plan, j, right)
+        vector_index.set_ef_search(index, ef_search)
         partial = matches.top_k(left, shard, index, wanted, exclude_self=plan.dedupe).cast(MATCHES)
         found = matches.merge_top_k([found, partial], wanted).cast(MATCHES)
         if len(sample):
-            recall.append(vector_index.recall_against_exact(shard.vectors, sample, plan.top_k, index))
+            recall.append(vector_index.recall_against_exact(None, sample, plan.top_k, index))
     plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
     return {"recall": recall, "queries": len(sample)}
 
@@ -389,7 +460,8 @@ def _examples(best: pa.Table, threshold: float | None) -> list[dict]:
 
 def write_matches(plan: LinkPlan, left: SideParts, right: SideParts, threshold: dict, recall: dict) -> dict:
     """Cut each candidate part at the threshold into the output's parts (clusters for dedupe) and
-    commit the version: the manifest, last, holds the counts and what the report shows."""
+    commit the version: the manifest, last, holds the counts and what the report shows (``recall``:
+    :func:`recall_summary` and :func:`search_settings`, into the index's stats)."""
     from pearl_model.linking import clusters, matches
 
     t = threshold["value"]
@@ -509,12 +581,33 @@ def threshold_markdown(manifest: dict) -> str:
             f"labelled match ({t['note']}).\n\n" + markdown_image(png_bytes(fig), "precision/recall curve") + "\n")
 
 
+def search_markdown(index: dict, k: int) -> str:
+    """The efSearch an HNSW run used and, with a recall target, how it was chosen (empty for versions
+    from before efSearch was reported)."""
+    if index.get("ef_search") is None:
+        return ""
+    if not index.get("tuning"):
+        target = index.get("recall_target")
+        return f"\nefSearch {index['ef_search']}" + (
+            f" (recall target {target}: not tuned, no left name to tune on).\n" if target else ".\n")
+    worst = min(index["tuning"], key=lambda t: t["recall"])
+    text = (f"\nefSearch **{index['ef_search']}**, chosen for recall@{k} >= {index['recall_target']} against exact "
+            f"on every index (the largest each needed; per index: "
+            + ", ".join(f"{t['ef_search']} ({t['recall']:.4f})" for t in index["tuning"]) + ").\n")
+    if not index["target_met"]:
+        text += (f"\n**Recall target {index['recall_target']} not reached**: index {worst['shard']} reaches "
+                 f"{worst['recall']:.4f} at efSearch {worst['ef_search']}, the most tried; the run searched at it. "
+                 "An exact index (index_kind exact) misses nothing.\n")
+    return text
+
+
 def index_markdown(manifest: dict) -> str:
     i = manifest["stats"]["index"]
     head = (f"# Index: {i['kind']}\n\n{i['right_names']} right names, {manifest['stats']['right']['parts']} "
             f"partitions; exact while the right side holds at most {i['exact_limit']} names.\n")
     if i["kind"] == "exact":
         return head + "\nEvery right name is scored for each query: nothing is missed.\n"
+    head += search_markdown(i, manifest["params"]["top_k"])
     if i.get("recall") is None:
         return head + "\nThe recall against exact was not measured (recall_sample 0, or no left name).\n"
     return head + (f"\nRecall@{manifest['params']['top_k']} against exact: **{i['recall']:.4f}** (mean over the "
@@ -553,14 +646,22 @@ def split_side_task(plan: LinkPlan, side: str) -> SideParts:
     return parts
 
 
+@task(name="tuning-sample", cache_policy=NONE)
+def tuning_sample_task(plan: LinkPlan, left: SideParts, right: SideParts) -> list[str]:
+    sample = tuning_sample(plan, left, right)
+    if sample:
+        get_run_logger().info("%d left names tune efSearch to recall %s", len(sample), plan.recall_target)
+    return sample
+
+
 @task(name="index-right", task_run_name="index-right-{shard}", cache_policy=NONE)
-def index_right_task(plan: LinkPlan, shard: int, right: SideParts) -> int:
-    return index_right(plan, shard, right)
+def index_right_task(plan: LinkPlan, shard: int, right: SideParts, sample: list[str]) -> dict:
+    return index_right(plan, shard, right, sample)
 
 
 @task(name="query-left", task_run_name="query-left-{part}", cache_policy=NONE)
-def query_left_task(plan: LinkPlan, part: int, right: SideParts, distinct: list[int]) -> dict:
-    return query_left(plan, part, right, distinct)
+def query_left_task(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) -> dict:
+    return query_left(plan, part, right, shards)
 
 
 @task(name="choose-threshold", cache_policy=NONE)
@@ -572,8 +673,13 @@ def choose_threshold_task(plan: LinkPlan, left_parts: int) -> dict:
 
 @task(name="write-matches", cache_policy=NONE)
 def write_matches_task(plan: LinkPlan, left: SideParts, right: SideParts, threshold: dict,
-                       recall: list[dict]) -> dict:
-    return write_matches(plan, left, right, threshold, recall_summary(recall))
+                       recall: list[dict], shards: list[dict]) -> dict:
+    search = search_settings(plan, right, shards)
+    if search.get("target_met") is False:
+        get_run_logger().warning("recall target %s not reached on every index at efSearch %d, the most tried: "
+                                 "searched at it (the report gives the recall reached)", plan.recall_target,
+                                 search["ef_search"])
+    return write_matches(plan, left, right, threshold, {**recall_summary(recall), **search})
 
 
 @task(name="link-report", cache_policy=NONE)
@@ -597,4 +703,5 @@ def link_report_task(manifest: dict, storage_root: str) -> dict:
                  description="The matches dataset this run committed or reused")
     return {"dataset": manifest["name"], "version": manifest["version"], "rows": manifest["rows"],
             "counts": stats["counts"], "threshold": stats["threshold"]["value"], "index": stats["index"]["kind"],
-            "recall": stats["index"].get("recall"), "clusters": stats.get("clusters")}
+            "recall": stats["index"].get("recall"), "ef_search": stats["index"].get("ef_search"),
+            "clusters": stats.get("clusters")}

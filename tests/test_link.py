@@ -174,6 +174,65 @@ def test_hnsw_recall_against_exact_on_a_fixture():
         index.choose_kind(10, "ivf")
 
 
+def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw"])
+def test_an_index_gives_back_its_vectors_after_a_round_trip(kind):
+    import faiss
+
+    base, queries = unit_vectors(300, 32, 1), unit_vectors(50, 32, 2)
+    saved = faiss.deserialize_index(faiss.serialize_index(index.build_index(base, kind)))
+    np.testing.assert_array_equal(index.stored_vectors(saved), base)
+    # the recall check needs no vectors beside the index: the same as from the vectors themselves
+    assert index.recall_against_exact(None, queries, 5, saved) == index.recall_against_exact(base, queries, 5, saved)
+
+
+def test_ef_search_tuning_picks_more_candidates_for_a_higher_target():
+    # a few hundred random unit vectors: hard for a graph index at a small efSearch
+    base, queries = unit_vectors(400, 64, 3), unit_vectors(200, 64, 4)
+    hnsw = index.build_index(base, "hnsw")
+    steps = (1, 2, 4, 8, 16, 32, 64, 128)
+    low = index.tune_ef_search(hnsw, queries, 1, 0.6, steps)
+    high = index.tune_ef_search(hnsw, queries, 1, 0.99, steps)
+    assert low[0][1] < 0.99  # efSearch 1 misses: the targets part
+    (ef_low, r_low, met_low), (ef_high, r_high, met_high) = (index.chosen_ef_search(t, t_) for t, t_ in
+                                                             ((low, 0.6), (high, 0.99)))
+    assert met_low and met_high and ef_low < ef_high and r_low >= 0.6 and r_high >= 0.99
+    assert [ef for ef, _ in high] == [ef for ef in steps if ef <= ef_high]  # stops at the first that reaches it
+    assert hnsw.hnsw.efSearch == ef_high  # left at the last tried
+    # each step's recall is the recall the index gives there
+    _, exact = index.search(index.build_index(base, "exact"), queries, 1)
+    for ef, r in high:
+        index.set_ef_search(hnsw, ef)
+        assert r == index.recall(exact, index.search(hnsw, queries, 1)[1])
+    # no efSearch below the hits a query asks for (FAISS would return fewer): 20 candidates start at 32
+    assert [ef for ef, _ in index.tune_ef_search(hnsw, queries, 1, 1.01, steps, candidates=20)] == [32, 64, 128]
+    assert [ef for ef, _ in index.tune_ef_search(hnsw, queries, 1, 1.01, (1, 2), candidates=20)] == [2]
+
+
+def test_an_unreachable_recall_target_gives_the_cap_and_says_so():
+    base, queries = unit_vectors(400, 64, 3), unit_vectors(200, 64, 4)
+    hnsw = index.build_index(base, "hnsw")
+    tried = index.tune_ef_search(hnsw, queries, 1, 1.01, (1, 2, 4))  # more than any recall
+    assert [ef for ef, _ in tried] == [1, 2, 4]
+    assert index.chosen_ef_search(tried, 1.01) == (4, tried[-1][1], False)
+    index.set_ef_search(index.build_index(base, "exact"), 8)  # an exact index has none: nothing to set
+
+
+def test_a_right_side_without_vectors_gives_the_same_top_k(encoder):
+    left = matches.encode_side(encoder, sides.side_from_array(pa.array(["aple", "plum", "kiwi"]), "l", "t"), 1)
+    right = matches.encode_side(encoder, sides.side_from_array(pa.array(FRUIT + ["plum"]), "r", "t"), 1)
+    idx = matches.build_index(right, "exact")
+    names_only = matches.encoded_from_vectors(right.side, None, idx.ntotal)
+    assert names_only.vectors is None
+    assert matches.top_k(left, names_only, idx, 3).equals(matches.top_k(left, right, idx, 3))
+    with pytest.raises(ValueError, match="12 vectors for 12 distinct names|13 vectors for 12 distinct names"):
+        matches.encoded_from_vectors(right.side, None, idx.ntotal + 1)
+
+
 # --- reading a side: bad input ---------------------------------------------------------------------
 def test_csv_and_parquet_sides_skip_and_count_blank_names(tmp_path):
     names = ["plum", None, "  ", "kiwi", ""]

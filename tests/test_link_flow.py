@@ -117,10 +117,14 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         again = link(**params)
         assert again["version"] == result["version"] and out.manifest()["created_at"] == manifest["created_at"]
 
-        # index shards of two right partitions: another version, two indexes queried, every row accounted for
-        sharded = link(**{**params, "index_rows": 128})
+        # index shards of two right partitions, efSearch tuned to a recall target on each while it is indexed:
+        # another version, two indexes queried at the efSearch chosen, every row accounted for
+        sharded = link(**{**params, "index_rows": 128, "recall_target": 0.9})
         index = Dataset(root, "matches", sharded["version"], MATCHES).manifest()["stats"]["index"]
         assert sharded["version"] != result["version"] and len(index["recall_per_part"]) == 2
+        assert [t["shard"] for t in index["tuning"]] == [0, 1] and index["target_met"] is True
+        assert sharded["ef_search"] == index["ef_search"] == max(t["ef_search"] for t in index["tuning"])
+        assert result["ef_search"] == 128  # the default, untuned
         s = sharded["counts"]
         assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (82, 2, 2 * 80)
         assert s["rows"] == s["skipped"] + s["matched"] + s["below_threshold"] + s["no_candidate"]

@@ -100,3 +100,17 @@ def test_search_costs_measure_recall_against_exact():
     assert (low["ef_search"], high["ef_search"]) == (1, 256)
     assert high["recall_at_1"] >= 0.99 and high["recall_at_k"] >= 0.95  # a near copy of a base row is found
     assert low["recall_at_k"] < high["recall_at_k"]  # a one-candidate search misses some of the exact top 5
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw"])
+def test_the_search_study_reads_the_flow_s_index_shards_as_vectors(tmp_path, kind):
+    import faiss
+
+    from pearl_model.linking import index as vector_index
+
+    base = np.random.default_rng(1).standard_normal((300, 16)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    faiss.write_index(vector_index.build_index(base, kind), str(tmp_path / "part-00000.faiss"))
+    np.save(tmp_path / "part-00000.npy", base)
+    np.testing.assert_array_equal(ls.load_vectors(tmp_path / "part-00000.faiss"), base)
+    np.testing.assert_array_equal(ls.load_vectors(tmp_path / "part-00000.npy"), base)

@@ -3,6 +3,7 @@ random-weight model: partitioned results equal the unpartitioned top k, the coun
 fails before anything is written, and a run that fails commits nothing."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 
@@ -46,10 +47,12 @@ def run(left, right, root, **settings):
     stage.start_work(plan)
     lp = stage.split_side(plan, "left")
     rp = stage.split_side(plan, "right") if right is not None else lp
-    distinct = [stage.index_right(plan, j, rp) for j in range(plan.shards(rp.parts))]
-    recall = [stage.query_left(plan, i, rp, distinct) for i in range(lp.parts)]
+    sample = stage.tuning_sample(plan, lp, rp)
+    shards = [stage.index_right(plan, j, rp, sample) for j in range(plan.shards(rp.parts))]
+    recall = [stage.query_left(plan, i, rp, shards) for i in range(lp.parts)]
     threshold = stage.choose_threshold(plan, lp.parts)
-    return plan, stage.write_matches(plan, lp, rp, threshold, stage.recall_summary(recall))
+    search = stage.search_settings(plan, rp, shards)
+    return plan, stage.write_matches(plan, lp, rp, threshold, {**stage.recall_summary(recall), **search})
 
 
 def whole(model_dir, left_names, right_names, k, dedupe=False, cosine_weight=None):
@@ -100,8 +103,6 @@ def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp
     assert manifest["stats"]["right"] == {"rows": len(RIGHT), "skipped": 2, "parts": 6}
     left_side, candidates = whole(model_dir, LEFT, RIGHT, 2)
     kept, _ = matches.above_threshold(candidates, 0.9)
-    import dataclasses
-
     assert c == dataclasses.asdict(matches.count(left_side.side, candidates, kept))
     assert manifest["rows"] == kept.num_rows == c["pairs"]
     assert plan.out.metadata_totals() == c  # each part's footer holds its own counts
@@ -311,10 +312,105 @@ def test_an_index_shard_holds_its_partitions_distinct_names(model_dir, tables, t
     assert (rp.parts, plan.parts_per_shard, plan.shards(rp.parts)) == (6, 3, 2)
     assert [list(plan.shard_parts(s, rp.parts)) for s in range(2)] == [[0, 1, 2], [3, 4, 5]]
     # apple (rows 0 and 5) once in shard 0; plum (rows 4 and 9) once in each shard
-    assert [stage.index_right(plan, s, rp) for s in range(2)] == [4, 4]
+    assert [stage.index_right(plan, s, rp)["names"] for s in range(2)] == [4, 4]
     shard, index = stage._right(plan, 1, rp)
     assert shard.distinct == ["grape", "kiwi", "plum", "lemon"] and index.ntotal == 4
     assert shard.side.rows.tolist() == [7, 8, 9, 10] and shard.side.total == 5
+    # the index alone is kept: its vectors are in it, none beside it
     names = sorted(p.rsplit("/", 1)[-1] for p in plan.out.fs.ls(f"{plan.work_path}/index"))
-    assert names == ["part-00000.faiss", "part-00000.npy", "part-00001.faiss", "part-00001.npy"]
-    assert isinstance(index, faiss.IndexFlatIP)
+    assert names == ["part-00000.faiss", "part-00001.faiss"]
+    assert isinstance(index, faiss.IndexFlatIP) and shard.vectors is None
+
+
+# --- efSearch: given, or tuned to a recall target --------------------------------------------------
+def test_a_recall_target_tunes_efsearch_and_the_results_stay_the_unpartitioned_top_k(model_dir, tables, tmp_path):
+    left, right = tables
+    plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=3,
+                         partition_rows=2, index_rows=4, index_kind="hnsw", recall_target=0.95, recall_sample=5)
+    index = manifest["stats"]["index"]
+    assert index["kind"] == "hnsw" and index["recall_target"] == 0.95 and index["target_met"] is True
+    assert [t["shard"] for t in index["tuning"]] == [0, 1, 2]  # every shard tuned
+    assert all(t["recall"] >= 0.95 for t in index["tuning"])
+    assert index["ef_search"] == max(t["ef_search"] for t in index["tuning"])
+    assert manifest["params"]["recall_target"] == 0.95 and manifest["params"]["recall_sample"] == 5
+    assert "chosen for recall@3 >= 0.95" in stage.index_markdown(manifest)
+    # a few names a shard: HNSW finds them all, so the rows are the exact unpartitioned top k
+    _, expected = whole(model_dir, LEFT, RIGHT, 3)
+    assert rows_of(plan.out.read()) == rows_of(expected)
+
+
+def test_an_unreachable_recall_target_searches_at_the_cap_and_reports_it(model_dir, tables, tmp_path, monkeypatch):
+    from pearl_model.linking import index as vector_index
+
+    steps = stage.EF_SEARCH_STEPS
+    # every shard's tuning falls short: the recall it reaches at each efSearch tried
+    monkeypatch.setattr(vector_index, "tune_ef_search",
+                        lambda index, queries, k, target, steps=steps, candidates=None:
+                        [(ef, 0.5 + i / 100) for i, ef in enumerate(steps)])
+    used = []
+    real = vector_index.set_ef_search
+    monkeypatch.setattr(vector_index, "set_ef_search", lambda index, ef: (used.append(ef), real(index, ef)))
+    left, right = tables
+    _, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=1,
+                      partition_rows=4, index_kind="hnsw", recall_target=0.99)
+    index = manifest["stats"]["index"]
+    cap = steps[-1]
+    assert index["target_met"] is False and index["ef_search"] == cap
+    assert [t["ef_search"] for t in index["tuning"]] == [cap] * 3
+    assert used[-9:] == [cap] * 9  # the queries (3 left partitions x 3 shards) searched at the cap
+    md = stage.index_markdown(manifest)
+    assert "Recall target 0.99 not reached" in md and f"at efSearch {cap}, the most tried" in md
+    assert manifest["rows"] == len(LEFT) - 2  # the run still commits its matches
+
+
+def test_ef_search_is_used_as_given_and_an_exact_index_ignores_it(model_dir, tables, tmp_path):
+    left, right = tables
+    _, manifest = run(left, right, str(tmp_path / "hnsw"), left_column="name", model=model_dir, partition_rows=4,
+                      index_kind="hnsw", ef_search=40)
+    index = manifest["stats"]["index"]
+    assert index["ef_search"] == 40 and "tuning" not in index and "efSearch 40." in stage.index_markdown(manifest)
+    _, manifest = run(left, right, str(tmp_path / "exact"), left_column="name", model=model_dir, partition_rows=4,
+                      recall_target=0.99)  # auto: exact for these few names
+    assert manifest["stats"]["index"]["ef_search"] is None and "tuning" not in manifest["stats"]["index"]
+
+
+def test_efsearch_and_the_recall_target_version_the_output_only_when_they_can_change_it(model_dir, tables, tmp_path):
+    left, right = tables
+    root = str(tmp_path / "store")
+
+    def version(**kw):
+        plan = stage.plan_link(left, right, root, left_column="name", model=model_dir, **kw)
+        return plan.out.version, plan.params
+
+    base, params = version()
+    assert version(ef_search=stage.HNSW_EF_SEARCH) == (base, params)  # the default: the version before it
+    assert "ef_search" not in params and "recall_target" not in params
+    v, p = version(ef_search=64)
+    assert v != base and p["ef_search"] == 64
+    v2, p2 = version(recall_target=0.98)
+    assert v2 not in (base, v) and (p2["recall_target"], p2["recall_sample"]) == (0.98, stage.RECALL_SAMPLE)
+    assert version(recall_target=0.98, recall_sample=10)[0] != v2  # the sample tunes it
+    exact, _ = version(index_kind="exact")
+    assert version(index_kind="exact", ef_search=64)[0] == exact == version(index_kind="exact", recall_target=0.9)[0]
+    with pytest.raises(ValueError, match="give ef_search or recall_target, not both"):
+        version(ef_search=64, recall_target=0.9)
+    for bad in ({"recall_target": 0.0}, {"recall_target": 1.5}, {"recall_target": 0.9, "recall_sample": 0}):
+        with pytest.raises(ValueError, match="recall_target .* needs to be in"):
+            version(**bad)
+    with pytest.raises(ValueError, match="ef_search 0 is below 1"):
+        version(ef_search=0)
+
+
+def test_the_tuning_sample_is_seeded_over_the_whole_left_side(model_dir, tables, tmp_path):
+    left, right = tables
+    plan = stage.plan_link(left, right, str(tmp_path / "store"), left_column="name", model=model_dir,
+                           partition_rows=2, index_kind="hnsw", recall_target=0.9, recall_sample=6)
+    stage.start_work(plan)
+    lp, rp = stage.split_side(plan, "left"), stage.split_side(plan, "right")
+    sample = stage.tuning_sample(plan, lp, rp)
+    assert sample == stage.tuning_sample(plan, lp, rp)  # every index task tunes on the same names
+    assert 0 < len(sample) <= 6 and len(set(sample)) == len(sample) and set(sample) <= set(LEFT) - {None, ""}
+    everything = stage.tuning_sample(dataclasses.replace(plan, recall_sample=100), lp, rp)
+    assert sorted(everything) == sorted(n for n in LEFT if n)  # every partition's names are drawn from
+    assert stage.tuning_sample(dataclasses.replace(plan, recall_target=None), lp, rp) == []
+    assert stage.tuning_sample(dataclasses.replace(plan, index_kind="exact"), lp, rp) == []

@@ -2,8 +2,12 @@
 
 ``exact`` is ``IndexFlatIP``: every vector scored, the reference. ``hnsw`` is an approximate graph
 index (``IndexHNSWFlat``, inner product), for a right side too large to score in full per query;
-:func:`recall_against_exact` measures what it misses. ``auto`` picks exact up to ``exact_limit``
-vectors. Another kind (IVF, a GPU index) is one more entry in :data:`KINDS`.
+:func:`recall_against_exact` measures what it misses, and :func:`tune_ef_search` finds the smallest
+efSearch (candidates visited per query) that reaches a recall target. ``auto`` picks exact up to
+``exact_limit`` vectors. Another kind (IVF, a GPU index) is one more entry in :data:`KINDS`.
+
+Both kinds keep their vectors (flat storage): :func:`stored_vectors` gives them back, so a saved
+index needs no copy of its vectors beside it.
 """
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ import numpy as np
 EXACT_LIMIT = 1_000_000  # vectors an exact index holds under "auto"; above it an approximate one
 HNSW_NEIGHBOURS = 32  # graph degree (faiss's M)
 HNSW_EF_SEARCH = 128  # candidates visited per query: recall against time
+# efSearch tried in turn by tune_ef_search, the last one the cap (beyond it a 100k-name HNSW index
+# costs a query about what scoring every vector does)
+EF_SEARCH_STEPS = (16, 32, 64, 128, 256, 512, 1024)
 
 
 def _exact(dim: int):
@@ -56,11 +63,53 @@ def search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
 
-def recall_against_exact(vectors: np.ndarray, queries: np.ndarray, k: int, index) -> float:
-    """The share of the exact top ``k`` ids of ``queries`` that ``index`` (built on ``vectors``) finds."""
+def set_ef_search(index, ef_search: int) -> None:
+    """The efSearch of an HNSW index (an exact index has none: unchanged)."""
+    hnsw = getattr(index, "hnsw", None)
+    if hnsw is not None:
+        hnsw.efSearch = ef_search
+
+
+def stored_vectors(index) -> np.ndarray:
+    """The vectors ``index`` holds, in id order (both kinds store them as they were added)."""
+    return index.reconstruct_n(0, index.ntotal)
+
+
+def recall_against_exact(vectors: np.ndarray | None, queries: np.ndarray, k: int, index) -> float:
+    """The share of the exact top ``k`` ids of ``queries`` that ``index`` (built on ``vectors``; None:
+    the vectors ``index`` holds) finds."""
+    vectors = stored_vectors(index) if vectors is None else vectors
     _, exact = search(build_index(vectors, "exact"), queries, k)
     _, found = search(index, queries, k)
     return recall(exact, found)
+
+
+def tune_ef_search(index, queries: np.ndarray, k: int, target: float, steps=EF_SEARCH_STEPS,
+                   candidates: int | None = None) -> list[tuple[int, float]]:
+    """[(efSearch, recall@k against exact)] of ``queries`` on the HNSW ``index`` at each of ``steps`` in
+    turn, up to the first that reaches ``target`` (all of them when none does: the last is the cap).
+    ``candidates`` (default ``k``): the hits a query asks for, as the caller will search; recall counts
+    the first ``k`` of them. A step below ``candidates`` is not tried: FAISS keeps no more than
+    efSearch candidates, so such a search can return fewer hits than asked for. The index is left at
+    the last efSearch tried."""
+    candidates = max(candidates or k, k)
+    _, exact = search(build_index(stored_vectors(index), "exact"), queries, k)
+    tried = []
+    for ef in [ef for ef in steps if ef >= candidates] or [max(steps)]:
+        set_ef_search(index, ef)
+        tried.append((ef, recall(exact, search(index, queries, candidates)[1][:, :k])))
+        if tried[-1][1] >= target:
+            break
+    return tried
+
+
+def chosen_ef_search(tried: list[tuple[int, float]], target: float) -> tuple[int, float, bool]:
+    """(efSearch, its recall, whether it reaches ``target``) of one index's :func:`tune_ef_search`:
+    the first that reaches the target, else the last tried (the cap)."""
+    for ef, r in tried:
+        if r >= target:
+            return ef, r, True
+    return tried[-1][0], tried[-1][1], False
 
 
 def recall(exact: np.ndarray, found: np.ndarray) -> float:

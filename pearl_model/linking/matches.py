@@ -26,7 +26,7 @@ class Encoded:
 
     side: Side
     distinct: list[str]
-    vectors: np.ndarray  # (len(distinct), dim) float32, L2-normalised
+    vectors: np.ndarray | None  # (len(distinct), dim) float32, L2-normalised; None: held by an index alone
     inverse: np.ndarray  # int64, one per side.names
     _members: dict = field(default_factory=dict, repr=False)
 
@@ -68,12 +68,15 @@ def distinct_names(side: Side) -> tuple[list[str], np.ndarray]:
     return dictionary.dictionary.to_pylist(), dictionary.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def encoded_from_vectors(side: Side, vectors: np.ndarray) -> Encoded:
-    """``side`` with the vectors :func:`encode_side` gave it earlier (kept on disk by a flow)."""
+def encoded_from_vectors(side: Side, vectors: np.ndarray | None, count: int | None = None) -> Encoded:
+    """``side`` with the vectors :func:`encode_side` gave it earlier (kept by a flow), or without them
+    (None, and ``count``: how many the index holding them has): the right side of :func:`top_k` needs
+    only its names and rows, the index has its vectors."""
     distinct, inverse = distinct_names(side)
-    if len(vectors) != len(distinct):
-        raise ValueError(f"{len(vectors)} vectors for {len(distinct)} distinct names")
-    return Encoded(side, distinct, np.asarray(vectors, np.float32), inverse)
+    count = len(vectors) if vectors is not None else count
+    if count is not None and count != len(distinct):
+        raise ValueError(f"{count} vectors for {len(distinct)} distinct names")
+    return Encoded(side, distinct, None if vectors is None else np.asarray(vectors, np.float32), inverse)
 
 
 def build_index(right: Encoded, kind: str = "auto", exact_limit: int = vector_index.EXACT_LIMIT):
@@ -82,7 +85,8 @@ def build_index(right: Encoded, kind: str = "auto", exact_limit: int = vector_in
 
 
 def top_k(left: Encoded, right: Encoded, index, k: int = 1, exclude_self: bool = False) -> pa.Table:
-    """The ``k`` best right rows of each left row (fewer where the right side has fewer).
+    """The ``k`` best right rows of each left row (fewer where the right side has fewer). Of the right
+    side only its names and rows are used (its vectors are ``index``'s; they may be None here).
 
     ``exclude_self``: left and right are one table (dedupe; the same side, or partitions of it
     with the table's rows): a row is never its own match, though other rows with the same name are.
