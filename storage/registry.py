@@ -156,9 +156,22 @@ class ModelRegistry:
         atomic_write_text(self.fs, self._entry_path(version), json.dumps(entry, indent=2, default=str))
         return entry
 
+    def _entry_file(self, path: str) -> dict:
+        """A model's entry: RegistryError unless its fields are of the types register() writes and its
+        version is the one its file name says (what summary() and the CLI read without more checks)."""
+        e = _read_json(self.fs, path, ENTRY_KEYS)
+        types = {"url": str, "trained_at": str, "registered_at": str, "training": dict,
+                 "training_set": (str, type(None)), "benchmark": (dict, type(None)), "decision": (dict, type(None))}
+        wrong = [k for k, t in types.items() if not isinstance(e.get(k), t)]
+        if wrong:
+            raise RegistryError(f"{path}: {', '.join(wrong)} not as the registry writes them: fix or restore it")
+        if _checked(e["version"]) != path.rsplit("/", 1)[-1].removesuffix(".json"):
+            raise RegistryError(f"{path}: names version {e['version']}, not its own: fix or restore it")
+        return e
+
     def entry(self, version: str) -> dict:
         try:
-            return _read_json(self.fs, self._entry_path(version), ENTRY_KEYS)
+            return self._entry_file(self._entry_path(version))
         except FileNotFoundError:
             raise ModelNotRegistered(f"model {version} is not in the registry under {redact(self.root)}") from None
 
@@ -168,7 +181,7 @@ class ModelRegistry:
             paths = self.fs.glob(f"{self.base}/models/*.json")
         except FileNotFoundError:
             paths = []
-        out = [_read_json(self.fs, p, ENTRY_KEYS) for p in paths]
+        out = [self._entry_file(p) for p in paths]
         return sorted(out, key=lambda e: e["registered_at"])
 
     def summary(self) -> list[dict]:

@@ -329,3 +329,33 @@ def test_a_bad_latest_pointer_ends_in_one_line(place, data):
     good = json.loads((root / "sentences" / "_latest.json").read_text())
     (root / "sentences" / "_latest.json").write_text(data.draw(bad_pointer_text(good, sentinel, ("version",))))
     refused(lambda: latest_version(str(root), "sentences"), ManifestError, sentinel, root)
+
+
+@given(data=st.data())
+def test_a_bad_registry_entry_ends_in_one_line(place, data):
+    """A model's entry (registry/models/<version>.json), as `pearl models list` and the registry
+    artifact read it: cut short, not an object, a field missing or of another type, another version."""
+    root, sentinel = place()
+    reg = ModelRegistry(str(root))
+    good = {"version": "m1", "url": "x", "training_set": "t1", "training": {"steps": 3}, "trained_at": "t",
+            "registered_at": "t", "benchmark": None, "decision": None}
+    how = data.draw(st.sampled_from(["truncated", "json", "missing", "type", "version"]))
+    text = json.dumps(good)
+    if how == "truncated":
+        text = text[:data.draw(st.integers(0, len(text) - 1))]
+    elif how == "json":
+        text = json.dumps(data.draw(_JSON.filter(lambda v: not isinstance(v, dict))))
+    elif how == "missing":
+        text = json.dumps({k: v for k, v in good.items()
+                           if k != data.draw(st.sampled_from(["version", "url", "training", "trained_at"]))})
+    elif how == "type":
+        field = data.draw(st.sampled_from(["training", "trained_at", "registered_at", "benchmark", "decision"]))
+        text = json.dumps(good | {field: data.draw(st.one_of(st.integers(), st.lists(st.none(), max_size=1),
+                                                               st.just(True)))})
+    else:
+        version = data.draw(_BAD_VERSIONS.filter(lambda v: v is not None) | st.just("m2"))
+        text = json.dumps(good | {"version": _name(version, sentinel)})
+    (root / "registry" / "models").mkdir(parents=True)
+    (root / "registry" / "models" / "m1.json").write_text(text)
+    for read in (reg.entries, reg.summary, lambda: reg.entry("m1")):
+        refused(read, RegistryError, sentinel, root)
