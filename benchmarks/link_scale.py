@@ -224,11 +224,14 @@ def run_one(tables: Path, workers: int, partition_rows: int, model: str, index_k
     stages = task_run_stages(since)
     left_t, right_t = pq.read_table(left), pq.read_table(right)
     L, R = left_t.num_rows, right_t.num_rows
-    encode_s = stages["index-right"]["task_s"]  # right names encoded and indexed, nothing else
+    # right names encoded and indexed, nothing else (encode-right: the flow encodes in its own tasks since
+    # link_scale_1m_shards_cpu.json; index-right alone before)
+    encode_s = stages.get("encode-right", {}).get("task_s", 0.0) + stages["index-right"]["task_s"]
     return {"tables": str(tables), "left_rows": L, "right_rows": R, "workers": workers, "partition_rows": partition_rows,
             "left_parts": manifest["stats"]["left_parts"], "right_parts": manifest["stats"]["right"]["parts"],
             "model": manifest["stats"]["model"], "index": result["index"], "recall": result["recall"],
             "ef_search": result["ef_search"], "index_stats": manifest["stats"]["index"],
+            "index_rows": search.get("index_rows") or partition_rows,
             "load_s": round(load_s, 2), "wall_s": round(wall, 2), "stages": stages,
             "left_rows_per_s": round(L / wall, 1), "right_names_per_task_s": round(R / encode_s, 1) if encode_s else None,
             "peak_rss_mb_per_worker": [round(mem.peaks.get(p, 0) / MB, 1) for p in pids],

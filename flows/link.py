@@ -11,7 +11,8 @@ from flows.dask_runner import dask_task_runner, report_dask_dashboard
 from pearl_model.linking.index import EXACT_LIMIT
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
-    MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, index_right_task, link_report_task,
+    MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
+    link_report_task,
     plan_link_task, query_left_task, split_side_task, tuning_sample_task, write_matches_task,
 )
 
@@ -27,10 +28,15 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
     left_parts = left_future.result()
     right_parts = right_parts or left_parts  # dedupe: the table is both sides
     sample = tuning_sample_task(plan, left_parts, right_parts)
+    # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
+    # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
+    # meanwhile, then the queries.
+    right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
     shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
-                                  unmapped(sample)).result()
-    recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts),
-                                 unmapped(shards)).result()
+                                  unmapped(sample), wait_for=[right_vectors])
+    left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
+    recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
+                                 wait_for=[left_vectors]).result()
     threshold = choose_threshold_task(plan, left_parts.parts)
     manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
     return link_report_task(manifest, storage_root)

@@ -9,19 +9,23 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
    name at all, a CSV that is not UTF-8) fails here, before any model loads.
 3. :func:`tuning_sample`: with a ``recall_target`` and an approximate index, up to ``recall_sample``
    left names drawn at random (seeded) over the whole left side.
-4. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
-   one by default), its distinct names encoded and indexed (FAISS: exact inner product while the
-   right side holds at most ``exact_limit`` names, HNSW above), the index alone kept in the working
-   directory (it holds the vectors: :func:`~pearl_model.linking.index.stored_vectors`). With a
-   recall target, the shard's HNSW index is tuned there, while it is in memory: recall@k of the
-   sample against exact at efSearch 16, 32, ... up to the first that reaches the target.
-5. :func:`query_left`: per left partition, its names encoded and queried against every shard's
-   index at the run's efSearch (:func:`search_settings`: ``ef_search``, or the largest the shards'
-   tuning chose), the partial top k merged (``merge_top_k``) into the partition's candidates; with
-   an approximate index, left partition 0 measures its recall against exact on each shard (from the
-   vectors the index holds).
-6. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
-7. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
+4. :func:`encode_part`: per partition of either side, its names encoded into the working directory
+   (a left partition's distinct names; a right partition's names first seen in its index shard, so
+   that a shard's partitions' vectors, in order, are its distinct names'). These tasks do not wait on
+   one another, so the workers stay busy: the left side encodes while a right shard is indexed.
+5. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
+   one by default), its partitions' vectors indexed (FAISS: exact inner product while the right side
+   holds at most ``exact_limit`` names, HNSW above), the index alone kept in the working directory
+   (it holds the vectors: :func:`~pearl_model.linking.index.stored_vectors`; the right vectors are
+   removed). With a recall target, the shard's HNSW index is tuned there, while it is in memory:
+   recall@k of the sample against exact at efSearch 16, 32, ... up to the first that reaches it.
+6. :func:`query_left`: per left partition, its vectors queried against every shard's index at the
+   run's efSearch (:func:`search_settings`: ``ef_search``, or the largest the shards' tuning chose),
+   the partial top k merged (``merge_top_k``) into the partition's candidates; with an approximate
+   index, left partition 0 measures its recall against exact on each shard (from the vectors the
+   index holds).
+7. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
+8. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
    dedupe) into the output version's parts, each part's counts in its footer; then the manifest,
    last, with the counts, the histogram and the examples the report shows; the working directory is
    removed. A run that fails before the manifest commits nothing.
@@ -50,7 +54,8 @@ from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
-CODE_VERSION = "matches-3"  # 2: the rescored score; 3: NUL bytes stripped from names
+CODE_VERSION = "matches-4"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
+# per partition (the batches a name is encoded in differ, and so may its last bits)
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -123,6 +128,10 @@ class LinkPlan:
         """The right partitions of index shard ``shard`` (the last shard may hold fewer)."""
         first = shard * self.parts_per_shard
         return range(first, min(first + self.parts_per_shard, right_parts))
+
+    def vectors_path(self, side: str, part: int) -> str:
+        """Partition ``part`` of ``side``'s vectors (:func:`encode_part`)."""
+        return f"{self.work_path}/vectors/{side}/part-{part:05d}.npy"
 
     def index_path(self, shard: int, what: str) -> str:
         """Index shard ``shard``'s file (one partition per shard: the partition's number)."""
@@ -331,12 +340,54 @@ def tuning_sample(plan: LinkPlan, left: SideParts, right: SideParts) -> list[str
     return list(dict.fromkeys(names))
 
 
+def _new_in_shard(plan: LinkPlan, part: int, right: SideParts) -> list[str]:
+    """Right partition ``part``'s distinct names not in an earlier partition of its index shard, in
+    order of first appearance: the shard's distinct names (``distinct_names`` of the whole shard) are
+    these lists, concatenated in partition order."""
+    from pearl_model.linking.matches import distinct_names
+
+    shard = part // plan.parts_per_shard
+    seen: set[str] = set()
+    for j in plan.shard_parts(shard, right.parts):
+        if j == part:
+            return [n for n in distinct_names(read_side(plan, "right", j))[0] if n not in seen]
+        seen.update(read_side(plan, "right", j).names)
+    raise ValueError(f"right partition {part} is not in index shard {shard}")
+
+
+def encode_part(plan: LinkPlan, side: str, part: int, right: SideParts) -> int:
+    """Encode partition ``part`` of ``side`` (left: its distinct names; right: those first seen in its
+    index shard, :func:`_new_in_shard`) into :meth:`LinkPlan.vectors_path`; returns how many."""
+    import io
+
+    from pearl_model.linking import matches
+    from pearl_model.linking.sides import side_from_array
+
+    if side == "left":
+        names = matches.distinct_names(read_side(plan, "left", part))[0]
+    else:
+        names = _new_in_shard(plan, part, right)
+    vectors = matches.encode_side(load_model(plan.model), side_from_array(pa.array(names, pa.string()), side, ""),
+                                  plan.batch_size).vectors if names else np.zeros((0, 0), np.float32)
+    buffer = io.BytesIO()
+    np.save(buffer, vectors, allow_pickle=False)
+    _write_bytes(plan.out.fs, plan.vectors_path(side, part), buffer.getvalue())
+    return len(names)
+
+
+def _vectors(plan: LinkPlan, side: str, part: int) -> np.ndarray:
+    import io
+
+    return np.load(io.BytesIO(_read_bytes(plan.out.fs, plan.vectors_path(side, part))), allow_pickle=False)
+
+
 def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] = ()) -> dict:
-    """Encode index shard ``shard``'s distinct names (over its partitions, each name once) and index
-    them (:func:`index_kind`); the index alone goes to the working directory (it holds the vectors).
-    With ``sample`` (:func:`tuning_sample`) an HNSW index is tuned to ``plan.recall_target``
-    (:func:`~pearl_model.linking.index.tune_ef_search`). Returns its distinct names (``names``) and the
-    efSearch tried with their recall (``tuned``: [efSearch, recall] pairs; none untuned)."""
+    """Index shard ``shard``'s distinct names from its partitions' vectors (:func:`encode_part`) with
+    :func:`index_kind`; the index alone goes to the working directory (it holds the vectors) and the
+    partitions' vectors are removed. With ``sample`` (:func:`tuning_sample`) an HNSW index is tuned to
+    ``plan.recall_target`` (:func:`~pearl_model.linking.index.tune_ef_search`). Returns its distinct
+    names (``names``) and the efSearch tried with their recall (``tuned``: [efSearch, recall] pairs;
+    none untuned)."""
     import faiss
 
     from pearl_model.linking import index as vector_index
@@ -344,18 +395,23 @@ def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] 
     from pearl_model.linking.sides import side_from_array
 
     kind = index_kind(plan, right)
-    model = load_model(plan.model)
-    encoded = matches.encode_side(model, read_shard(plan, shard, right), plan.batch_size)
+    parts = plan.shard_parts(shard, right.parts)
+    vectors = [v for v in (_vectors(plan, "right", j) for j in parts) if len(v)]
+    encoded = matches.encoded_from_vectors(read_shard(plan, shard, right),
+                                           np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32))
     tuned = []
     if len(encoded.distinct):
         index = matches.build_index(encoded, kind)
         if sample and kind != "exact":
-            queries = matches.encode_side(model, side_from_array(pa.array(list(sample), pa.string()), "sample", ""),
+            queries = matches.encode_side(load_model(plan.model),
+                                          side_from_array(pa.array(list(sample), pa.string()), "sample", ""),
                                           plan.batch_size).vectors
             tuned = vector_index.tune_ef_search(index, queries, plan.top_k, plan.recall_target, EF_SEARCH_STEPS,
                                                 rescore.candidate_count(plan.top_k, plan.cosine_weight))
             vector_index.set_ef_search(index, plan.ef_search)  # the saved index as built; the queries set theirs
         _write_bytes(plan.out.fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index).tobytes())
+    for j in parts:  # the index holds them now
+        plan.out.fs.rm(plan.vectors_path("right", j))
     return {"names": len(encoded.distinct), "tuned": [[ef, r] for ef, r in tuned]}
 
 
@@ -402,7 +458,7 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) 
     if not side.names:  # a partition of blank names only
         plan.candidates.write_part(part, found)
         return {"recall": recall, "queries": 0}
-    left = matches.encode_side(load_model(plan.model), side, plan.batch_size)
+    left = matches.encoded_from_vectors(side, _vectors(plan, "left", part))
     approximate = index_kind(plan, right) != "exact"
     sample = left.vectors[:plan.recall_sample] if approximate and part == 0 else left.vectors[:0]
     wanted = rescore.candidate_count(plan.top_k, plan.cosine_weight)  # by cosine, then rescored
@@ -415,6 +471,7 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) 
         if len(sample):
             recall.append(vector_index.recall_against_exact(None, sample, plan.top_k, index))
     plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
+    plan.out.fs.rm(plan.vectors_path("left", part))
     return {"recall": recall, "queries": len(sample)}
 
 
@@ -652,6 +709,11 @@ def tuning_sample_task(plan: LinkPlan, left: SideParts, right: SideParts) -> lis
     if sample:
         get_run_logger().info("%d left names tune efSearch to recall %s", len(sample), plan.recall_target)
     return sample
+
+
+@task(name="encode-part", task_run_name="encode-{side}-{part}", cache_policy=NONE)
+def encode_part_task(plan: LinkPlan, side: str, part: int, right: SideParts) -> int:
+    return encode_part(plan, side, part, right)
 
 
 @task(name="index-right", task_run_name="index-right-{shard}", cache_policy=NONE)

@@ -16,6 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from pearl_model.linking import clusters, matches, rescore, sides  # noqa: E402
+from pearl_model.linking import index as vector_index  # noqa: E402
 from pearl_model.linking.sides import LinkInputError  # noqa: E402
 from storage.datasets import latest_version  # noqa: E402
 from storage.schemas import DEDUPED_MATCHES, MATCHES  # noqa: E402
@@ -48,6 +49,9 @@ def run(left, right, root, **settings):
     lp = stage.split_side(plan, "left")
     rp = stage.split_side(plan, "right") if right is not None else lp
     sample = stage.tuning_sample(plan, lp, rp)
+    for side, parts in (("right", rp), ("left", lp)):
+        for j in range(parts.parts):
+            stage.encode_part(plan, side, j, rp)
     shards = [stage.index_right(plan, j, rp, sample) for j in range(plan.shards(rp.parts))]
     recall = [stage.query_left(plan, i, rp, shards) for i in range(lp.parts)]
     threshold = stage.choose_threshold(plan, lp.parts)
@@ -311,7 +315,9 @@ def test_an_index_shard_holds_its_partitions_distinct_names(model_dir, tables, t
     rp = stage.split_side(plan, "right")
     assert (rp.parts, plan.parts_per_shard, plan.shards(rp.parts)) == (6, 3, 2)
     assert [list(plan.shard_parts(s, rp.parts)) for s in range(2)] == [[0, 1, 2], [3, 4, 5]]
-    # apple (rows 0 and 5) once in shard 0; plum (rows 4 and 9) once in each shard
+    # apple (rows 0 and 5) once in shard 0; plum (rows 4 and 9) once in each shard: each partition
+    # encodes the names its shard has not seen before it
+    assert [stage.encode_part(plan, "right", j, rp) for j in range(rp.parts)] == [2, 1, 1, 1, 2, 1]
     assert [stage.index_right(plan, s, rp)["names"] for s in range(2)] == [4, 4]
     shard, index = stage._right(plan, 1, rp)
     assert shard.distinct == ["grape", "kiwi", "plum", "lemon"] and index.ntotal == 4
@@ -320,6 +326,10 @@ def test_an_index_shard_holds_its_partitions_distinct_names(model_dir, tables, t
     names = sorted(p.rsplit("/", 1)[-1] for p in plan.out.fs.ls(f"{plan.work_path}/index"))
     assert names == ["part-00000.faiss", "part-00001.faiss"]
     assert isinstance(index, faiss.IndexFlatIP) and shard.vectors is None
+    assert not plan.out.fs.exists(f"{plan.work_path}/vectors/right") or not plan.out.fs.ls(f"{plan.work_path}/vectors/right")
+    # the index's vectors are the shard's names encoded together, in the shard's order
+    whole_shard = stage.load_model(model_dir).encode(shard.distinct, batch_size=1)
+    np.testing.assert_allclose(vector_index.stored_vectors(index), whole_shard, atol=1e-5)
 
 
 # --- efSearch: given, or tuned to a recall target --------------------------------------------------
