@@ -8,10 +8,9 @@ from prefect import flow, unmapped
 from pydantic import Field
 
 from flows.dask_runner import dask_task_runner, report_dask_dashboard
-from pearl_model.linking.index import EXACT_LIMIT
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
-    MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
+    EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
     link_report_task,
     plan_link_task, query_left_task, split_side_task, tuning_sample_task, write_matches_task,
 )
@@ -92,19 +91,21 @@ def link(
         storage_root: where the dataset is written (local path or fsspec URL).
         partition_rows: rows per partition on each side: a worker holds one left partition and one
             right index shard at a time, whatever the tables' size.
-        index_rows: right rows per index shard (default partition_rows: one index per right
-            partition), rounded up to whole partitions; not below partition_rows. Each left name
-            searches every shard: its search time grows about linearly in the shards but only
-            logarithmically in an HNSW shard's size. Fewer, larger shards search faster, but a worker
-            holds a shard's vectors and index, and one task encodes a whole shard (fewer in parallel).
+        index_rows: right rows per index shard (default 1,000,000, and at least partition_rows),
+            rounded up to whole partitions. Each left name searches every shard: its search time
+            grows about linearly in the shards but only logarithmically in an HNSW shard's size.
+            Fewer, larger shards search faster, but a worker holds a whole shard's index (its vectors
+            and graph) while it indexes or searches it.
         index_kind: auto (exact inner product while the right side holds at most exact_limit names,
             HNSW above), exact or hnsw.
-        exact_limit: the most right names auto indexes exactly.
+        exact_limit: the most right names auto indexes exactly (default 200,000: an exact query
+            costs in proportion to the names; above, an HNSW index tuned to recall_target is faster).
         recall_sample: left names on which an approximate index's recall is measured against exact
             (and, with recall_target, efSearch tuned).
-        ef_search: an HNSW index's efSearch, candidates visited per query (default 128): higher
-            finds more of the exact top k, slower. Not with recall_target.
-        recall_target: tune efSearch instead: the smallest of 16, 32, ... 1024 whose recall@top_k
+        ef_search: a fixed efSearch for an HNSW index, candidates visited per query, instead of
+            tuning it to recall_target: higher finds more of the exact top k, slower.
+        recall_target: how efSearch is chosen by default (0.98 unless ef_search is given; with
+            recall_sample 0 and no ef_search, efSearch is 128): the smallest of 16, 32, ... 1024 whose recall@top_k
             against exact reaches this on every index shard, measured on recall_sample left names
             drawn at random (seeded) while each shard is indexed; where none does, 1024 is used with
             a warning and the recall reached goes into the report. Exact indexes ignore both.
