@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 from prefect import flow, unmapped
 from pydantic import Field
 
-from flows.dask_runner import dask_task_runner, report_dask_dashboard
+from flows.dask_runner import dask_run_records, dask_task_runner
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
     EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
@@ -18,27 +18,27 @@ from tasks.matches import (
 
 @flow(name="link-stages")
 def link_stages(left: str, right: Optional[str], storage_root: str, settings: dict) -> dict:
-    report_dask_dashboard()
-    plan, reused = plan_link_task(left, right, storage_root, settings)
-    if reused is not None:
-        return link_report_task(reused, storage_root)
-    left_future = split_side_task.submit(plan, "left")
-    right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
-    left_parts = left_future.result()
-    right_parts = right_parts or left_parts  # dedupe: the table is both sides
-    sample = tuning_sample_task(plan, left_parts, right_parts)
-    # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
-    # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
-    # meanwhile, then the queries.
-    right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
-    shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
-                                  unmapped(sample), wait_for=[right_vectors])
-    left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
-    recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
-                                 wait_for=[left_vectors]).result()
-    threshold = choose_threshold_task(plan, left_parts.parts)
-    manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
-    return link_report_task(manifest, storage_root)
+    with dask_run_records(storage_root):
+        plan, reused = plan_link_task(left, right, storage_root, settings)
+        if reused is not None:
+            return link_report_task(reused, storage_root)
+        left_future = split_side_task.submit(plan, "left")
+        right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
+        left_parts = left_future.result()
+        right_parts = right_parts or left_parts  # dedupe: the table is both sides
+        sample = tuning_sample_task(plan, left_parts, right_parts)
+        # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
+        # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
+        # meanwhile, then the queries.
+        right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
+        shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
+                                      unmapped(sample), wait_for=[right_vectors])
+        left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
+        recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
+                                     wait_for=[left_vectors]).result()
+        threshold = choose_threshold_task(plan, left_parts.parts)
+        manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
+        return link_report_task(manifest, storage_root)
 
 
 @flow(name="link")
