@@ -26,8 +26,6 @@ BOUNDS = {"ge": "≥ {}", "gt": "> {}", "le": "≤ {}", "lt": "< {}", "multiple_
 
 
 PAGE = "reference/configuration.md"  # where the marker is, for links in the descriptions
-# code in every table of the site breaks between words only (this page's tables broke names mid-word)
-TABLES_CSS = "stylesheets/tables.css"
 
 
 class MissingDescription(ValueError):
@@ -113,12 +111,6 @@ def render(page_uri: str = PAGE) -> str:
                                             f"The `{flow}` flow's `{parameter}` parameter "
                                             f"(`{model.__module__}.{model.__name__}`).", page_uri))
     return "\n".join(sections)
-
-
-def on_config(config):
-    if TABLES_CSS not in config.extra_css:
-        config.extra_css.append(TABLES_CSS)
-    return config
 
 
 @event_priority(50)  # before results.py's markers (priority 0)
