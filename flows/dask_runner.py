@@ -89,7 +89,7 @@ def dask_run_records(storage_root: str) -> Iterator[None]:
     (`report_dask_dashboard`) at the start, and distributed's performance report of the whole
     body (task stream, worker profiles, transfers) kept as the run's own record at
     `performance_report_url` and linked as its `dask-performance` artifact, even when the body
-    fails. The report is written locally, then copied to the storage root (any fsspec root) under
+    fails. The report is one self-contained HTML file, written locally, then copied to the storage root (any fsspec root) under
     a temporary name and renamed. A report that cannot be kept is a warning in the run's log: it
     never fails the run or hides the body's error. Outside a Dask flow run, nothing is recorded."""
     context = FlowRunContext.get()
@@ -101,7 +101,8 @@ def dask_run_records(storage_root: str) -> Iterator[None]:
     url = performance_report_url(storage_root, context.flow_run.id)
     with tempfile.TemporaryDirectory(prefix="pearl-dask-report-") as tmp:
         local = os.path.join(tmp, PERFORMANCE_REPORT)
-        report = distributed.performance_report(filename=local)
+        # bokeh's scripts inlined: the record opens offline, not only where its CDN is reachable
+        report = distributed.performance_report(filename=local, mode="inline")
         with runner.client.as_current():  # prefect_dask's client is not the process's default one
             report.__enter__()
         try:

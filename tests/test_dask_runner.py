@@ -4,6 +4,7 @@ keeps distributed's performance report under the storage root (`dask-performance
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 
 import psutil
@@ -103,8 +104,9 @@ def test_a_flow_run_links_its_dashboard_and_keeps_its_performance_report(tmp_pat
         assert f"]({as_url(url)})" in arts["dask-performance"].data
         with fsspec.open(url, "r") as f:
             report = f.read()
-        # distributed's report: its title, and the task stream of the body's tasks
+        # distributed's report: its title, and the task stream of the body's tasks; self-contained
         assert "Dask Performance Report" in report and "double" in report, report[:300]
+        assert not re.search(r"<script[^>]+src=", report), "the report loads a script from elsewhere"
     assert [p.name for p in (tmp_path / "store" / "run_reports" / str(ids[0])).iterdir()] == ["dask-performance.html"]
 
 
