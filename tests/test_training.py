@@ -559,7 +559,7 @@ def test_cpu_bf16_runs_the_forward_in_bf16_where_the_cpu_has_it(parts, monkeypat
     assert all(math.isfinite(r["loss"]) for r in res.history)
     plain, _ = forward_dtypes(make_model(parts), exs, cfg(max_steps=1))  # cpu_bf16 off
     assert plain == {torch.float32}
-    assert not T.TrainConfig().cpu_bf16  # off by default until its dev quality against fp32 is measured
+    assert not T.TrainConfig().cpu_bf16  # off by default: one dev set below fp32 beyond its interval
 
 
 def test_cpu_bf16_is_where_training_runs_not_part_of_the_model_version():

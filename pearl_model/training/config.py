@@ -85,8 +85,8 @@ class TrainConfig(BaseModel):
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
     cpu_bf16: bool = Field(False, description="bf16 autocast on a CPU that runs bf16 natively (AVX512-BF16 or "
                                               "AMX; fp32 on any other): twice the anchors/s of fp32 on this "
-                                              "project's CPU (docs/research/speed-training.md); off until its dev "
-                                              "quality against fp32 is measured. Where it runs, not what is "
+                                              "project's CPU, off because one dev set came out below fp32 "
+                                              "beyond its interval (docs/research/speed-training.md). Where it runs, not what is "
                                               "trained: not part of the model version, like device")
     checkpoint_every: int = Field(500, ge=0, description="steps between checkpoints (0: only at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
