@@ -49,23 +49,22 @@ def cosines(vectors, reference) -> dict:
 
 
 def recipe_encoder(model: str, recipe: str):
-    """An int8 recipe of `quantization_recipes.py` (``nncf:<recipe>``) behind the shared encode loop,
-    compiled as that script compiles it."""
-    import torch
-
+    """A recipe of `quantization_recipes.py` (``nncf:<recipe>``, e.g. ``nncf:static+keep-attention``;
+    calibrated on vocabulary or dev phrases) behind the shared encode loop, compiled as that script
+    compiles it."""
+    from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import cpu_runs_bf16
-    from quantization_recipes import RECIPES, CompiledGraph, compile_graph, quantize
+    from quantization_recipes import CompiledGraph, calibration_sets, parse_recipe, quantize
 
-    if recipe not in RECIPES:
-        raise typer.BadParameter(f"unknown recipe nncf:{recipe}; known: {[f'nncf:{r}' for r in RECIPES]}")
+    parsed = parse_recipe(recipe)
     encoder = load_encoder(model, device="cpu", backend="onnx")
     encoder.encode(["a phrase"])  # builds the fp32 graph the recipes start from
     runner = encoder.exported_graph("onnx")
     inputs = list(runner.input_names)
-    graph = quantize(recipe, runner.dir / "model.onnx", encoder, inputs, max_reverts=20)
-    precision = "bf16" if cpu_runs_bf16() else "f32"
-    return CompiledGraph(compile_graph(graph, precision, torch.get_num_threads()), encoder, inputs)
+    graph = quantize(parsed, runner.dir / "model.onnx", encoder, inputs, max_reverts=20,
+                     calibration=calibration_sets(default_benchmark_dir()))
+    return CompiledGraph(graph, encoder, inputs, "bf16" if cpu_runs_bf16() else "f32")
 
 
 def main(engines: str = typer.Option(..., help="comma-separated backends (torch, onnx, openvino-bf16, ...) "
