@@ -27,11 +27,10 @@ rank-1 right name is the source row's name); the index kind and, when approximat
 flow's HNSW index built on one right partition's vectors, queried by another's, timed on one thread
 per efSearch beside exact inner product, with its recall against exact.
 
-`project`: see `project_link`: the encoding is linear in names, the queries in left partitions x
-right partitions (each pair: `partition_rows` queries against an index of `partition_rows` names), so
-a run's costs split into seconds per name encoded and seconds per partition pair, fitted as the
-marginal cost between the smallest and the largest run of one `partition_rows`; and memory per worker
-must not grow with the tables (`memory_flat`).
+`project`: see `project_link`: the encoding is linear in names, the index build in right names, the
+search in left names x index shards (each a shard of `index_rows` names), so a run's costs split into
+seconds per name encoded, per right name indexed and per (left name, shard) searched; and memory per
+worker must not grow with the tables once the right side fills a shard (`memory_flat`).
 """
 from __future__ import annotations
 
@@ -247,100 +246,100 @@ def _slope(a: float, b: float, xa: float, xb: float) -> float:
 
 def project_link(runs: list[dict], cores: int, left: float = TARGET, right: float = TARGET,
                  partition_rows: Optional[int] = None) -> dict:
-    """Hours of the `link` flow on ``left`` x ``right`` names on ``cores`` cores.
+    """Hours of the `link` flow on ``left`` x ``right`` names on ``cores`` cores, with the largest
+    run's ``partition_rows`` and ``index_rows`` (the runs fitted on are those of both).
 
-    The cost model, fitted on the smallest and the largest run of ``partition_rows`` (the largest
-    run's by default) as marginal task seconds (core-seconds; fixed costs drop out):
-      encode  index-right encodes the right names: ``enc`` s per name (its slope in right names);
-      query   query-left encodes the left names (``enc`` again) and queries each left partition
-              against every right partition: ``pair`` s per (left partition, right partition) at
-              this partition_rows = (its task s - enc * left names), sloped in partition pairs;
-      split   split-side streams both sides (two tasks, one per side): s per name;
+    The cost model, in task seconds (core-seconds), from the smallest and the largest run:
+      encode  encode-left and encode-right: ``enc`` s per name (the marginal cost in names encoded,
+              so fixed costs drop out);
+      index   index-right builds each shard from its vectors: ``build`` s per right name, at the
+              largest run's shard size (HNSW's build grows a little faster than linearly: the
+              largest run, whose right side fills a whole shard, prices a shard of ``index_rows``);
+      query   query-left searches every shard for each left name: ``search`` s per (left name,
+              shard), at the largest run's shard size and efSearch, merge and rescoring included;
+      split   split-side streams both sides (two tasks, one per side): s per name (marginal);
       write   write-matches cuts and commits every left partition in one task: s per left row.
-    Hours: index = enc * right / min(cores, right partitions); query = (enc * left + pair * left
-    partitions * right partitions) / min(cores, left partitions); split = its rate * max(left,
-    right) (the sides in parallel); write = its rate * left (one task). The stages run one after
-    another (each waits for the last), so the flow's time is their sum, plus the model's loading once
-    per worker. A pair's cost is the run's index kind at the run's partition_rows (exact: ~p^2 inner
-    products per pair): project from runs with the kind and partition_rows the target would use.
+    Hours per stage: its core-seconds over min(cores, its tasks) (encode: both sides' partitions;
+    index: the shards; query: the left partitions), summed over the stages: an upper bound, since
+    the flow encodes the left side while the right side's shards are indexed.
     """
-    p = partition_rows or max(runs, key=lambda r: r["left_rows"] * r["right_rows"])["partition_rows"]
-    mine = sorted((r for r in runs if r["partition_rows"] == p), key=lambda r: r["left_rows"] * r["right_rows"])
-    if len(mine) < 2 or mine[0]["left_rows"] * mine[0]["right_rows"] == mine[-1]["left_rows"] * mine[-1]["right_rows"]:
-        raise ValueError(f"the projection needs two runs of different sizes at partition_rows {p}")
+    def size(r: dict) -> int:
+        return r["left_rows"] * r["right_rows"]
+
+    p = partition_rows or max(runs, key=size)["partition_rows"]
+    shard = max((r for r in runs if r["partition_rows"] == p), key=size).get("index_rows", p)
+    mine = sorted((r for r in runs if r["partition_rows"] == p and r.get("index_rows", p) == shard),
+                  key=size)
+    if len(mine) < 2 or size(mine[0]) == size(mine[-1]):
+        raise ValueError(f"the projection needs two runs of different sizes at partition_rows {p}, index_rows {shard}")
     a, b = mine[0], mine[-1]
+    if any("encode-right" not in r["stages"] for r in (a, b)):
+        raise ValueError("the runs predate the flow's encode tasks (matches-4): rerun them")
 
-    def task_s(run: dict, stage: str) -> float:
-        return run["stages"].get(stage, {}).get("task_s", 0.0)
+    def task_s(run: dict, *stages: str) -> float:
+        return sum(run["stages"].get(stage, {}).get("task_s", 0.0) for stage in stages)
 
-    enc = _slope(task_s(a, "index-right"), task_s(b, "index-right"), a["right_rows"], b["right_rows"])
-    pair = _slope(task_s(a, "query-left") - enc * a["left_rows"], task_s(b, "query-left") - enc * b["left_rows"],
-                  a["left_parts"] * a["right_parts"], b["left_parts"] * b["right_parts"])
+    def shards(run: dict) -> int:
+        return math.ceil(run["right_parts"] / math.ceil(shard / p))
+
+    enc = _slope(task_s(a, "encode-left", "encode-right"), task_s(b, "encode-left", "encode-right"),
+                 a["left_rows"] + a["right_rows"], b["left_rows"] + b["right_rows"])
+    build = task_s(b, "index-right") / b["right_rows"]
+    search = task_s(b, "query-left") / (b["left_rows"] * shards(b))
     split = _slope(task_s(a, "split-side"), task_s(b, "split-side"), a["left_rows"] + a["right_rows"],
                    b["left_rows"] + b["right_rows"])
     write = _slope(task_s(a, "write-matches"), task_s(b, "write-matches"), a["left_rows"], b["left_rows"])
     lp, rp = math.ceil(left / p), math.ceil(right / p)
-    hours = {"split": split * max(left, right) / 3600, "index": enc * right / min(cores, rp) / 3600,
-             "query": (enc * left + pair * lp * rp) / min(cores, lp) / 3600, "write": write * left / 3600}
+    target_shards = math.ceil(rp / math.ceil(shard / p))
+    hours = {"split": split * max(left, right) / 3600, "encode": enc * (left + right) / min(cores, lp + rp) / 3600,
+             "index": build * right / min(cores, target_shards) / 3600,
+             "query": search * left * target_shards / min(cores, lp) / 3600, "write": write * left / 3600}
     from pearl_model.linking.index import EXACT_LIMIT, choose_kind
 
-    return {"cores": cores, "left": left, "right": right, "partition_rows": p, "left_parts": lp, "right_parts": rp,
+    return {"cores": cores, "left": left, "right": right, "partition_rows": p, "index_rows": shard,
+            "left_parts": lp, "right_parts": rp, "shards": target_shards, "measured_shards": shards(b),
+            "shard_filled": b["right_rows"] >= shard, "ef_search": b.get("ef_search"),
             "from": [a["left_rows"], b["left_rows"]], "index_measured": b["index"],
             "index_at_target": choose_kind(int(right), "auto", EXACT_LIMIT),
-            "per_name_s": enc, "per_pair_s": pair, "split_per_name_s": split, "write_per_row_s": write,
+            "per_name_s": enc, "build_per_name_s": build, "search_per_query_shard_s": search,
+            "split_per_name_s": split, "write_per_row_s": write,
             "hours": hours, "total_hours": sum(hours.values()), "load_s": b["load_s"],
             "memory": memory_flat(runs)}
 
 
-def project_shards(proj: dict, search: dict) -> dict:
-    """``proj`` (:func:`project_link`, one index per right partition) with the right side indexed in
-    shards of several partitions instead (the flow's ``index_rows``), from the search study
-    (`search`): a shard as large as its largest index; a query's cost on it against one partition's
-    index is the ratio of their milliseconds per query (HNSW at the flow's efSearch). Each pair's
-    whole cost is scaled by that ratio, its merge included: an upper bound. The index stage then
-    has one task per shard."""
-    rows = [r for r in search["rows"] if r["index"] == "hnsw" and r["ef_search"] == search["setup"]["default_ef_search"]]
-    one, big = min(rows, key=lambda r: r["base"]), max(rows, key=lambda r: r["base"])
-    per_shard = max(round(big["base"] / one["base"]), 1)
-    shards = math.ceil(proj["right_parts"] / per_shard)
-    ratio = big["ms_per_query"] / one["ms_per_query"]
-    pair = proj["per_pair_s"] * ratio
-    lp, cores = proj["left_parts"], proj["cores"]
-    hours = {**proj["hours"], "index": proj["per_name_s"] * proj["right"] / min(cores, shards) / 3600,
-             "query": (proj["per_name_s"] * proj["left"] + pair * lp * shards) / min(cores, lp) / 3600}
-    return {"partitions_per_shard": per_shard, "index_rows": per_shard * proj["partition_rows"], "shards": shards,
-            "ms_per_query": {"partition": one["ms_per_query"], "shard": big["ms_per_query"]},
-            "index_size": {"partition": one["base"], "shard": big["base"]}, "query_cost_ratio": round(ratio, 3),
-            "per_pair_s": pair, "hours": hours, "total_hours": sum(hours.values())}
-
-
 def memory_flat(runs: list[dict]) -> list[dict]:
-    """Per partition_rows: the largest peak RSS of a worker in the smallest and in the largest run, and
-    whether it stayed flat (ratio under FLAT) while the tables grew."""
+    """Per (partition_rows, index_rows): the largest peak RSS of a worker in the smallest and in the
+    largest run, and whether it stayed flat (ratio under FLAT) while the tables grew. A worker holds
+    one shard's index, so memory grows with the right side until it fills a shard: ``flat`` is None
+    where the smaller run's right side did not (it is then no test of flatness)."""
     out = []
-    for p in sorted({r["partition_rows"] for r in runs}):
-        mine = sorted((r for r in runs if r["partition_rows"] == p), key=lambda r: r["left_rows"] * r["right_rows"])
+    for p, shard in sorted({(r["partition_rows"], r.get("index_rows", r["partition_rows"])) for r in runs}):
+        mine = sorted((r for r in runs if r["partition_rows"] == p and r.get("index_rows", p) == shard),
+                      key=lambda r: r["left_rows"] * r["right_rows"])
         a, b = mine[0], mine[-1]
         pa_, pb = max(a["peak_rss_mb_per_worker"]), max(b["peak_rss_mb_per_worker"])
-        out.append({"partition_rows": p, "rows": [a["left_rows"], b["left_rows"]], "peak_mb": [pa_, pb],
-                    "ratio": round(pb / pa_, 3) if pa_ else None,
-                    "flat": bool(pa_) and pb / pa_ < FLAT if len(mine) > 1 else None})
+        fills = a["right_rows"] >= shard
+        out.append({"partition_rows": p, "index_rows": shard, "rows": [a["left_rows"], b["left_rows"]],
+                    "peak_mb": [pa_, pb], "ratio": round(pb / pa_, 3) if pa_ else None,
+                    "flat": bool(pa_) and pb / pa_ < FLAT if len(mine) > 1 and fills else None})
     return out
 
 
 def projection_markdown(proj: dict) -> str:
     h = proj["hours"]
     rows = [[k, f"{v:.2f}"] for k, v in h.items()] + [["**total**", f"**{proj['total_hours']:.2f}**"]]
-    mem = "; ".join(f"partition_rows {m['partition_rows']}: {m['peak_mb'][0]:,.0f} -> {m['peak_mb'][1]:,.0f} MB "
-                    f"({m['rows'][0]:,} -> {m['rows'][1]:,} rows; {'flat' if m['flat'] else 'GROWS' if m['flat'] is False else 'one size'})"
+    mem = "; ".join(f"partition_rows {m['partition_rows']}, index_rows {m['index_rows']}: {m['peak_mb'][0]:,.0f} -> "
+                    f"{m['peak_mb'][1]:,.0f} MB ({m['rows'][0]:,} -> {m['rows'][1]:,} rows; "
+                    f"{'flat' if m['flat'] else 'GROWS' if m['flat'] is False else 'not compared: a shard not filled'})"
                     for m in proj["memory"])
     note = ("" if proj["index_measured"] == proj["index_at_target"] else
             f"\n\nThe runs used the {proj['index_measured']} index; `auto` would use {proj['index_at_target']} at "
-            f"{proj['right']:,.0f} right names: rerun with --index-kind {proj['index_at_target']} for its per-pair cost.")
+            f"{proj['right']:,.0f} right names: rerun with --index-kind {proj['index_at_target']} for its costs.")
     return (markdown(rows, ["stage", f"hours, {proj['left']:,.0f} x {proj['right']:,.0f} on {proj['cores']} cores"])
-            + f"\n\n{proj['per_name_s'] * 1e3:.3f} ms per name encoded, {proj['per_pair_s']:.3f} s per partition pair "
-            f"(partition_rows {proj['partition_rows']}: {proj['left_parts']:,} x {proj['right_parts']:,} pairs), "
-            f"fitted on {proj['from'][0]:,} and {proj['from'][1]:,} rows.\n\nPeak RSS per worker: {mem}." + note)
+            + f"\n\n{proj['per_name_s'] * 1e3:.3f} ms per name encoded, {proj['build_per_name_s'] * 1e3:.3f} ms per "
+            f"right name indexed, {proj['search_per_query_shard_s'] * 1e3:.3f} ms per (left name, shard) searched "
+            f"(index_rows {proj['index_rows']:,}: {proj['shards']:,} shards), fitted on {proj['from'][0]:,} and "
+            f"{proj['from'][1]:,} rows.\n\nPeak RSS per worker: {mem}." + note)
 
 
 def run_table(runs: list[dict]) -> str:
@@ -349,11 +348,12 @@ def run_table(runs: list[dict]) -> str:
         st = r["stages"]
         rows.append([f"{r['left_rows']:,} x {r['right_rows']:,}", r["partition_rows"], r["workers"],
                      f"{r['left_parts']} x {r['right_parts']}", r["wall_s"],
-                     *(st.get(s, {}).get("wall_s", "-") for s in ("split-side", "index-right", "query-left", "write-matches")),
+                     *(st.get(s, {}).get("wall_s", "-") for s in ("split-side", "encode-right", "encode-left", "index-right",
+                                                                   "query-left", "write-matches")),
                      r["right_names_per_task_s"], "/".join(f"{x:,.0f}" for x in r["peak_rss_mb_per_worker"]),
                      r["accuracy"]["top1"], r["index"]])
-    return markdown(rows, ["size", "partition_rows", "workers", "partitions", "wall s", "split s", "index s", "query s",
-                           "write s", "right names/task-s (index)", "peak RSS per worker MB", "top-1", "index"])
+    return markdown(rows, ["size", "partition_rows", "workers", "partitions", "wall s", "split s", "encode right s",
+                           "encode left s", "index s", "query s", "write s", "right names/task-s (index)", "peak RSS per worker MB", "top-1", "index"])
 
 
 @app.command()
@@ -403,21 +403,11 @@ def _run(tables, partition_rows, workers, model, index_kind, exact_limit, batch_
 def project(results: list[Path] = typer.Argument(..., help="JSONs written by `run` (their runs pooled)"),
             cores: int = typer.Option(256), left: float = typer.Option(TARGET), right: float = typer.Option(TARGET),
             partition_rows: Optional[int] = typer.Option(None, help="the runs to fit on (default: the largest run's)"),
-            search: Optional[Path] = typer.Option(None, help="a `search` result: also project index shards as "
-                                                             "large as its largest index"),
             save: Optional[Path] = typer.Option(None, help="also write the projection as JSON here")) -> None:
     """Print the projection to LEFT x RIGHT names on CORES cores, and whether memory stayed flat."""
     runs = [r for path in results for r in json.loads(path.read_text())["runs"]]
     proj = project_link(runs, cores, left, right, partition_rows)
-    text = run_table(runs) + "\n\n" + projection_markdown(proj)
-    if search:
-        proj["shards"] = project_shards(proj, json.loads(search.read_text()))
-        sh = proj["shards"]
-        text += (f"\n\nWith index shards of {sh['partitions_per_shard']} partitions (index_rows {sh['index_rows']:,}; "
-                 f"{sh['shards']:,} shards): a query costs x{sh['query_cost_ratio']:.2f} per index, "
-                 f"{sh['per_pair_s']:.1f} s per (partition, shard) pair (an upper bound): "
-                 + ", ".join(f"{k} {v:.2f} h" for k, v in sh["hours"].items()) + f"; total {sh['total_hours']:.2f} h.")
-    typer.echo(text)
+    typer.echo(run_table(runs) + "\n\n" + projection_markdown(proj))
     if save:
         save.parent.mkdir(parents=True, exist_ok=True)
         save.write_text(json.dumps(proj, indent=1))

@@ -12,12 +12,24 @@ Throughput is anchors per second (each anchor brings its positive and up to 2 ha
 negatives: ~4 sequences). The naive loop is the same model, data and loss written the
 plain way: fp32, tokenised inside the step, every batch padded to 128 tokens, no loader.
 The first `--warmup` steps of each are not timed.
+
+--compare-cpu: the default recipe's training on a CPU under each of the settings in ``CPU_ARMS``
+(precision, length bucketing, threads, a tokenising worker), each in a fresh process (thread
+counts are fixed when torch starts), in ``--rounds`` rounds: round r trains with seed r, so
+every arm of a round takes the same batches (the bucketing arms excepted: their batches are
+what they change), and the arms' order alternates between rounds against drift. Each arm's
+ratio to fp32 is paired by round.
+
+    python benchmarks/train_throughput.py --compare-cpu --training-set ... --char-encoder ... \
+        --device cpu --batch-size 128 --warmup 3 --steps 20 --rounds 2 \
+        --out benchmarks/results/train_throughput_cpu_2.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import platform
 import random
 import resource
@@ -103,6 +115,95 @@ def naive_loop(args, examples, device) -> dict:
     return {"steps_timed": args.naive_steps, "anchors_per_s": anchors / seconds, "loss_first": losses[0],
             "loss_last": losses[-1],
             "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
+
+
+# --- the default recipe on a CPU under other settings (--compare-cpu) ------------------------
+
+# name -> (what it changes, TrainConfig fields, torch intra-op threads, inter-op threads; None: torch's own).
+# Each arm changes one thing against fp32, the CPU default before cpu_bf16.
+FP32 = {"cpu_bf16": False}
+CPU_ARMS = {
+    "fp32": ("fp32 (the CPU default before cpu_bf16), length-sorted windows of 50 batches, torch's threads",
+             FP32, None, None),
+    "bf16": ("bf16 autocast (cpu_bf16, now the CPU default)", {"cpu_bf16": True}, None, None),
+    "no_buckets": ("fp32, no length sorting (bucket_window 1: each batch a random draw)",
+                   FP32 | {"bucket_window": 1}, None, None),
+    "epoch_buckets": ("fp32, one length sort over the whole epoch (bucket_window 10000)",
+                      FP32 | {"bucket_window": 10000}, None, None),
+    "threads_1": ("fp32, 1 intra-op thread", FP32, 1, None),
+    "interop_1": ("fp32, 1 inter-op thread", FP32, None, 1),
+    "tokenising_worker": ("fp32, batches tokenised in 1 DataLoader worker beside the step",
+                          FP32 | {"num_workers": 1}, None, None),
+    "bf16_tokenising_worker": ("bf16 autocast and 1 tokenising worker", {"cpu_bf16": True, "num_workers": 1},
+                               None, None),
+}
+
+
+def cpu_arm(args, examples, name: str, seed: int) -> dict:
+    """One arm of --compare-cpu in this process: the default recipe (its distillation teacher
+    included), ``--warmup`` + ``--steps`` steps, timed over the last ``--steps``."""
+    _, fields, threads, interop = CPU_ARMS[name]
+    if interop:
+        torch.set_num_interop_threads(interop)  # before any parallel work: why each arm is its own process
+    if threads:
+        torch.set_num_threads(threads)
+    model = T.build_model(args.backbone, args.char_encoder, seed=0, device="cpu")
+    cfg = T.TrainConfig(batch_size=args.batch_size, max_steps=args.warmup + args.steps, log_every=1,
+                        checkpoint_every=0, device="cpu", seed=seed, **fields)
+    res = T.train(model, examples, cfg, reference=T.backbone_state(model))
+    timed = res.history[args.warmup:]
+    seconds = res.history[-1]["elapsed_s"] - res.history[args.warmup - 1]["elapsed_s"]
+    steps = np.diff([r["elapsed_s"] for r in res.history[args.warmup - 1:]])
+    return {"arm": name, "seed": seed, "steps_timed": len(timed), "anchors": sum(r["anchors"] for r in timed),
+            "seconds": round(seconds, 2), "anchors_per_s": sum(r["anchors"] for r in timed) / seconds,
+            "step_s_median": round(float(np.median(steps)), 3),
+            "step_s_cv": round(float(np.std(steps) / np.mean(steps)), 3),
+            "bf16_autocast": T.autocast_bf16(torch.device("cpu"), cfg),
+            "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+            "loss_first": res.history[0]["loss"], "loss_last": res.history[-1]["loss"],
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def compare_cpu(args, out: dict, save) -> None:
+    """Every arm of ``--arms`` in its own process, ``--rounds`` rounds; per arm the anchors/s of
+    each round and its ratio to fp32's in the same round."""
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from stage_rates import machine
+
+    arms = args.arms or list(CPU_ARMS)
+    if arms[0] != "fp32":
+        arms = ["fp32"] + [a for a in arms if a != "fp32"]
+    out |= {"what": "the default recipe's training on this CPU under each setting, anchors/s over the timed steps",
+            "machine": machine(), "arms": {a: CPU_ARMS[a][0] for a in arms}, "warmup": args.warmup,
+            "steps": args.steps, "rounds": args.rounds, "runs": []}
+    base = [a for a in sys.argv[1:] if a not in ("--compare-cpu",)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for name in (arms if r % 2 == 0 else arms[::-1]):
+                path = Path(tmp) / f"{name}-{r}.json"
+                subprocess.run([sys.executable, str(Path(__file__).resolve()), *base, "--arm", name,
+                                "--arm-seed", str(r), "--arm-out", str(path)], check=True)
+                out["runs"].append(json.loads(path.read_text()))
+                log.info("%s", out["runs"][-1])
+                save()
+    out["machine_after"] = {"load_avg": os.getloadavg()}
+    fp32 = {run["seed"]: run["anchors_per_s"] for run in out["runs"] if run["arm"] == "fp32"}
+    out["rows"] = {}
+    for name in arms:
+        runs = [run for run in out["runs"] if run["arm"] == name]
+        ratios = [run["anchors_per_s"] / fp32[run["seed"]] for run in runs]
+        out["rows"][name] = {"setting": CPU_ARMS[name][0],
+                             "anchors_per_s": round(float(np.mean([run["anchors_per_s"] for run in runs])), 2),
+                             "per_round": [round(run["anchors_per_s"], 2) for run in runs],
+                             "x_fp32": round(float(np.mean(ratios)), 3),
+                             "x_fp32_per_round": [round(x, 3) for x in ratios],
+                             "bf16_autocast": runs[0]["bf16_autocast"], "torch_threads": runs[0]["torch_threads"],
+                             "interop_threads": runs[0]["interop_threads"],
+                             "peak_rss_mb": max(run["peak_rss_mb"] for run in runs)}
+    save()
 
 
 def full_run(args, train_ex, val_ex, device, out: dict, save) -> None:
@@ -219,6 +320,14 @@ def main() -> None:
     ap.add_argument("--write-heldout-retrieval", type=Path, default=None,
                     help="write the training set's held-out alias task to this JSON file and stop "
                          "(needs the pipeline installed; for machines that have only torch)")
+    ap.add_argument("--compare-cpu", action="store_true", help="the default recipe on a CPU under each setting "
+                    "of CPU_ARMS (each in its own process), --rounds rounds; nothing else is run")
+    ap.add_argument("--arms", nargs="*", default=None, choices=list(CPU_ARMS), help="with --compare-cpu: these "
+                    "(fp32 always, first); default all")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--arm", default=None, choices=list(CPU_ARMS), help=argparse.SUPPRESS)  # one arm's process
+    ap.add_argument("--arm-seed", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--arm-out", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--work", default="/tmp/pearl-train-gpu")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_throughput.json"))
     args = ap.parse_args()
@@ -228,6 +337,9 @@ def main() -> None:
         return
     device = T.resolve_device(args.device)
     train_ex, val_ex = read_training_set(args.training_set)
+    if args.arm:
+        args.arm_out.write_text(json.dumps(cpu_arm(args, train_ex, args.arm, args.arm_seed)))
+        return
     out = {"command": " ".join(sys.argv), "device": str(device), "torch": torch.__version__,
            "python": platform.python_version(), "train_phrases": len(train_ex), "batch_size": args.batch_size}
     if device.type == "cuda":
@@ -237,6 +349,9 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1, default=float))
 
+    if args.compare_cpu:
+        compare_cpu(args, out, save)
+        return
     if args.steps:
         out["pearl_loop"] = pearl_loop(args, train_ex, device)
         save()

@@ -22,7 +22,7 @@ from pydantic import Field
 from flows.corpus_config import (
     NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
 )
-from flows.dask_runner import dask_task_runner, report_dask_dashboard
+from flows.dask_runner import dask_run_records, dask_task_runner
 from runs.steps import PREFECT, Steps
 from tasks.aliases import aliases_stage
 from tasks.augmentations import augmentation_report_task, augmentations_stage
@@ -90,9 +90,9 @@ def corpus_stages(source: Union[str, list[str]], storage_root: str, read: ReadCo
                   phrases: PhrasesConfig, word_vectors: WordVectorsConfig, positives: PositivesConfig,
                   negatives: NegativesConfig, training_set: TrainingSetConfig, negative_backbone: str,
                   backbone_cache_dir: Optional[str]) -> dict:
-    report_dask_dashboard()
-    return corpus_wiring(PREFECT, source, storage_root, read, pages, phrases, word_vectors, positives, negatives,
-                         training_set, negative_backbone, backbone_cache_dir)
+    with dask_run_records(storage_root):
+        return corpus_wiring(PREFECT, source, storage_root, read, pages, phrases, word_vectors, positives, negatives,
+                             training_set, negative_backbone, backbone_cache_dir)
 
 
 @flow(name="build-corpus")

@@ -5,7 +5,7 @@ from typing import Optional
 
 from prefect import flow, unmapped
 
-from flows.dask_runner import dask_task_runner, report_dask_dashboard
+from flows.dask_runner import dask_run_records, dask_task_runner
 from tasks.eval_report import eval_report_task
 from tasks.evaluation import (
     commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
@@ -21,20 +21,20 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
                  storage_root: str, cache_dir: Optional[str], map_model: Optional[str],
                  lexical_diversity: bool = True, draws: int = 10, local_workers: Optional[int] = None,
                  reuse_scores: bool = True) -> dict:
-    report_dask_dashboard()
-    models, map_model = resolve_models_task(models, map_model, storage_root)
-    out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
-    # on the local cluster the models running side by side share the cores (None: an external cluster)
-    side_by_side = local_workers and min(len(models), local_workers)
-    evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
-                            unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
-                            unmapped(side_by_side), unmapped(reuse_scores)).result()
-    params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
-    commit_results_task(out, params, benchmark_dir)
-    report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
-    if lexical_diversity:
-        report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
-    return report
+    with dask_run_records(storage_root):
+        models, map_model = resolve_models_task(models, map_model, storage_root)
+        out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
+        # on the local cluster the models running side by side share the cores (None: an external cluster)
+        side_by_side = local_workers and min(len(models), local_workers)
+        evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
+                                unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
+                                unmapped(side_by_side), unmapped(reuse_scores)).result()
+        params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
+        commit_results_task(out, params, benchmark_dir)
+        report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
+        if lexical_diversity:
+            report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
+        return report
 
 
 @flow(name="evaluate")

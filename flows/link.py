@@ -7,11 +7,10 @@ from typing import Annotated, Literal, Optional
 from prefect import flow, unmapped
 from pydantic import Field
 
-from flows.dask_runner import dask_task_runner, report_dask_dashboard
-from pearl_model.linking.index import EXACT_LIMIT
+from flows.dask_runner import dask_run_records, dask_task_runner
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
-    MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
+    EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
     link_report_task,
     plan_link_task, query_left_task, split_side_task, tuning_sample_task, write_matches_task,
 )
@@ -19,27 +18,27 @@ from tasks.matches import (
 
 @flow(name="link-stages")
 def link_stages(left: str, right: Optional[str], storage_root: str, settings: dict) -> dict:
-    report_dask_dashboard()
-    plan, reused = plan_link_task(left, right, storage_root, settings)
-    if reused is not None:
-        return link_report_task(reused, storage_root)
-    left_future = split_side_task.submit(plan, "left")
-    right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
-    left_parts = left_future.result()
-    right_parts = right_parts or left_parts  # dedupe: the table is both sides
-    sample = tuning_sample_task(plan, left_parts, right_parts)
-    # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
-    # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
-    # meanwhile, then the queries.
-    right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
-    shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
-                                  unmapped(sample), wait_for=[right_vectors])
-    left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
-    recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
-                                 wait_for=[left_vectors]).result()
-    threshold = choose_threshold_task(plan, left_parts.parts)
-    manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
-    return link_report_task(manifest, storage_root)
+    with dask_run_records(storage_root):
+        plan, reused = plan_link_task(left, right, storage_root, settings)
+        if reused is not None:
+            return link_report_task(reused, storage_root)
+        left_future = split_side_task.submit(plan, "left")
+        right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
+        left_parts = left_future.result()
+        right_parts = right_parts or left_parts  # dedupe: the table is both sides
+        sample = tuning_sample_task(plan, left_parts, right_parts)
+        # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
+        # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
+        # meanwhile, then the queries.
+        right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
+        shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
+                                      unmapped(sample), wait_for=[right_vectors])
+        left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
+        recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
+                                     wait_for=[left_vectors]).result()
+        threshold = choose_threshold_task(plan, left_parts.parts)
+        manifest = write_matches_task(plan, left_parts, right_parts, threshold, recall, shards)
+        return link_report_task(manifest, storage_root)
 
 
 @flow(name="link")
@@ -92,19 +91,21 @@ def link(
         storage_root: where the dataset is written (local path or fsspec URL).
         partition_rows: rows per partition on each side: a worker holds one left partition and one
             right index shard at a time, whatever the tables' size.
-        index_rows: right rows per index shard (default partition_rows: one index per right
-            partition), rounded up to whole partitions; not below partition_rows. Each left name
-            searches every shard: its search time grows about linearly in the shards but only
-            logarithmically in an HNSW shard's size. Fewer, larger shards search faster, but a worker
-            holds a shard's vectors and index, and one task encodes a whole shard (fewer in parallel).
+        index_rows: right rows per index shard (default 1,000,000, and at least partition_rows),
+            rounded up to whole partitions. Each left name searches every shard: its search time
+            grows about linearly in the shards but only logarithmically in an HNSW shard's size.
+            Fewer, larger shards search faster, but a worker holds a whole shard's index (its vectors
+            and graph) while it indexes or searches it.
         index_kind: auto (exact inner product while the right side holds at most exact_limit names,
             HNSW above), exact or hnsw.
-        exact_limit: the most right names auto indexes exactly.
+        exact_limit: the most right names auto indexes exactly (default 200,000: an exact query
+            costs in proportion to the names; above, an HNSW index tuned to recall_target is faster).
         recall_sample: left names on which an approximate index's recall is measured against exact
             (and, with recall_target, efSearch tuned).
-        ef_search: an HNSW index's efSearch, candidates visited per query (default 128): higher
-            finds more of the exact top k, slower. Not with recall_target.
-        recall_target: tune efSearch instead: the smallest of 16, 32, ... 1024 whose recall@top_k
+        ef_search: a fixed efSearch for an HNSW index, candidates visited per query, instead of
+            tuning it to recall_target: higher finds more of the exact top k, slower.
+        recall_target: how efSearch is chosen by default (0.98 unless ef_search is given; with
+            recall_sample 0 and no ef_search, efSearch is 128): the smallest of 16, 32, ... 1024 whose recall@top_k
             against exact reaches this on every index shard, measured on recall_sample left names
             drawn at random (seeded) while each shard is indexed; where none does, 1024 is used with
             a warning and the recall reached goes into the report. Exact indexes ignore both.

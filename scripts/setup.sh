@@ -94,6 +94,10 @@ elif [ ! -x /usr/bin/chromium ]; then
     fi
 fi
 
+# The docs site's own copy of mermaid (the diagrams), from the npm registry: the site reads offline.
+bash "$ROOT/scripts/fetch_mermaid.sh" </dev/null \
+    || log "warning: mermaid not fetched (see above); the docs build fails until it is"
+
 # The pipeline (flows/, tasks/, runs/, storage/) runs from this checkout, beside its
 # prefect.yaml: the distribution installs only pearl_model, pearl_cli and pearl_redact (generic top-level
 # names like `tasks` would collide in a shared environment), and this .pth puts the checkout

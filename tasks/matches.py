@@ -60,6 +60,15 @@ CODE_VERSION = "matches-4"  # 2: the rescored score; 3: NUL bytes stripped from 
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
 RECALL_SAMPLE = 1000  # left names whose approximate top k is checked against exact (and tunes efSearch)
+# The defaults of the layout measured fastest at 1M x 1M (docs/research/speed-link-scale.md): index
+# shards of a million right names (a left name's HNSW search grows with the shards it visits, only
+# slowly with a shard's size), efSearch tuned per run to a recall target, and exact search only for
+# small right sides: an exact query costs in proportion to the names, an HNSW query tuned to the
+# target a fraction of that above a few hundred thousand (the search study on the same page). `pearl link`
+# keeps pearl_model.linking.index.EXACT_LIMIT: it measures no recall, so it stays exact longer.
+INDEX_ROWS = 1_000_000
+RECALL_TARGET = 0.98
+EXACT_LIMIT = 200_000
 TUNING_SEED = 0  # draws the left rows that tune efSearch to a recall target
 HISTOGRAM_BINS = 80  # of the best match's score, over [-1, 1]
 EXAMPLES = 10  # example matches on each side of the threshold
@@ -189,10 +198,12 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     """Check the parameters (as `pearl link` does) and the inputs' existence, resolve the model, and
     name the output version. Nothing is read or written.
 
-    ``ef_search`` (default 128) or ``recall_target`` (not both) set an HNSW index's efSearch: the value
-    given, or the smallest of 16, 32, ... 1024 whose recall@top_k against exact reaches the target on
-    every shard, measured on ``recall_sample`` left names (1024, with a warning and the recall it
-    reached in the report, where none does). Exact indexes ignore both."""
+    ``ef_search`` or ``recall_target`` (not both; neither: the target RECALL_TARGET) set an HNSW
+    index's efSearch: the value given, or the smallest of 16, 32, ... 1024 whose recall@top_k against
+    exact reaches the target on every shard, measured on ``recall_sample`` left names (1024, with a
+    warning and the recall it reached in the report, where none does; with ``recall_sample`` 0 and
+    no ef_search, 128). Exact indexes ignore both. ``index_rows`` defaults to INDEX_ROWS (at least
+    ``partition_rows``), ``exact_limit`` to EXACT_LIMIT."""
     from pearl_model.inference.backbones import DEFAULT_BACKBONE
     from pearl_model.linking import index as vector_index
     from pearl_model.linking import rescore
@@ -204,7 +215,7 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
         raise ValueError(problem)
     if top_k < 1 or partition_rows < 1 or recall_sample < 0 or max_row_bytes < 1:
         raise ValueError("top_k, partition_rows and max_row_bytes must be >= 1, recall_sample >= 0")
-    index_rows = partition_rows if index_rows is None else index_rows
+    index_rows = max(INDEX_ROWS, partition_rows) if index_rows is None else index_rows
     if index_rows < partition_rows:  # a shard holds whole partitions
         raise ValueError(f"index_rows {index_rows} is below partition_rows {partition_rows}: an index holds "
                          "whole right partitions")
@@ -217,7 +228,9 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
     if recall_target is not None and not (0.0 < recall_target <= 1.0 and recall_sample >= 1):
         raise ValueError(f"recall_target {recall_target} needs to be in (0, 1] and recall_sample >= 1 (the names "
                          "it is measured on)")
-    exact_limit = vector_index.EXACT_LIMIT if exact_limit is None else exact_limit
+    exact_limit = EXACT_LIMIT if exact_limit is None else exact_limit
+    if recall_target is None and ef_search is None and recall_sample >= 1:  # recall_sample 0: nothing measured
+        recall_target = RECALL_TARGET
     cosine_weight = rescore.COSINE_WEIGHT if cosine_weight is None else cosine_weight
     rescore.default_weights(cosine_weight)  # out of [0, 1] fails here
     vector_index.choose_kind(0, index_kind, exact_limit)  # an unknown kind fails here
@@ -304,12 +317,13 @@ def load_model(spec: str):
         raise LinkModelError(f"cannot load the model {spec!r}: {e}") from e
 
 
-def _write_bytes(fs, path: str, data: bytes) -> None:
+def _write_bytes(fs, path: str, data) -> None:
+    """``data`` (bytes, or an array's buffer: not copied) written whole, or nothing."""
     from storage.atomic import atomic_path
 
     with atomic_path(fs, path) as tmp:
         with fs.open(tmp, "wb") as f:
-            f.write(data)
+            f.write(memoryview(data))
 
 
 def _read_bytes(fs, path: str) -> bytes:
@@ -381,6 +395,26 @@ def _vectors(plan: LinkPlan, side: str, part: int) -> np.ndarray:
     return np.load(io.BytesIO(_read_bytes(plan.out.fs, plan.vectors_path(side, part))), allow_pickle=False)
 
 
+def _shard_vectors(plan: LinkPlan, parts: range, names: int) -> np.ndarray:
+    """The vectors of a shard's ``names`` distinct names from its partitions' (:func:`encode_part`),
+    filled into one array part by part (a concatenation would hold them twice)."""
+    out = None
+    row = 0
+    for j in parts:
+        v = _vectors(plan, "right", j)
+        if not len(v):
+            continue
+        if out is None:
+            out = np.empty((names, v.shape[1]), np.float32)
+        if row + len(v) > names:
+            raise ValueError(f"right partitions {parts.start}-{parts.stop - 1} hold more vectors than their {names} names")
+        out[row:row + len(v)] = v
+        row += len(v)
+    if row != names:
+        raise ValueError(f"right partitions {parts.start}-{parts.stop - 1} hold {row} vectors for {names} names")
+    return out
+
+
 def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] = ()) -> dict:
     """Index shard ``shard``'s distinct names from its partitions' vectors (:func:`encode_part`) with
     :func:`index_kind`; the index alone goes to the working directory (it holds the vectors) and the
@@ -396,12 +430,11 @@ def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] 
 
     kind = index_kind(plan, right)
     parts = plan.shard_parts(shard, right.parts)
-    vectors = [v for v in (_vectors(plan, "right", j) for j in parts) if len(v)]
-    encoded = matches.encoded_from_vectors(read_shard(plan, shard, right),
-                                           np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32))
+    encoded = matches.encoded_from_vectors(read_shard(plan, shard, right), None)
     tuned = []
     if len(encoded.distinct):
-        index = matches.build_index(encoded, kind)
+        # the vectors live on in the index alone: a shard's vectors are held once, then once in it
+        index = vector_index.build_index(_shard_vectors(plan, parts, len(encoded.distinct)), kind)
         if sample and kind != "exact":
             queries = matches.encode_side(load_model(plan.model),
                                           side_from_array(pa.array(list(sample), pa.string()), "sample", ""),
@@ -409,7 +442,7 @@ def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] 
             tuned = vector_index.tune_ef_search(index, queries, plan.top_k, plan.recall_target, EF_SEARCH_STEPS,
                                                 rescore.candidate_count(plan.top_k, plan.cosine_weight))
             vector_index.set_ef_search(index, plan.ef_search)  # the saved index as built; the queries set theirs
-        _write_bytes(plan.out.fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index).tobytes())
+        _write_bytes(plan.out.fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index))
     for j in parts:  # the index holds them now
         plan.out.fs.rm(plan.vectors_path("right", j))
     return {"names": len(encoded.distinct), "tuned": [[ef, r] for ef, r in tuned]}
@@ -437,10 +470,15 @@ def _right(plan: LinkPlan, shard: int, right: SideParts):
     """(index shard ``shard``'s names and rows, its index) from the working directory: the index alone
     is read (the vectors are in it)."""
     import faiss
+    from fsspec.implementations.local import LocalFileSystem
 
     from pearl_model.linking import matches
 
-    index = faiss.deserialize_index(np.frombuffer(_read_bytes(plan.out.fs, plan.index_path(shard, "faiss")), np.uint8))
+    path = plan.index_path(shard, "faiss")
+    if isinstance(plan.out.fs, LocalFileSystem):
+        index = faiss.read_index(path)  # from the file: not its bytes and then the index (twice a shard)
+    else:
+        index = faiss.deserialize_index(np.frombuffer(_read_bytes(plan.out.fs, path), np.uint8))
     return matches.encoded_from_vectors(read_shard(plan, shard, right), None, index.ntotal), index
 
 

@@ -311,6 +311,18 @@ def test_a_damaged_registry_is_one_line_not_a_traceback(promoted, file, text, me
     assert message in one_line_error(r)
 
 
+def test_models_alone_lists_the_models(promoted):
+    listed = CliRunner().invoke(app, ["models", "list", "--storage-root", str(promoted)])
+    assert listed.exit_code == 0 and "m1" in listed.output
+    for args, env in ((["models", "--storage-root", str(promoted)], {}),
+                      (["models"], {"PEARL_STORAGE_ROOT": str(promoted)})):
+        alone = CliRunner().invoke(app, args, env=env)
+        assert alone.exit_code == 0 and alone.output == listed.output, alone.output
+    # the group's --storage-root is not passed on: given before a command, it is refused, not ignored
+    r = CliRunner().invoke(app, ["models", "--storage-root", str(promoted), "show"], prog_name="pearl")
+    assert "--storage-root goes after the command: pearl models show" in one_line_error(r)
+
+
 def test_an_unreadable_pointer_is_one_line(promoted):
     pointer = promoted / "registry" / "current.json"
     pointer.unlink()

@@ -22,6 +22,7 @@ import api_reference  # noqa: E402
 import config_reference  # noqa: E402
 import datasets_reference  # noqa: E402
 import research_nav  # noqa: E402
+import typed_numbers  # noqa: E402
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess:
@@ -117,23 +118,73 @@ def test_every_research_page_is_in_the_nav(site):
         assert f'href="{target}"' in nav, f"{page.name} missing from the nav"
 
 
-def test_research_nav_is_the_files_present_titled_by_their_headings(tmp_path):
+def test_research_nav_follows_the_research_index(site):
+    """The sidebar lists the studies in the order research/index.md links them (read here from
+    the index's Markdown, apart from the hook that builds the nav)."""
+    index = (ROOT / "docs" / "research" / "index.md").read_text(encoding="utf-8")
+    linked = list(dict.fromkeys(re.findall(r"\]\(([\w-]+)\.md\)", index)))
+    home = (site / "index.html").read_text(encoding="utf-8")
+    sidebar = home[:home.index('class="md-content"')]  # the primary nav comes before the page's content
+    in_nav = list(dict.fromkeys(re.findall(r'href="research/([\w-]+)/"', sidebar)))
+    assert len(linked) > 20 and in_nav == linked
+
+
+def test_research_nav_is_the_index_sections_titled_by_the_pages_headings(tmp_path):
     from mkdocs.exceptions import PluginError
 
-    (tmp_path / "research").mkdir()
-    (tmp_path / "research" / "index.md").write_text("# Research\n")
-    (tmp_path / "research" / "speed-b.md").write_text("```\n# not this\n```\n# Speed B\n")
-    (tmp_path / "research" / "data-a.md").write_text("# Data `A`\n\ntext\n")
+    research = tmp_path / "research"
+    research.mkdir()
+    (research / "index.md").write_text(
+        "# Research\n\n## Where it stands\n\n- [B](speed-b.md)\n\n```\n## not a section\n```\n"
+        "## The `data`\n\n- [A](data-a.md#setup), [B again](speed-b.md)\n\n## Adding a study\n\nNo links.\n")
+    (research / "speed-b.md").write_text("```\n# not this\n```\n# Speed B\n")
+    (research / "data-a.md").write_text("# Data `A`\n\ntext\n")
     assert research_nav.research_nav(tmp_path) == [
-        "research/index.md", {"Training data": [{"Data A": "research/data-a.md"}]},
-        {"Speed": [{"Speed B": "research/speed-b.md"}]}]
-    (tmp_path / "research" / "eval-c.md").write_text("no heading\n")
+        "research/index.md", {"Where it stands": [{"Speed B": "research/speed-b.md"}]},
+        {"The data": [{"Data A": "research/data-a.md"}]}]
+    (research / "eval-c.md").write_text("# Eval C\n")  # a page the index does not link
     with pytest.raises(PluginError, match="eval-c.md"):
         research_nav.research_nav(tmp_path)
-    (tmp_path / "research" / "eval-c.md").unlink()
-    (tmp_path / "research" / "misc-d.md").write_text("# Misc\n")
-    with pytest.raises(PluginError, match="misc-d.md"):
+    (research / "eval-c.md").unlink()
+    (research / "data-a.md").write_text("no heading\n")
+    with pytest.raises(PluginError, match="data-a.md"):
         research_nav.research_nav(tmp_path)
+    (research / "data-a.md").unlink()  # linked, but not there
+    with pytest.raises(PluginError, match="data-a.md"):
+        research_nav.research_nav(tmp_path)
+
+
+# --- what the pages look like -------------------------------------------------------------------
+
+def test_no_page_has_two_headings_of_one_name(site):
+    """Two headings of one name on a page get anchors `x` and `x_1`: a reader cannot tell them apart."""
+    repeated = []
+    for page in sorted(site.rglob("index.html")):
+        ids = set(re.findall(r'<h[1-6] id="([^"]+)"', page.read_text(encoding="utf-8")))
+        repeated += [f"{page.parent.relative_to(site)}: #{i}" for i in sorted(ids)
+                     if re.fullmatch(r"(.+)_\d+", i) and re.fullmatch(r"(.+)_\d+", i)[1] in ids]
+    assert not repeated
+
+
+@pytest.mark.timeout(300)
+def test_code_in_tables_breaks_between_words_only(site):
+    """In a browser, no code span in a table cell wraps inside a word (Material breaks code
+    anywhere: the configuration reference showed `input_forma` / `t`), and a table's first
+    column, the names, never wraps."""
+    from tests import ui_browser
+
+    ui_browser.require_browser()
+    script = """() => [...document.querySelectorAll('.md-typeset td code')]
+        .filter(c => c.getClientRects().length > 1 && (c.closest('td').cellIndex === 0 || !/[\\s-]/.test(c.textContent)))
+        .map(c => c.closest('td').cellIndex + ': ' + c.textContent)"""
+    broken = {}
+    with ui_browser.open_browser() as browser:
+        page = ui_browser.new_page(browser, {"width": 1280, "height": 900})
+        for name in ("reference/configuration", "reference/datasets", "operating"):
+            page.goto((site / name / "index.html").as_uri())
+            assert page.locator("td code").count() > 10
+            broken[name] = page.evaluate(script)
+    assert broken == {name: [] for name in broken}
 
 
 # --- what fails the build -----------------------------------------------------------------------
@@ -176,6 +227,29 @@ def test_the_build_fails(tiny, index, error):
     result = tiny(index)
     assert result.returncode != 0
     assert error in result.stderr
+
+
+def test_a_number_typed_on_a_research_page_fails_the_build(tiny, tmp_path):
+    (tmp_path / "docs" / "research").mkdir()
+    (tmp_path / "docs" / "research" / "speed-study.md").write_text("# Study\n\nThe build took 1,234 s.\n")
+    result = tiny("# Home\n")
+    assert result.returncode != 0
+    assert "speed-study.md:3: '1,234 s'" in result.stderr
+
+
+# --- no measured number typed on a research page --------------------------------------------------
+
+def test_a_typed_measurement_is_flagged_and_a_setting_or_a_rendered_value_is_not():
+    page = ("# Study\n\nIt took 1,234 s and about 3 GB, at 3x, within 0.3 (± 1.2) on 95.2% of it.\n"
+            "Averaged `0.5`, `average_weight` 0.75, a `3x` target, 95% intervals, arXiv 2103.04489, 2026, issue 47,\n"
+            '{{ value("x.json", "seconds") }} s, {{ value("x.json", "ratio") }}x, [a link](page.md#step-0.5), `3.5 GB`.\n'
+            "\n```bash\nsleep 2.5   # 2.5 s\n```\n")
+    assert typed_numbers.flagged(page) == [(3, "1,234 s"), (3, "3 GB"), (3, "3x"), (3, "0.3"), (3, "± 1.2"),
+                                           (3, "95.2%")]
+
+
+def test_the_research_pages_type_no_measured_number():
+    assert typed_numbers.scan(ROOT / "docs" / "research") == []
 
 
 # --- CI runs what the README says ---------------------------------------------------------------

@@ -124,7 +124,10 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         assert sharded["version"] != result["version"] and len(index["recall_per_part"]) == 2
         assert [t["shard"] for t in index["tuning"]] == [0, 1] and index["target_met"] is True
         assert sharded["ef_search"] == index["ef_search"] == max(t["ef_search"] for t in index["tuning"])
-        assert result["ef_search"] == 128  # the default, untuned
+        # the default: one shard, its efSearch tuned to the default target
+        first = out.manifest()["stats"]["index"]
+        assert len(first["recall_per_part"]) == 1 and first["recall_target"] == 0.98
+        assert result["ef_search"] == first["tuning"][0]["ef_search"]
         s = sharded["counts"]
         assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (82, 2, 2 * 80)
         assert s["rows"] == s["skipped"] + s["matched"] + s["below_threshold"] + s["no_candidate"]

@@ -38,56 +38,55 @@ def test_the_left_copies_are_within_their_edits_of_their_source():
 
 def test_task_run_names_give_their_stage():
     assert [ls.stage_of(n) for n in ("query-left-12", "index-right-0", "split-left", "split-right", "plan-link-ad8",
-                                     "write-matches-354")] == \
-        ["query-left", "index-right", "split-side", "split-side", "plan-link", "write-matches"]
+                                     "write-matches-354", "encode-left-3", "encode-right-10")] == \
+        ["query-left", "index-right", "split-side", "split-side", "plan-link", "write-matches", "encode-left",
+         "encode-right"]
 
 
-def run(rows, parts, index, query, split, write, peaks, p=1000):
+def run(rows, parts, encode, index, query, split, write, peaks, p=1000, index_rows=None):
     return {"left_rows": rows, "right_rows": rows, "partition_rows": p, "left_parts": parts, "right_parts": parts,
-            "index": "exact", "load_s": 10.0, "peak_rss_mb_per_worker": peaks,
-            "stages": {"index-right": {"task_s": index}, "query-left": {"task_s": query},
+            "index": "exact", "load_s": 10.0, "peak_rss_mb_per_worker": peaks, "index_rows": index_rows or p,
+            "stages": {"encode-right": {"task_s": encode / 2}, "encode-left": {"task_s": encode / 2},
+                       "index-right": {"task_s": index}, "query-left": {"task_s": query},
                        "split-side": {"task_s": split}, "write-matches": {"task_s": write}}}
 
 
-def test_the_projection_splits_names_from_partition_pairs():
-    # 0.002 s per name encoded, 0.5 s per partition pair, 0.0001 s per name split, 0.00005 s per left
-    # row written, each plus a fixed cost that drops out
-    a = run(2000, 2, 0.002 * 2000 + 1, 0.002 * 2000 + 0.5 * 4 + 2, 0.0001 * 4000 + 0.1, 0.00005 * 2000 + 0.1,
-            [1000, 1100])
-    b = run(4000, 4, 0.002 * 4000 + 1, 0.002 * 4000 + 0.5 * 16 + 2, 0.0001 * 8000 + 0.1, 0.00005 * 4000 + 0.1,
-            [1050, 1150])
+def test_the_projection_splits_encoding_indexing_and_search_per_shard():
+    # 0.002 s per name encoded (plus a fixed 1 s that drops out), 0.0005 s per right name indexed,
+    # 0.0001 s per (left name, shard): shards of 2000 rows, so 1 shard at 2000 rows and 2 at 4000
+    a = run(2000, 2, 0.002 * 4000 + 1, 0.0004 * 2000, 0.0001 * 2000 * 1, 0.0001 * 4000 + 0.1, 0.00005 * 2000 + 0.1,
+            [1000, 1100], index_rows=2000)
+    b = run(4000, 4, 0.002 * 8000 + 1, 0.0005 * 4000, 0.0001 * 4000 * 2, 0.0001 * 8000 + 0.1, 0.00005 * 4000 + 0.1,
+            [1050, 1150], index_rows=2000)
     proj = ls.project_link([b, a], cores=100, left=1e6, right=1e6)
-    assert proj["per_name_s"] == pytest.approx(0.002) and proj["per_pair_s"] == pytest.approx(0.5)
-    assert proj["left_parts"] == proj["right_parts"] == 1000
-    # index: 2000 s over 100 cores; query: (2000 + 0.5 * 1000 * 1000) s over 100; split 100 s; write 50 s
-    assert proj["hours"] == pytest.approx({"index": 20 / 3600, "query": 5020 / 3600, "split": 100 / 3600,
-                                           "write": 50 / 3600})
-    assert proj["total_hours"] == pytest.approx(5190 / 3600)
-    assert proj["memory"] == [{"partition_rows": 1000, "rows": [2000, 4000], "peak_mb": [1100, 1150],
+    assert proj["per_name_s"] == pytest.approx(0.002) and proj["build_per_name_s"] == pytest.approx(0.0005)
+    assert proj["search_per_query_shard_s"] == pytest.approx(0.0001)
+    assert (proj["left_parts"], proj["shards"], proj["measured_shards"]) == (1000, 500, 2)
+    # encode: 4000 s over 100 cores; index: 500 s over 100 shards' tasks; query: 0.0001 s x 1e6 x 500
+    # shards over 100 cores; split 100 s; write 50 s
+    assert proj["hours"] == pytest.approx({"encode": 40 / 3600, "index": 5 / 3600, "query": 500 / 3600,
+                                           "split": 100 / 3600, "write": 50 / 3600})
+    assert proj["total_hours"] == pytest.approx(695 / 3600)
+    assert proj["memory"] == [{"partition_rows": 1000, "index_rows": 2000, "rows": [2000, 4000], "peak_mb": [1100, 1150],
                                "ratio": pytest.approx(1150 / 1100, abs=1e-3), "flat": True}]
-    assert ls.memory_flat([a, run(4000, 4, 9, 18, 0.9, 0.3, [2000, 1500])])[0]["flat"] is False
+    grows = run(4000, 4, 9, 18, 0.9, 0.3, 0.2, [2000, 1500], index_rows=2000)
+    assert ls.memory_flat([a, grows])[0]["flat"] is False
+    # a smaller run whose right side does not fill a shard is no test of flatness
+    small = run(1000, 1, 3, 1, 1, 0.2, 0.1, [500, 500], index_rows=2000)
+    assert ls.memory_flat([small, grows])[0]["flat"] is None
 
 
-def test_index_shards_project_fewer_pairs_at_the_search_study_s_cost_ratio():
-    a = run(2000, 2, 0.002 * 2000 + 1, 0.002 * 2000 + 0.5 * 4 + 2, 0.5, 0.2, [1000, 1100])
-    b = run(4000, 4, 0.002 * 4000 + 1, 0.002 * 4000 + 0.5 * 16 + 2, 0.9, 0.3, [1050, 1150])
-    proj = ls.project_link([b, a], cores=100, left=1e6, right=1e6)  # 1000 x 1000 partitions, 0.5 s a pair
-    hnsw = [{"index": "hnsw", "ef_search": 128, "base": n, "ms_per_query": ms} for n, ms in ((1000, 0.5), (4000, 0.8))]
-    search = {"setup": {"default_ef_search": 128},
-              "rows": [{"index": "exact", "ef_search": None, "base": 4000, "ms_per_query": 9.0},  # not HNSW: ignored
-                       {"index": "hnsw", "ef_search": 32, "base": 4000, "ms_per_query": 0.1}, *hnsw]}  # not the flow's ef
-    sh = ls.project_shards(proj, search)
-    assert (sh["partitions_per_shard"], sh["index_rows"], sh["shards"]) == (4, 4000, 250)
-    assert sh["query_cost_ratio"] == pytest.approx(1.6) and sh["per_pair_s"] == pytest.approx(0.8)
-    # query: (2000 s encoding + 0.8 s x 1000 x 250 pairs) over 100 cores; index: 2000 s over 100 shards' tasks
-    assert sh["hours"]["query"] == pytest.approx((2000 + 0.8 * 1000 * 250) / 100 / 3600)
-    assert sh["hours"]["index"] == pytest.approx(2000 / 100 / 3600)
-    assert sh["total_hours"] < proj["total_hours"]
+def test_the_projection_refuses_runs_before_the_encode_tasks():
+    a, b = (run(n, n // 1000, 5, 8, 3, 0.5, 0.2, [1000]) for n in (2000, 4000))
+    for r in (a, b):
+        del r["stages"]["encode-right"]
+    with pytest.raises(ValueError, match="encode tasks"):
+        ls.project_link([a, b], cores=10)
 
 
 def test_the_projection_needs_two_sizes():
     with pytest.raises(ValueError, match="two runs"):
-        ls.project_link([run(2000, 2, 5, 8, 0.5, 0.2, [1000])], cores=10)
+        ls.project_link([run(2000, 2, 5, 8, 3, 0.5, 0.2, [1000])], cores=10)
 
 
 def test_search_costs_measure_recall_against_exact():

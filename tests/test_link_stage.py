@@ -96,7 +96,7 @@ def test_partitioned_top_k_equals_the_unpartitioned(model_dir, tables, tmp_path,
     assert plum[0]["score"] == plum[1]["score"]
 
 
-@pytest.mark.parametrize("index_rows", [None, 6])
+@pytest.mark.parametrize("index_rows", [None, 2, 6])  # None: the default, one shard here
 def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp_path, index_rows):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
@@ -118,7 +118,7 @@ def test_counts_add_up_and_match_the_unpartitioned_counts(model_dir, tables, tmp
 
 
 # index_rows 6: apple's rows 0 and 5 in one shard of two partitions, where row 0 must skip itself
-@pytest.mark.parametrize("index_rows,cosine_weight", [(None, None), (6, None), (9, None), (6, 1.0)])
+@pytest.mark.parametrize("index_rows,cosine_weight", [(None, None), (3, None), (6, None), (9, None), (6, 1.0)])
 def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tables, tmp_path, index_rows,
                                                                  cosine_weight):
     _, right = tables
@@ -139,7 +139,7 @@ def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tabl
                                                                                kept["right_row"].to_numpy())))
 
 
-@pytest.mark.parametrize("index_rows,shards", [(None, 3), (8, 2)])
+@pytest.mark.parametrize("index_rows,shards", [(None, 1), (4, 3), (8, 2)])  # None: the default, one shard here
 def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path, index_rows, shards):
     left, right = tables
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=2,
@@ -275,13 +275,17 @@ def test_the_version_derives_from_inputs_parameters_and_model(model_dir, tables,
     assert stage.plan_link(left, right, root, left_column="name", model=model_dir).out.version == version
     assert stage.plan_link(left, right, root, left_column="name", model=model_dir, top_k=2).out.version != version
     assert stage.plan_link(left, right, root, left_column="name", model="minilm").out.version != version
-    # index_rows: its default, one shard per partition, is the run before shards (the same parameters, so the
-    # same version); another value is another version
-    plain = stage.plan_link(left, right, root, left_column="name", model=model_dir, index_rows=stage.PARTITION_ROWS)
-    assert plain.out.version == version and "index_rows" not in plain.params
+    # index_rows: its default given is the same version; one shard per partition (the run before shards:
+    # no index_rows among its parameters) or another size is another version
+    plain = stage.plan_link(left, right, root, left_column="name", model=model_dir, index_rows=stage.INDEX_ROWS)
+    assert plain.out.version == version and plain.params["index_rows"] == stage.INDEX_ROWS
+    per_partition = stage.plan_link(left, right, root, left_column="name", model=model_dir,
+                                    index_rows=stage.PARTITION_ROWS)
+    assert per_partition.out.version != version and "index_rows" not in per_partition.params
     sharded = stage.plan_link(left, right, root, left_column="name", model=model_dir,
                               index_rows=2 * stage.PARTITION_ROWS)
-    assert sharded.out.version != version and sharded.params["index_rows"] == 2 * stage.PARTITION_ROWS
+    assert sharded.out.version not in (version, per_partition.out.version)
+    assert sharded.params["index_rows"] == 2 * stage.PARTITION_ROWS
     os.utime(left, (1, 1))  # the left table changed
     plan = stage.plan_link(left, right, root, left_column="name", model=model_dir)
     assert plan.out.version != version
@@ -362,7 +366,7 @@ def test_an_unreachable_recall_target_searches_at_the_cap_and_reports_it(model_d
     monkeypatch.setattr(vector_index, "set_ef_search", lambda index, ef: (used.append(ef), real(index, ef)))
     left, right = tables
     _, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir, top_k=1,
-                      partition_rows=4, index_kind="hnsw", recall_target=0.99)
+                      partition_rows=4, index_rows=4, index_kind="hnsw", recall_target=0.99)
     index = manifest["stats"]["index"]
     cap = steps[-1]
     assert index["target_met"] is False and index["ef_search"] == cap
@@ -392,14 +396,18 @@ def test_efsearch_and_the_recall_target_version_the_output_only_when_they_can_ch
         plan = stage.plan_link(left, right, root, left_column="name", model=model_dir, **kw)
         return plan.out.version, plan.params
 
-    base, params = version()
-    assert version(ef_search=stage.HNSW_EF_SEARCH) == (base, params)  # the default: the version before it
-    assert "ef_search" not in params and "recall_target" not in params
+    base, params = version()  # the default: efSearch tuned to RECALL_TARGET on RECALL_SAMPLE names
+    assert (params["recall_target"], params["recall_sample"]) == (stage.RECALL_TARGET, stage.RECALL_SAMPLE)
+    assert "ef_search" not in params and version(recall_target=stage.RECALL_TARGET) == (base, params)
+    fixed, p128 = version(ef_search=stage.HNSW_EF_SEARCH)  # a fixed efSearch: the run before recall targets
+    assert fixed != base and "ef_search" not in p128 and "recall_target" not in p128
     v, p = version(ef_search=64)
-    assert v != base and p["ef_search"] == 64
-    v2, p2 = version(recall_target=0.98)
-    assert v2 not in (base, v) and (p2["recall_target"], p2["recall_sample"]) == (0.98, stage.RECALL_SAMPLE)
-    assert version(recall_target=0.98, recall_sample=10)[0] != v2  # the sample tunes it
+    assert v not in (base, fixed) and p["ef_search"] == 64 and "recall_target" not in p
+    v2, p2 = version(recall_target=0.9)
+    assert v2 not in (base, fixed, v) and (p2["recall_target"], p2["recall_sample"]) == (0.9, stage.RECALL_SAMPLE)
+    assert version(recall_sample=10)[0] != base  # the sample tunes it
+    untuned, p0 = version(recall_sample=0)  # nothing to measure on: efSearch 128, as a fixed one
+    assert (untuned, p0) == (fixed, p128)
     exact, _ = version(index_kind="exact")
     assert version(index_kind="exact", ef_search=64)[0] == exact == version(index_kind="exact", recall_target=0.9)[0]
     with pytest.raises(ValueError, match="give ef_search or recall_target, not both"):

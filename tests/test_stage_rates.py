@@ -50,7 +50,6 @@ def test_the_benchmark_and_the_flow_run_one_wiring(monkeypatch, tmp_path):
         raise Wired
 
     args = sr.wiring_args("sample", str(tmp_path / "store"), 1, {"phrase_buckets": 3})
-    monkeypatch.setattr(bc, "report_dask_dashboard", lambda: None)
     monkeypatch.setattr(bc, "corpus_wiring", wiring)
     with pytest.raises(Wired):
         bc.corpus_stages.fn(**args)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 
@@ -58,8 +59,8 @@ def toy_examples(n: int = 48, seed: int = 0) -> list[T.Example]:
 
 
 def cfg(**kw) -> T.TrainConfig:
-    # the plain loop (nothing frozen, no distillation): each test switches on what it tests
-    base = dict(batch_size=8, epochs=2, lr=1e-3, log_every=1, checkpoint_every=0, device="cpu", seed=3,
+    # the plain loop (nothing frozen, no distillation, fp32 on any CPU): each test switches on what it tests
+    base = dict(batch_size=8, epochs=2, lr=1e-3, log_every=1, checkpoint_every=0, device="cpu", seed=3, cpu_bf16=False,
                 freeze_embeddings=False, freeze_layers=0, distill_weight=0.0, distill_target="layout", select_every=0)
     return T.TrainConfig(**{**base, **kw})
 
@@ -533,3 +534,35 @@ def test_examples_from_rows_labels_senses_and_counts_them():
     exs = T.examples_from_rows(rows, counts, sense_of=lambda p, lab: 23 if p == "pneumonia" else -1)
     assert [e.sense_id for e in exs] == [23, -1] and counts["sense_labelled"] == 1
     assert [e.sense_id for e in T.examples_from_rows(rows)] == [-1, -1]
+
+
+def forward_dtypes(model, exs, config) -> tuple[set, dict]:
+    """The dtypes the backbone's first attention projection put out during train(), and the result."""
+    seen = set()
+    hook = model.backbone.encoder.layer[0].attention.self.query.register_forward_hook(
+        lambda module, args, output: seen.add(output.dtype))
+    try:
+        return seen, T.train(model, exs, config)
+    finally:
+        hook.remove()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_cpu_bf16_runs_the_forward_in_bf16_where_the_cpu_has_it(parts, monkeypatch, native):
+    """cpu_bf16: the forward under bf16 autocast on a CPU with bf16 instructions (faked here either
+    way, so the test does not depend on this machine's), the loss still float32 and finite; fp32
+    without the setting or without the instructions."""
+    monkeypatch.setattr(T, "cpu_has_bf16", lambda: native)
+    exs = toy_examples()
+    seen, res = forward_dtypes(make_model(parts), exs, cfg(max_steps=3, cpu_bf16=True))
+    assert seen == ({torch.bfloat16} if native else {torch.float32})
+    assert all(math.isfinite(r["loss"]) for r in res.history)
+    plain, _ = forward_dtypes(make_model(parts), exs, cfg(max_steps=1))  # cpu_bf16 off
+    assert plain == {torch.float32}
+    assert not T.TrainConfig().cpu_bf16  # off by default until its dev quality against fp32 is measured
+
+
+def test_cpu_bf16_is_where_training_runs_not_part_of_the_model_version():
+    on, off = T.TrainConfig(cpu_bf16=True), T.TrainConfig(cpu_bf16=False)
+    assert on.version_params() == off.version_params() and "cpu_bf16" not in on.version_params()
+    assert T.TrainConfig(bucket_window=7).version_params() != T.TrainConfig().version_params()

@@ -24,7 +24,10 @@ from pathlib import Path
 from ..packages import installed_dir
 
 AUTOFJ_PIP = "pip install --no-deps autofj==0.0.6"
+AUTHORS_DATA = "the PEARL authors' repository (github.com/tigerchen52/PEARL), folder eval_data/"
 RETRIEVAL_FILES = {"yago": "yago/yago_test_samples.txt", "umls": "umls/umls_test_samples.txt"}
+PPDB_FILES = {False: "ppdb/ppdb.json", True: "ppdb/ppdb_filtered.json"}  # by `filtered`
+TURNEY_FILE, BIRD_FILE, AUTOFJ_LIST = "turney/turney.txt", "bird/bird.txt", "autofj/autofj.md"
 # The types the paper clusters: CoNLL-2003 without MISC, BC5CDR's two.
 ENTITY_TYPES = {"conll2003": ("PER", "LOC", "ORG"), "bc5cdr": ("Chemical", "Disease")}
 
@@ -33,17 +36,50 @@ class DatasetMissing(FileNotFoundError):
     """A benchmark file (or the autofj package) is not where it should be; the message says where."""
 
 
+def entities_file(name: str, split: str) -> str:
+    return f"{name}/{split}.json"
+
+
+# Every file read from the benchmark directory, with what reads it (`pearl benchmarks check` lists them).
+BENCHMARK_FILES = {
+    PPDB_FILES[False]: "PPDB",
+    PPDB_FILES[True]: "PPDB-filtered",
+    TURNEY_FILE: "Turney",
+    BIRD_FILE: "BIRD",
+    RETRIEVAL_FILES["yago"]: "YAGO-10k",
+    RETRIEVAL_FILES["umls"]: "UMLS-10k",
+    entities_file("conll2003", "test"): "CoNLL-2003",
+    entities_file("bc5cdr", "test"): "BC5CDR",
+    entities_file("conll2003", "dev"): "CoNLL-2003's dev split (the training's checkpoint checks)",
+    entities_file("bc5cdr", "dev"): "BC5CDR's dev split (the training's checkpoint checks)",
+    AUTOFJ_LIST: "AutoFJ's list of its 50 tables (the tables come from the autofj package)",
+}
+
+
+def benchmark_dir_lookup() -> tuple[Path, str]:
+    """(the benchmark directory, where that choice comes from): $PEARL_BENCHMARKS, else the first
+    `../shared/benchmarks/pearl` beside the repository or the current directory that exists, else
+    the one beside the repository (where the files would go)."""
+    if os.environ.get("PEARL_BENCHMARKS"):
+        return Path(os.environ["PEARL_BENCHMARKS"]), "$PEARL_BENCHMARKS"
+    bases = {"the repository": Path(__file__).resolve().parents[2], "the current directory": Path.cwd()}
+    candidates = {f"../shared/benchmarks/pearl beside {where}": base.parent / "shared" / "benchmarks" / "pearl"
+                  for where, base in bases.items()}
+    found = next((item for item in candidates.items() if item[1].is_dir()), next(iter(candidates.items())))
+    return found[1], found[0]
+
+
 def default_benchmark_dir() -> Path | None:
     """$PEARL_BENCHMARKS, else `../shared/benchmarks/pearl` beside the repository (or the
     current directory) when it exists, else None."""
-    if os.environ.get("PEARL_BENCHMARKS"):
-        return Path(os.environ["PEARL_BENCHMARKS"])
-    repo_root = Path(__file__).resolve().parents[2]
-    for base in (repo_root, Path.cwd()):
-        candidate = base.parent / "shared" / "benchmarks" / "pearl"
-        if candidate.is_dir():
-            return candidate
-    return None
+    path, source = benchmark_dir_lookup()
+    return path if source == "$PEARL_BENCHMARKS" or path.is_dir() else None
+
+
+def missing_files(benchmark_dir) -> dict[str, str]:
+    """The files of BENCHMARK_FILES not under ``benchmark_dir``: {the path each goes to: what reads it}."""
+    root = Path(benchmark_dir)
+    return {str(root / rel): what for rel, what in BENCHMARK_FILES.items() if not (root / rel).is_file()}
 
 
 def files_fingerprint(directory) -> str:
@@ -75,7 +111,7 @@ def _file(benchmark_dir, relative: str) -> Path:
 
 def load_ppdb(benchmark_dir, filtered: bool = False) -> tuple[list[str], list[str], list[int]]:
     """(phrases1, phrases2, labels 1=pos/0=neg) of ppdb.json or ppdb_filtered.json."""
-    path = _file(benchmark_dir, "ppdb/ppdb_filtered.json" if filtered else "ppdb/ppdb.json")
+    path = _file(benchmark_dir, PPDB_FILES[filtered])
     rows = json.loads(path.read_text(encoding="utf-8"))
     p1, p2, labels = [], [], []
     for i, row in enumerate(rows):
@@ -92,7 +128,7 @@ def load_ppdb(benchmark_dir, filtered: bool = False) -> tuple[list[str], list[st
 def load_turney(benchmark_dir) -> list[tuple[str, list[str]]]:
     """(bigram, [correct unigram, 4 distractors]): the correct answer is candidate 0. The
     bigram's own two words (columns 3-4) are not candidates, as in the paper."""
-    path = _file(benchmark_dir, "turney/turney.txt")
+    path = _file(benchmark_dir, TURNEY_FILE)
     items = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -106,7 +142,7 @@ def load_turney(benchmark_dir) -> list[tuple[str, list[str]]]:
 
 def load_bird(benchmark_dir) -> tuple[list[str], list[str], list[float]]:
     """(term1s, term2s, human relatedness scores in [0, 1])."""
-    path = _file(benchmark_dir, "bird/bird.txt")
+    path = _file(benchmark_dir, BIRD_FILE)
     with path.open(encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
         missing = {"term1", "term2", "relatedness score"} - set(reader.fieldnames or ())
@@ -143,7 +179,7 @@ def load_entities(benchmark_dir, name: str, split: str = "test") -> tuple[list[s
     included, as the authors cluster occurrences); tokens joined by one space, `end` inclusive."""
     if name not in ENTITY_TYPES:
         raise ValueError(f"unknown clustering dataset {name!r}; known: {sorted(ENTITY_TYPES)}")
-    path = _file(benchmark_dir, f"{name}/{split}.json")
+    path = _file(benchmark_dir, entities_file(name, split))
     keep = set(ENTITY_TYPES[name])
     names, types = [], []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -183,7 +219,7 @@ def autofj_package_dir() -> Path:
 def autofj_dataset_names(benchmark_dir=None) -> list[str]:
     """The datasets listed in autofj/autofj.md (the first column), else every table folder
     of the package."""
-    md = Path(benchmark_dir) / "autofj" / "autofj.md" if benchmark_dir is not None else None
+    md = Path(benchmark_dir) / AUTOFJ_LIST if benchmark_dir is not None else None
     if md is not None and md.is_file():
         names = []
         for line in md.read_text(encoding="utf-8").splitlines():

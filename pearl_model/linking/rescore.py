@@ -14,6 +14,7 @@ import pyarrow as pa
 from rapidfuzz import fuzz, process, utils
 
 from .matches import COLUMNS, merge_top_k
+from .request import COSINE_WEIGHT, WEIGHTS
 
 SCORERS = {"ratio": fuzz.ratio, "token_set_ratio": fuzz.token_set_ratio, "WRatio": fuzz.WRatio}
 # lower-cased, non-alphanumerics as spaces: case and punctuation are not what tells names apart
@@ -21,11 +22,9 @@ PROCESSOR = utils.default_process
 FEATURES = ("cosine", *SCORERS)
 
 # chosen by the study on the labelled halves of the 50 AutoFJ tasks (see the module docstring): the
-# convex combination with the best mean recall at precision 0.9 there; the correct name is among
-# the 20 best by cosine for most rows, and each more candidate costs a string score per row
+# correct name is among the 20 best by cosine for most rows, and each more candidate costs a string
+# score per row. The weights are a request's defaults, so they live with its rules (.request).
 CANDIDATES = 20  # embedding candidates rescored per left row: top_k's k
-WEIGHTS = {"cosine": 0.9, "token_set_ratio": 0.1}
-COSINE_WEIGHT = WEIGHTS["cosine"]  # `pearl link` and the link flow's default; 1: the cosine alone
 
 
 def default_weights(cosine_weight: float = COSINE_WEIGHT) -> dict[str, float]:

@@ -83,6 +83,11 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, description="data order, augmentation draws and the new layers' init")
     device: str = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
+    cpu_bf16: bool = Field(False, description="bf16 autocast on a CPU that runs bf16 natively (AVX512-BF16 or "
+                                              "AMX; fp32 on any other): twice the anchors/s of fp32 on this "
+                                              "project's CPU (docs/research/speed-training.md); off until its dev "
+                                              "quality against fp32 is measured. Where it runs, not what is "
+                                              "trained: not part of the model version, like device")
     checkpoint_every: int = Field(500, ge=0, description="steps between checkpoints (0: only at the end)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     log_every: int = Field(10, ge=1, description="steps between log records")
@@ -91,7 +96,7 @@ class TrainConfig(BaseModel):
     max_length: Optional[int] = Field(None, ge=1, description="token cap (none: the backbone's)")
 
     # where the settings are run, not what is trained: not part of the model version
-    RUNTIME: ClassVar[frozenset] = frozenset({"device", "num_workers", "log_every", "keep_checkpoints",
+    RUNTIME: ClassVar[frozenset] = frozenset({"device", "cpu_bf16", "num_workers", "log_every", "keep_checkpoints",
                                               "checkpoint_every"})
 
     @model_validator(mode="after")

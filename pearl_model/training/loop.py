@@ -24,7 +24,8 @@ model's dropout draws from the global torch RNG, which checkpoints save, so a ru
 from a checkpoint takes exactly the steps the uninterrupted run would have.
 
 Tokenisation happens outside the step, in DataLoader workers on a GPU (pinned memory,
-non-blocking copies); the step sees tensors only. bf16 autocast on CUDA, fp32 on CPU.
+non-blocking copies); the step sees tensors only. bf16 autocast on CUDA (``bf16``) and on a
+CPU with bf16 instructions (``cpu_bf16``), else fp32.
 
 Checkpoints (``checkpoint_dir/step-NNNNNNN/``, :mod:`pearl_model.training.checkpoints`) are
 safetensors + JSON only: model, Adam state, RNG states, step and history; the last two
@@ -395,6 +396,19 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
+def autocast_bf16(device: torch.device, cfg: TrainConfig) -> bool:
+    """Whether the forward runs under bf16 autocast: on CUDA by ``cfg.bf16``; on a CPU by
+    ``cfg.cpu_bf16``, and only where the CPU has bf16 instructions (elsewhere oneDNN emulates
+    them, slower than fp32). The loss terms are computed in float32 either way."""
+    if device.type == "cuda":
+        return cfg.bf16
+    return device.type == "cpu" and cfg.cpu_bf16 and cpu_has_bf16()
+
+
+def cpu_has_bf16() -> bool:
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def _to(features: dict, device: torch.device) -> dict:
     keys = ("input_ids", "attention_mask", "char_ids", "word_mask")
     return {k: features[k].to(device, non_blocking=True) for k in keys}
@@ -481,7 +495,7 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
         resumed_from = step
         log.info("resumed from %s (step %d of %d)", ckpt, step, total)
     last_good = str(ckpt) if ckpt else None
-    use_bf16 = device.type == "cuda" and cfg.bf16
+    use_bf16 = autocast_bf16(device, cfg)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -576,7 +590,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 means = {k: float(torch.stack([w[k] for w in window_loss if k in w]).mean()) for k in keys}
                 now = time.perf_counter()
                 rec = {"step": step, "epoch": epoch, "lr": lr_at(step - 1, cfg), **means,
-                       "anchors_per_s": window_anchors / max(now - window_t, 1e-9), "elapsed_s": now - t_start,
+                       "anchors": window_anchors, "anchors_per_s": window_anchors / max(now - window_t, 1e-9),
+                       "elapsed_s": now - t_start,
                        "total_steps": total}
                 history.append(rec)
                 window_t, window_anchors, window_loss = now, 0, []
@@ -635,7 +650,7 @@ def evaluate_loss(model, examples: Sequence[Example], cfg: TrainConfig, batcher=
     for i in range(len(ds)):
         batch = ds[i]
         labels = batch["labels"].to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" and cfg.bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast_bf16(device, cfg)):
             emb, logits, _ = forward_groups(model, batch, device)
         loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
                                      cfg.type_loss_labels)

@@ -1,0 +1,87 @@
+"""Write the quickstart's example tables: made-up company names, generated from the word lists below
+with a fixed seed (no row of any benchmark set, no real register).
+
+    python examples/companies/make_tables.py     # rewrites right.csv, left.csv and labels.csv here
+
+right.csv: the register, one canonical name per row. left.csv: names as another system typed them,
+a variant of a register name (typos, abbreviations, case, a dropped suffix) or a name the register
+lacks. labels.csv: pairs known to match (columns left, right), for half of the left rows that have one.
+"""
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEED = 56
+REGISTER_ROWS, LEFT_ROWS, UNMATCHED = 300, 200, 20
+
+FIRST = """Amber Arctic Aspen Atlas Bay Beacon Birch Blue Bright Cedar Coral Crescent Crown Delta Eagle
+Ember Falcon Fern Golden Granite Harbor Hazel Iron Juniper Lake Maple Meadow North Oak Orchid Pine
+Quartz Raven River Silver Spruce Stone Summit Tidal Valley Willow""".split()
+TRADE = """Analytics Bakery Biotech Builders Capital Chemicals Consulting Dairy Energy Engineering Foods
+Freight Furniture Holdings Insurance Labs Logistics Media Metals Mining Motors Optics Paper Pharma
+Plastics Robotics Shipping Software Solar Systems Textiles Tools Travel Water""".split()
+SUFFIX = ["Limited", "Incorporated", "Company", "Corporation", "Group", "International", "& Sons", "Partners"]
+SHORT = {"Limited": "Ltd", "Incorporated": "Inc", "Company": "Co", "Corporation": "Corp",
+         "International": "Intl", "& Sons": "and Sons", "Partners": "Ptnrs", "Group": "Grp"}
+
+
+def register(rng: random.Random) -> list[str]:
+    names: set[str] = set()
+    while len(names) < REGISTER_ROWS + UNMATCHED:
+        names.add(f"{rng.choice(FIRST)} {rng.choice(TRADE)} {rng.choice(SUFFIX)}")
+    return sorted(names)
+
+
+def typo(word: str, rng: random.Random) -> str:
+    """One keyboard slip: a letter dropped, doubled or two swapped."""
+    if len(word) < 4:
+        return word
+    i = rng.randrange(1, len(word) - 1)
+    return rng.choice([word[:i] + word[i + 1:], word[:i] + word[i] + word[i:],
+                       word[:i] + word[i + 1] + word[i] + word[i + 2:]])
+
+
+def variant(name: str, rng: random.Random) -> str:
+    """The name as another system might hold it: one or two edits."""
+    words = name.split(" ")
+    for edit in rng.sample(["typo", "short", "case", "drop"], rng.choice([1, 2])):
+        if edit == "typo":
+            i = rng.randrange(2)
+            words[i] = typo(words[i], rng)
+        elif edit == "short":
+            tail = " ".join(words[2:])
+            words = words[:2] + SHORT.get(tail, tail).split(" ")
+        elif edit == "case":
+            words = [w.upper() if rng.random() < 0.5 else w.lower() for w in words]
+        else:
+            words = words[:2]
+    return " ".join(words)
+
+
+def main() -> None:
+    rng = random.Random(SEED)
+    names = register(rng)
+    rng.shuffle(names)
+    right, absent = sorted(names[:REGISTER_ROWS]), names[REGISTER_ROWS:]
+    left = [(variant(n, rng), n) for n in rng.sample(right, LEFT_ROWS - UNMATCHED)]
+    left += [(variant(n, rng), None) for n in absent]  # names the register lacks
+    rng.shuffle(left)
+    with open(HERE / "right.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "name"])
+        w.writerows((f"R{i:04d}", n) for i, n in enumerate(right))
+    with open(HERE / "left.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "name"])
+        w.writerows((f"L{i:04d}", n) for i, (n, _) in enumerate(left))
+    with open(HERE / "labels.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["left", "right"])
+        w.writerows([(n, truth) for n, truth in left if truth is not None][: (LEFT_ROWS - UNMATCHED) // 2])
+
+
+if __name__ == "__main__":
+    main()
