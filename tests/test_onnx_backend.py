@@ -307,14 +307,18 @@ def test_an_int8_recipe_leaves_the_parts_it_keeps_unquantised(tiny, keep):
         Int8Recipe(keep_float=("embeddings",))
 
 
-def test_calibration_phrases_are_whole_words_of_any_vocabulary(tmp_path):
-    """A subword vocabulary is mostly pieces of words: calibration draws the entries the tokenizer
-    keeps as whole words, whichever side it marks (WordPiece marks continuations, SentencePiece
-    and byte-level BPE word starts)."""
+def test_word_calibration_takes_whole_words_of_any_vocabulary(tmp_path, monkeypatch):
+    """quantization_recipes.py's "words" calibration: the entries the tokenizer keeps as whole words,
+    whichever side it marks (WordPiece marks continuations, SentencePiece and byte-level BPE word
+    starts)."""
+    import importlib
+
     import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
 
-    from pearl_model.inference.onnx_backend import calibration_phrases, whole_words
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+    recipes = importlib.import_module("quantization_recipes")
+    whole_words, word_phrases = recipes.whole_words, recipes.word_phrases
 
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "river", "bank",
                                                    "run", "##ning", "##ers", "ban", "##k", "a"]))
@@ -325,9 +329,9 @@ def test_calibration_phrases_are_whole_words_of_any_vocabulary(tmp_path):
     spm.pre_tokenizer, spm.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
     sentencepiece = transformers.PreTrainedTokenizerFast(tokenizer_object=spm, unk_token="<unk>")
     assert whole_words(sentencepiece) == ["bank", "river", "run"]  # "ning", "ers": pieces
-    phrases = calibration_phrases(sentencepiece, n=40)
+    phrases = word_phrases(sentencepiece, n=40)
     assert {w for p in phrases for w in p.split()} == {"bank", "river", "run"}
-    assert phrases == calibration_phrases(sentencepiece, n=40) != calibration_phrases(sentencepiece, n=40, seed=1)
+    assert phrases == word_phrases(sentencepiece, n=40) != word_phrases(sentencepiece, n=40, seed=1)
 
 
 def test_the_int8_graph_is_named_by_its_recipe_and_calibration():

@@ -76,29 +76,18 @@ def backend_packages(backend: str) -> tuple[str, ...]:
 
 
 def calibration_phrases(tokenizer, n: int = CALIBRATION_PHRASES, seed: int = 0) -> list[str]:
-    """``n`` phrases of 1-4 whole words drawn (seeded) from the tokenizer's vocabulary.
+    """``n`` phrases of 1-4 alphabetic vocabulary entries drawn (seeded) from the tokenizer's vocabulary.
 
     Why not corpus or benchmark text: a model is quantised wherever it is first used, with no
     corpus at hand, and never on evaluation data; its own vocabulary is always there, and
-    activation ranges need typical token statistics, not meaning. Whole words, not any
-    vocabulary entry: most entries of a subword vocabulary are pieces of words ("vori",
-    "zija"), and phrases of pieces calibrated ranges that real phrases then overran
+    activation ranges need typical token statistics, not meaning. In a subword vocabulary most
+    entries are pieces of words ("vori juta ETS dham"); whole words alone calibrated worse
     (docs/research/speed-quantisation.md)."""
-    words = whole_words(tokenizer)
+    words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) >= 3)
     if not words:
-        raise ValueError("the tokenizer's vocabulary has no whole words to calibrate with")
+        raise ValueError("the tokenizer's vocabulary has no alphabetic entries to calibrate with")
     rng = random.Random(seed)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(n)]
-
-
-def whole_words(tokenizer) -> list[str]:
-    """The alphabetic words of 3 letters or more that ``tokenizer`` keeps as one vocabulary entry
-    (its word-initial entries: WordPiece's unmarked ones, SentencePiece's and byte-level BPE's
-    marked ones), sorted. Found by tokenising each entry's text alone: whatever the marking."""
-    texts = tokenizer.batch_decode([[i] for i in sorted(tokenizer.get_vocab().values())])
-    candidates = sorted({w for w in map(str.strip, texts) if w.isalpha() and len(w) >= 3})
-    ids = tokenizer(candidates, add_special_tokens=False)["input_ids"]
-    return [w for w, i in zip(candidates, ids) if len(i) == 1]
 
 
 def feature_batches(featurize, phrases: list[str], inputs, size: int = CALIBRATION_BATCH) -> list[dict]:
@@ -163,7 +152,7 @@ class Int8Recipe:
 
 
 OPENVINO_INT8 = Int8Recipe()  # openvino-int8's recipe: NNCF's transformer defaults
-CALIBRATION_VERSION = 2  # bump when calibration_phrases changes (2: whole words): part of the graph's name
+CALIBRATION_VERSION = 1  # bump when calibration_phrases changes: it is part of the graph's name
 # The graph's file name carries its recipe and calibration: a graph of another recipe is never served.
 _FILES["openvino-int8"] = f"model_int8_{OPENVINO_INT8.key(CALIBRATION_VERSION)}_ov.xml"
 
@@ -412,7 +401,10 @@ class OnnxRunner:
                                  f"{str(e).splitlines()[0][:200]}); delete it and it is rebuilt") from e
 
     def _open_openvino(self, threads: int | None) -> "OpenVinoRequests":
-        precision = "bf16" if self.backend == "openvino-bf16" else "f32"
+        # openvino-int8's float parts (the operations its recipe leaves unquantised) at bf16 where the
+        # CPU runs it natively, as its recipe was chosen (benchmarks/quantization_recipes.py)
+        precision = "bf16" if self.backend == "openvino-bf16" or (self.backend == "openvino-int8" and cpu_runs_bf16()) \
+            else "f32"
         try:
             return OpenVinoRequests(self.path, precision, threads)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
