@@ -22,6 +22,9 @@ its seeds) and the cosines on the dev sets' entity names, by the same bar:
 
     python benchmarks/benchmark_by_engine.py --dev --reference openvino-bf16 --engines openvino-int8 \
         --out benchmarks/results/engines_dev_cpu.json
+
+``--speed-rounds N`` then times the reference and each engine on BIRD's phrases beside
+sentence-transformers' default (with ``--judge-only``: the timing alone).
 """
 from __future__ import annotations
 
@@ -83,6 +86,9 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
          dev: bool = typer.Option(False, help="the dev signals and the dev names' cosines, not the test sets"),
          dev_sets: str = typer.Option("conll2003,bc5cdr,ppdb_filtered", help="--dev: the dev datasets (ppdb's "
                                       "probe is ~10x slower than ppdb_filtered's)"),
+         speed_rounds: int = typer.Option(0, help="then phrases/s of the reference and each engine on BIRD's phrases "
+                                          "beside sentence-transformers' default, in this many rotated rounds "
+                                          "(quantization_recipes.speed_rounds; only on a quiet machine)"),
          out: Path = typer.Option(Path("benchmarks/results/benchmark_by_engine_cpu.json"))) -> None:
     from encode_throughput import bird_phrases
     from quantization_recipes import dev_names
@@ -101,8 +107,10 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
     results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference, "model": model,
                          "cosines_on": "the dev sets' distinct entity names, unit vectors" if dev
                          else "BIRD's distinct phrases, unit vectors",
-                         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores",
-                         "command": "python benchmarks/benchmark_by_engine.py " + " ".join(sys.argv[1:])}
+                         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores"}
+    command = "python benchmarks/benchmark_by_engine.py " + " ".join(sys.argv[1:])
+    if not judge_only:  # the scores' command; a --judge-only timing names its own
+        results["setup"]["command"] = command
     if dev:
         results["setup"]["datasets"] = dev_sets.split(",")
     phrases = dev_names(bench, dev_sets.split(",")) if dev else bird_phrases(100_000)
@@ -128,6 +136,14 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
             entry[f"cosine_to_{reference}"] = cosines(enc.encode(phrases, normalize=True), ref_vectors)
             entry |= judge(entry[f"vs_{reference}"], entry[f"cosine_to_{reference}"]["mean"])
         print(engine, json.dumps(entry), flush=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+    if speed_rounds:
+        from quantization_recipes import speed_rounds as timed_rounds
+
+        encoders = {e: load(e) for e in dict.fromkeys([reference, *engines.split(",")])}
+        results["speed"] = {"command": command, **timed_rounds(
+            {e: enc.encode for e, enc in encoders.items()}, encoders[reference], model, speed_rounds)}
+        print("speed", json.dumps(results["speed"]), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
 
 
