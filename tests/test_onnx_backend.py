@@ -189,7 +189,7 @@ def test_openvino_batches_started_side_by_side_come_back_in_order(model, tmp_pat
     got = loaded.encode(phrases, batch_size=1, normalize=False, backend="openvino")
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
     runner = loaded._onnx_runners["openvino"]
-    assert runner._done == {}  # every started batch was collected
+    assert runner.session._done == {}  # every started batch was collected
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning is invisible on one core")
@@ -262,3 +262,85 @@ def test_auto_is_the_fastest_engine_that_passes_the_written_engine_bar(monkeypat
     monkeypatch.setattr(ob, "engine_available", lambda engine: True)
     monkeypatch.setattr(ob, "cpu_runs_bf16", lambda: True)
     assert resolve_backend("auto", "cpu") == fastest
+
+
+def quantised_matmuls(model) -> set[str]:
+    """The MatMuls of an OpenVINO model whose activation input comes through a FakeQuantize (past
+    the layout operations between them)."""
+    found = set()
+    for op in model.get_ops():
+        if op.get_type_name() != "MatMul":
+            continue
+        for value in op.input_values():
+            node = value.get_node()
+            while node.get_type_name() in ("Reshape", "Transpose", "Convert"):
+                node = node.input_value(0).get_node()
+            if node.get_type_name() == "FakeQuantize" and node.input_value(0).get_node().get_type_name() != "Constant":
+                found.add(op.get_friendly_name())
+    return found
+
+
+@pytest.mark.parametrize("keep", [(), ("attention",), ("ends",), ("scores", "ffn_down")])
+def test_an_int8_recipe_leaves_the_parts_it_keeps_unquantised(tiny, keep):
+    """`Int8Recipe.keep_float`: the MatMuls of the kept parts run on float activations, every
+    other MatMul on int8 ones (the tiny BERT has two layers: "ends" keeps both), but the product of
+    the attention probabilities and V, which NNCF's transformer type leaves in float itself."""
+    pytest.importorskip("nncf")
+    ov = pytest.importorskip("openvino")
+    import re
+
+    from pearl_model.inference.onnx_backend import Int8Recipe, calibration_phrases, feature_batches, quantize_int8
+
+    runner = tiny.exported_graph("onnx")
+    batches = feature_batches(tiny.featurize, calibration_phrases(tiny.tokenizer, n=64), runner.input_names)
+    matmuls = {op.get_friendly_name() for op in ov.Core().read_model(str(runner.dir / "model.onnx")).get_ops()
+               if op.get_type_name() == "MatMul"}
+    recipe = Int8Recipe(keep_float=keep)
+    quantised = quantised_matmuls(quantize_int8(ov.Core().read_model(str(runner.dir / "model.onnx")), batches, recipe))
+    kept = {m for m in matmuls if any(re.fullmatch(p, m) for p in recipe.ignored_patterns(matmuls))}
+    by_nncf = {m for m in matmuls if m.endswith("/attention/self/MatMul_1")}
+    assert len(matmuls) == 16 and len(by_nncf) == 2  # 2 layers x (Q, K, V, 2 scores, out, 2 FFN)
+    assert quantised == matmuls - kept - by_nncf
+    assert {"attention": len(kept) == 12, "ends": kept == matmuls, "scores": len(kept) == 6, (): not kept}[
+        keep[0] if keep else ()]
+    with pytest.raises(ValueError, match="unknown keep_float parts"):
+        Int8Recipe(keep_float=("embeddings",))
+
+
+def test_word_calibration_takes_whole_words_of_any_vocabulary(tmp_path, monkeypatch):
+    """quantization_recipes.py's "words" calibration: the entries the tokenizer keeps as whole words,
+    whichever side it marks (WordPiece marks continuations, SentencePiece and byte-level BPE word
+    starts)."""
+    import importlib
+
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
+    recipes = importlib.import_module("quantization_recipes")
+    whole_words, word_phrases = recipes.whole_words, recipes.word_phrases
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "river", "bank",
+                                                   "run", "##ning", "##ers", "ban", "##k", "a"]))
+    wordpiece = transformers.BertTokenizerFast(str(tmp_path / "vocab.txt"))
+    assert whole_words(wordpiece) == ["ban", "bank", "river", "run"]  # "##ning", "a" (too short) left out
+    spm = Tokenizer(models.Unigram([("<unk>", 0.0), ("▁river", -1.0), ("▁bank", -1.0), ("ning", -2.0),
+                                    ("▁run", -1.5), ("ers", -2.0), ("▁", -3.0)], unk_id=0))
+    spm.pre_tokenizer, spm.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    sentencepiece = transformers.PreTrainedTokenizerFast(tokenizer_object=spm, unk_token="<unk>")
+    assert whole_words(sentencepiece) == ["bank", "river", "run"]  # "ning", "ers": pieces
+    phrases = word_phrases(sentencepiece, n=40)
+    assert {w for p in phrases for w in p.split()} == {"bank", "river", "run"}
+    assert phrases == word_phrases(sentencepiece, n=40) != word_phrases(sentencepiece, n=40, seed=1)
+
+
+def test_the_int8_graph_is_named_by_its_recipe_and_calibration():
+    """A changed recipe or calibration is a graph of another name: a cached graph of the old one
+    is never served for the new."""
+    from pearl_model.inference.onnx_backend import _FILES, CALIBRATION_VERSION, OPENVINO_INT8, Int8Recipe
+
+    keys = {Int8Recipe().key(1), Int8Recipe().key(2), Int8Recipe(keep_float=("ffn_down",)).key(2),
+            Int8Recipe(smooth_quant=0.5).key(2), Int8Recipe(preset="performance").key(2)}
+    assert len(keys) == 5 and Int8Recipe(keep_float=("ends", "scores")).key(2) == \
+        Int8Recipe(keep_float=("scores", "ends")).key(2)
+    assert _FILES["openvino-int8"] == f"model_int8_{OPENVINO_INT8.key(CALIBRATION_VERSION)}_ov.xml"

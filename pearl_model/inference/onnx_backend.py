@@ -11,8 +11,10 @@
     openvino-bf16  OpenVINO at bf16 inference precision (its own default on CPUs with
                 AVX512-BF16 or AMX, as this one): faster, its loss in docs/research/eval-engines-quality.md
     openvino-int8  the graph quantised statically by NNCF (int8 weights and activations,
-                ranges calibrated on phrases drawn from the model's own vocabulary), run by
-                OpenVINO: closer to fp32 than onnx-int8's dynamic quantisation (docs/research/speed-encoding.md)
+                SmoothQuant at alpha 0.75, ranges calibrated on phrases drawn from the model's own
+                vocabulary; the parts left in float at bf16 where the CPU runs it natively), run by
+                OpenVINO: closer to fp32 than onnx-int8's dynamic quantisation (docs/research/speed-encoding.md,
+                docs/research/speed-quantisation.md)
     auto        on CPU: openvino-bf16 where the CPU runs bf16 natively (OpenVINO reports BF16:
                 AVX512-BF16 or AMX), else onnx, else torch; on CUDA torch (bf16 autocast there
                 is already faster than ONNX Runtime's CUDA provider)
@@ -40,8 +42,10 @@ import itertools
 import json
 import os
 import random
+import re
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +62,8 @@ GRAPH_FORMAT = 1  # bump when the exported graph's inputs or outputs change
 OPSET = 17
 _FILES = {"onnx": "model.onnx", "onnx-int8": "model_int8.onnx", "openvino": "model.onnx",
           "openvino-bf16": "model.onnx",  # OpenVINO compiles the fp32 ONNX graph itself
-          "openvino-int8": "model_int8_ov.xml"}  # an OpenVINO IR (its weights in model_int8_ov.bin)
-_DERIVED = ("model_int8.onnx", "model_int8_ov.xml", "model_int8_ov.bin")  # quantised from one set of weights
+          "openvino-int8": None}  # an OpenVINO IR named by its recipe (below, after Int8Recipe), weights in .bin
+_DERIVED = "model_int8*"  # the quantised graphs: made from one set of weights
 CALIBRATION_PHRASES, CALIBRATION_BATCH = 512, 32
 _PINS = {"onnxruntime": "onnxruntime==1.31.1", "openvino": "openvino==2026.4.1", "nncf": "nncf==3.4.0"}
 
@@ -74,14 +78,16 @@ def backend_packages(backend: str) -> tuple[str, ...]:
 
 
 def calibration_phrases(tokenizer, n: int = CALIBRATION_PHRASES, seed: int = 0) -> list[str]:
-    """``n`` phrases of 1-4 whole words drawn (seeded) from the tokenizer's vocabulary.
+    """``n`` phrases of 1-4 alphabetic vocabulary entries drawn (seeded) from the tokenizer's vocabulary.
 
     Why not corpus or benchmark text: a model is quantised wherever it is first used, with no
     corpus at hand, and never on evaluation data; its own vocabulary is always there, and
-    activation ranges need typical token statistics, not meaning."""
+    activation ranges need typical token statistics, not meaning. In a subword vocabulary most
+    entries are pieces of words ("vori juta ETS dham"); whole words alone calibrated worse
+    (docs/research/speed-quantisation.md)."""
     words = sorted(w for w in tokenizer.get_vocab() if w.isalpha() and w.isascii() and len(w) >= 3)
     if not words:
-        raise ValueError("the tokenizer's vocabulary has no whole words to calibrate with")
+        raise ValueError("the tokenizer's vocabulary has no alphabetic entries to calibrate with")
     rng = random.Random(seed)
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 4))) for _ in range(n)]
 
@@ -95,6 +101,80 @@ def feature_batches(featurize, phrases: list[str], inputs, size: int = CALIBRATI
         batches.append({k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for k, v in f.items()
                         if k in inputs})
     return batches
+
+
+# Parts of a transformer graph an int8 recipe may leave in float, as regular expressions on its
+# operations' names (the exporter keeps the PyTorch module paths: .../encoder/layer.3/attention/...).
+KEEP_FLOAT = {
+    "attention": (r".*/attention/.*",),  # Q, K, V, their two activation MatMuls, the output projection
+    # Q x K^T (NNCF's transformer type leaves the other activation x activation MatMul, the
+    # attention probabilities x V, in float itself)
+    "scores": (r".*/attention/self/MatMul(_\d+)?$",),
+    "ffn_down": (r".*/layer\.\d+/output/dense/.*",),  # the FFN's second MatMul (its input: GELU's output)
+    "ends": (),  # the first and the last transformer layer: their names come from the graph
+}
+_LAYER = re.compile(r"/layer\.(\d+)/")
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """An NNCF static post-training quantisation recipe (int8 weights and activations).
+
+    ``keep_float``: :data:`KEEP_FLOAT` parts left unquantised (run at the engine's float precision);
+    ``smooth_quant``: SmoothQuant's alpha on MatMuls (NNCF's transformer default 0.95; negative: off);
+    ``preset``: NNCF's "mixed" (symmetric weights, asymmetric activations; its transformer default)
+    or "performance" (symmetric both)."""
+
+    keep_float: tuple[str, ...] = ()
+    smooth_quant: float = 0.95
+    preset: str = "mixed"
+
+    def __post_init__(self):
+        unknown = sorted(set(self.keep_float) - set(KEEP_FLOAT))
+        if unknown:
+            raise ValueError(f"unknown keep_float parts {unknown}; known: {sorted(KEEP_FLOAT)}")
+        if self.preset not in ("mixed", "performance"):
+            raise ValueError(f"preset must be 'mixed' or 'performance', got {self.preset!r}")
+
+    def key(self, calibration: int) -> str:
+        """A short name of this recipe with the version of its ``calibration`` phrases."""
+        text = f"{sorted(self.keep_float)}:{self.smooth_quant}:{self.preset}:{calibration}"
+        return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+
+    def ignored_patterns(self, op_names) -> list[str]:
+        """The regular expressions of the operations this recipe leaves in float, for a graph whose
+        operations are ``op_names``."""
+        patterns = [p for part in self.keep_float for p in KEEP_FLOAT[part]]
+        if "ends" in self.keep_float:
+            layers = {int(m.group(1)) for n in op_names if (m := _LAYER.search(n))}
+            if not layers:
+                raise ValueError("keep_float 'ends': the graph names no transformer layers (/layer.N/)")
+            patterns += [rf".*/layer\.{i}/.*" for i in sorted({min(layers), max(layers)})]
+        return patterns
+
+
+# openvino-int8's recipe: NNCF's transformer defaults but SmoothQuant at alpha 0.75, not 0.95: the
+# fastest recipe within the bar on dev data (CoNLL's dev clustering moved -0.63 beyond its interval
+# at 0.95), as fast (benchmarks/quantization_recipes.py, results/engines_dev_cpu.json)
+OPENVINO_INT8 = Int8Recipe(smooth_quant=0.75)
+CALIBRATION_VERSION = 1  # bump when calibration_phrases changes: it is part of the graph's name
+# The graph's file name carries its recipe and calibration: a graph of another recipe is never served.
+_FILES["openvino-int8"] = f"model_int8_{OPENVINO_INT8.key(CALIBRATION_VERSION)}_ov.xml"
+
+
+def quantize_int8(model, batches: list[dict], recipe: Int8Recipe):
+    """``model`` (an OpenVINO model) quantised by NNCF as ``recipe`` says, its activation ranges
+    calibrated on ``batches`` (:func:`feature_batches`); the transformer model type keeps the
+    attention softmax and layer norms in float."""
+    import nncf
+
+    patterns = recipe.ignored_patterns([op.get_friendly_name() for op in model.get_ops()])
+    return nncf.quantize(
+        model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(batches),
+        preset=nncf.QuantizationPreset.MIXED if recipe.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE,
+        ignored_scope=nncf.IgnoredScope(patterns=patterns, validate=False) if patterns else None,
+        advanced_parameters=nncf.AdvancedQuantizationParameters(
+            smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=recipe.smooth_quant)))
 
 
 def intra_op_threads() -> int:
@@ -257,7 +337,8 @@ class OnnxRunner:
         if not self._current():
             self._build(model, example)
         if self.engine == "openvino":
-            self.session, self.feed_names = self._open_openvino(threads)
+            self.session = self._open_openvino(threads)
+            self.feed_names = self.session.feed_names
         else:
             self.session = self._open(threads)
             # the exporter drops inputs the graph never reads (no character branch: char_ids, word_mask)
@@ -277,8 +358,8 @@ class OnnxRunner:
             tmp_fp32 = Path(tmp) / _FILES["onnx"]
             _export(model, example, tmp_fp32)
             if previous not in (None, self.fingerprint):  # a directory per fingerprint: only a prefix clash
-                for name in _DERIVED:  # quantised from other weights
-                    (self.dir / name).unlink(missing_ok=True)
+                for path in self.dir.glob(_DERIVED):  # quantised from other weights
+                    path.unlink(missing_ok=True)
             if self.backend == "onnx-int8":
                 from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -297,16 +378,14 @@ class OnnxRunner:
         os.replace(tmp_meta, self.dir / "graph.json")  # concurrent builders (Dask workers) never see half a file
 
     def _quantize_openvino(self, fp32: Path, tmp: Path) -> Path:
-        """NNCF post-training quantisation of the fp32 graph (transformer preset: attention
-        softmax and layer norms stay in float), calibrated on :func:`calibration_phrases`."""
-        import nncf
+        """NNCF post-training quantisation of the fp32 graph by :data:`OPENVINO_INT8`, calibrated
+        on :func:`calibration_phrases`."""
         import openvino as ov
 
         if self.featurize is None or self.tokenizer is None:
             raise ValueError("openvino-int8 calibrates on phrases: OnnxRunner(..., featurize=, tokenizer=)")
         batches = feature_batches(self.featurize, calibration_phrases(self.tokenizer), self.input_names)
-        quantized = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(batches),
-                                  model_type=nncf.ModelType.TRANSFORMER, subset_size=len(batches))
+        quantized = quantize_int8(ov.Core().read_model(str(fp32)), batches, OPENVINO_INT8)
         out = tmp / _FILES["openvino-int8"]
         ov.save_model(quantized, str(out), compress_to_fp16=False)
         return out
@@ -326,43 +405,23 @@ class OnnxRunner:
             raise OnnxGraphError(f"{self.path} is not a usable ONNX graph ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:200]}); delete it and it is rebuilt") from e
 
-    def _open_openvino(self, threads: int | None):
-        import openvino as ov
-
-        precision = "bf16" if self.backend == "openvino-bf16" else "f32"
-        threads = threads or intra_op_threads()
-        # Two streams of half the threads each, fed two batches at once (`submit`): short phrases
-        # leave a single request's threads waiting on each other; measured +10-16% here.
-        hint = {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": 2} if threads >= 2 else {"PERFORMANCE_HINT": "LATENCY"}
+    def _open_openvino(self, threads: int | None) -> "OpenVinoRequests":
+        # openvino-int8's float parts (the operations its recipe leaves unquantised) at bf16 where the
+        # CPU runs it natively, as its recipe was chosen (benchmarks/quantization_recipes.py)
+        precision = "bf16" if self.backend == "openvino-bf16" or (self.backend == "openvino-int8" and cpu_runs_bf16()) \
+            else "f32"
         try:
-            # No pinning: OpenVINO pins its inference threads to the lowest cores, so n Dask worker
-            # processes of one thread each all ran on core 0 (two processes: 5 s of CPU each, 9.9 s wall).
-            compiled = ov.Core().compile_model(str(self.path), "CPU", {
-                "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
-                **hint})
+            return OpenVinoRequests(self.path, precision, threads)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses of its own
             raise OnnxGraphError(f"{self.path} is not a usable graph for OpenVINO ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:200]}); delete it and it is rebuilt") from e
-        self._ov_output = compiled.output(0)  # the graph's one output (OpenVINO may rename it)
-        queue = ov.AsyncInferQueue(compiled, max(1, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-        self._done: dict[int, np.ndarray] = {}
-        self._keys = itertools.count()  # next() is atomic: threads sharing the runner get distinct keys
-
-        def finished(request, key: int) -> None:  # in OpenVINO's thread: the request's buffer is reused
-            self._done[key] = np.array(request.get_tensor(self._ov_output).data, dtype=np.float32)
-
-        queue.set_callback(finished)
-        # an input may carry several names (word_mask also answers to its Cast's output): all count
-        return queue, {n for i in compiled.inputs for n in i.get_names()}
 
     def submit(self, features: dict) -> "Pending | np.ndarray":
         """Start ``features`` on the engine and return at once where it runs requests side by side
         (OpenVINO): ``.get()`` of the result waits for it. Else the same as calling the runner."""
         if self.engine != "openvino":
             return self(features)
-        key = next(self._keys)
-        self.session.start_async(self._feeds(features), key)  # waits only while every request is busy
-        return Pending(self, key)
+        return self.session.submit(self._feeds(features))
 
     def _feeds(self, features: dict) -> dict:
         return {n: (v.numpy() if hasattr(v, "numpy") else np.asarray(v)) for n, v in features.items()
@@ -374,13 +433,52 @@ class OnnxRunner:
         return self.session.run(["embedding"], self._feeds(features))[0].astype(np.float32, copy=False)
 
 
-class Pending:
-    """A batch started by :meth:`OnnxRunner.submit`; ``get()`` waits for its embeddings."""
+class OpenVinoRequests:
+    """A graph (a path, or an OpenVINO model) compiled by OpenVINO for the CPU at ``precision``
+    ("bf16" or "f32"), run as the OpenVINO engines run it: :meth:`submit` starts a batch and
+    returns at once, ``.get()`` of its result waits for it. ``config``: more CPU plugin properties."""
 
-    def __init__(self, runner: OnnxRunner, key: int):
-        self.runner, self.key = runner, key
+    def __init__(self, graph, precision: str, threads: int | None = None, config: dict | None = None):
+        import openvino as ov
+
+        threads = threads or intra_op_threads()
+        # Two streams of half the threads each, fed two batches at once: short phrases leave a
+        # single request's threads waiting on each other; measured +10-16% here.
+        hint = {"PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": 2} if threads >= 2 else {"PERFORMANCE_HINT": "LATENCY"}
+        # No pinning: OpenVINO pins its inference threads to the lowest cores, so n Dask worker
+        # processes of one thread each all ran on core 0 (two processes: 5 s of CPU each, 9.9 s wall).
+        compiled = ov.Core().compile_model(graph if isinstance(graph, ov.Model) else str(graph), "CPU", {
+            "INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads, "ENABLE_CPU_PINNING": False,
+            **hint, **(config or {})})
+        output = compiled.output(0)  # the graph's one output (OpenVINO may rename it)
+        self.queue = ov.AsyncInferQueue(compiled, max(1, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        self._done: dict[int, np.ndarray] = {}
+        self._keys = itertools.count()  # next() is atomic: threads sharing the runner get distinct keys
+
+        def finished(request, key: int) -> None:  # in OpenVINO's thread: the request's buffer is reused
+            self._done[key] = np.array(request.get_tensor(output).data, dtype=np.float32)
+
+        self.queue.set_callback(finished)
+        # an input may carry several names (word_mask also answers to its Cast's output): all count
+        self.feed_names = {n for i in compiled.inputs for n in i.get_names()}
+
+    def submit(self, feeds: dict) -> "Pending":
+        """Start ``feeds`` (numpy arrays by input name); waits only while every request is busy."""
+        key = next(self._keys)
+        self.queue.start_async(feeds, key)
+        return Pending(self, key)
+
+    def __call__(self, feeds: dict) -> np.ndarray:
+        return self.submit(feeds).get()
+
+
+class Pending:
+    """A batch started by :meth:`OpenVinoRequests.submit`; ``get()`` waits for its embeddings."""
+
+    def __init__(self, requests: OpenVinoRequests, key: int):
+        self.requests, self.key = requests, key
 
     def get(self) -> np.ndarray:
-        if self.key not in self.runner._done:
-            self.runner.session.wait_all()
-        return self.runner._done.pop(self.key)
+        if self.key not in self.requests._done:
+            self.requests.queue.wait_all()
+        return self.requests._done.pop(self.key)
