@@ -53,8 +53,11 @@ def test_backend_flag_picks_the_engine(model_dir, tmp_path, monkeypatch):
                                      "--backbone", str(model_dir), "--backend", backend])
         assert r.exit_code == 0, r.output
         runs[backend] = np.load(out)
+    from pearl_model.inference.onnx_backend import _FILES
+
     graphs = {p.name for p in (tmp_path / "cache" / "onnx").glob("*/*")}
-    assert {"model_int8.onnx", "model_int8_ov.xml"} <= graphs  # each engine really ran, on a graph in the cache
+    # each engine really ran, on a graph in the cache (openvino-int8's named by its recipe)
+    assert {"model_int8.onnx", _FILES["openvino-int8"]} <= graphs and _FILES["openvino-int8"].endswith("_ov.xml")
     assert not (model_dir / "onnx").exists()  # never written into the model directory
     np.testing.assert_allclose(runs["onnx"], runs["torch"], atol=1e-5)
     np.testing.assert_allclose(runs["openvino"], runs["torch"], atol=1e-4)

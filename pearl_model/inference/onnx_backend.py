@@ -28,7 +28,7 @@ a PEARL model, the character branch and the concatenation), so the engine return
 export builds the fp32 one) is read from there; every other graph (int8, OpenVINO IR, or one
 rebuilt because the shipped one is for other weights) is built under
 ``$PEARL_CACHE/onnx/<fingerprint>/``, one file per engine (``model.onnx``, ``model_int8.onnx``,
-``model_int8_ov.xml``), never in the model directory: encoding leaves a committed model's files
+``model_int8_<recipe>_ov.xml``), never in the model directory: encoding leaves a committed model's files
 as its checksums list them. ``graph.json`` records the fingerprint of the weights a directory's
 graphs were exported from: a missing or stale graph is rebuilt (seconds), a corrupt one is an
 error naming the file.
