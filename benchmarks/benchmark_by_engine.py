@@ -104,6 +104,8 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
 
     results = json.loads(out.read_text()) if out.exists() else {"setup": {}, "engines": {}}
     bench = benchmark_dir or data.default_benchmark_dir()
+    datasets = dev_sets.split(",")
+    names = list(dict.fromkeys([reference, *engines.split(",")]))  # the reference first, once
     results["setup"] |= {"bar": BAR, "min_cosine": MIN_COSINE, "reference": reference, "model": model,
                          "cosines_on": "the dev sets' distinct entity names, unit vectors" if dev
                          else "BIRD's distinct phrases, unit vectors",
@@ -112,16 +114,16 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
     if not judge_only:  # the scores' command; a --judge-only timing names its own
         results["setup"]["command"] = command
     if dev:
-        results["setup"]["datasets"] = dev_sets.split(",")
-    phrases = dev_names(bench, dev_sets.split(",")) if dev else bird_phrases(100_000)
+        results["setup"]["datasets"] = datasets
+    phrases = dev_names(bench, datasets) if dev else bird_phrases(100_000)
     ref_vectors = load_encoder(model, device="cpu", backend=reference).encode(phrases, normalize=True)
     rows = []
-    for engine in dict.fromkeys([reference, *engines.split(",")]):
+    for engine in names:
         enc = load(engine)
         entry = results["engines"].setdefault(engine, {})
         if not judge_only:
             t0 = time.perf_counter()
-            got = [{**r, "model": engine} for r in (run_dev_benchmark(enc, bench, datasets=dev_sets.split(","))
+            got = [{**r, "model": engine} for r in (run_dev_benchmark(enc, bench, datasets=datasets)
                                                     if dev else run_benchmark(enc, benchmark_dir))]
             seconds = time.perf_counter() - t0
             rows += got
@@ -140,7 +142,7 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
     if speed_rounds:
         from quantization_recipes import speed_rounds as timed_rounds
 
-        encoders = {e: load(e) for e in dict.fromkeys([reference, *engines.split(",")])}
+        encoders = {e: load(e) for e in names}
         results["speed"] = {"command": command, **timed_rounds(
             {e: enc.encode for e, enc in encoders.items()}, encoders[reference], model, speed_rounds)}
         print("speed", json.dumps(results["speed"]), flush=True)
