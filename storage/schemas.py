@@ -300,6 +300,17 @@ LINK_NAMES = pa.schema(
     ]
 )
 
+# A per-item stage's reuse store (storage/reuse.py): one row per page or sentence a build read, its
+# output for it kept under the hash of the content it read, for the next dump's build to reuse.
+REUSE_ENTRIES = pa.schema(
+    [
+        pa.field("key", pa.binary(32), nullable=False),  # SHA-256 of the content read
+        pa.field("item", pa.int64(), nullable=False),  # the id it was read under (page_id, sentence_id)
+        pa.field("digest", pa.binary(16), nullable=False),  # binds key and value to the store's identity
+        pa.field("value", pa.binary(), nullable=False),  # the stage's output for it (JSON)
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -327,4 +338,6 @@ ALL = {
     "matches": MATCHES,
     "deduped_matches": DEDUPED_MATCHES,
     "link_names": LINK_NAMES,
+    "page_extracts": REUSE_ENTRIES,  # tasks/pages: each page's rows, by its text
+    "sentence_mining": REUSE_ENTRIES,  # tasks/phrase_occurrences: each sentence's occurrences, by its text
 }
