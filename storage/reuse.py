@@ -211,7 +211,10 @@ def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes],
 
 def write_entries(store: ReuseStore, index: int, keys: list[bytes], items: list[int], values: list[bytes],
                   counts: dict) -> None:
-    """Part ``index`` of the store this build writes; ``counts`` (PART_COUNTS) in its footer."""
+    """Part ``index`` of the store this build writes; ``counts`` (PART_COUNTS) in its footer. A
+    committed store is not written again (a stage part redone after the store's commit: same entries)."""
+    if store.entries.is_complete():
+        return
     table = pa.table({"key": pa.array(keys, pa.binary(KEY_BYTES)), "item": pa.array(items, pa.int64()),
                       "digest": pa.array([store.digest(k, v) for k, v in zip(keys, values)], pa.binary(16)),
                       "value": pa.array(values, pa.binary())}, schema=REUSE_ENTRIES)

@@ -318,10 +318,12 @@ ALL = {
     "alias_mentions": ALIAS_MENTIONS,
     "aliases": ALIASES,
     "quarantine": QUARANTINE,
+    "page_extracts": REUSE_ENTRIES,  # the pages stage's reuse store: each page's outputs but its id (JSON)
     "eval_results": EVAL_RESULTS,
     "phrase_occurrences": PHRASE_OCCURRENCES,
     "phrase_mining_stats": PHRASE_MINING_STATS,
     "pmi_word_counts": PMI_WORD_COUNTS,
+    "sentence_mining": REUSE_ENTRIES,  # phrase_occurrences' reuse store: each sentence's occurrences, counts, words
     "pmi_word_totals": PMI_WORD_TOTALS,
     "phrases": PHRASES,
     "untyped_phrases": PHRASES,  # ner_scope "examples": phrases before tasks/phrase_types.py types them
@@ -338,6 +340,4 @@ ALL = {
     "matches": MATCHES,
     "deduped_matches": DEDUPED_MATCHES,
     "link_names": LINK_NAMES,
-    "page_extracts": REUSE_ENTRIES,  # tasks/pages: each page's rows, by its text
-    "sentence_mining": REUSE_ENTRIES,  # tasks/phrase_occurrences: each sentence's occurrences, by its text
 }

@@ -247,3 +247,36 @@ def test_a_store_whose_manifest_is_not_this_identity_is_refused_and_counted(dump
     assert contents(root, second) == scratch[2]
     assert latest_version(root, "page_extracts") == second["page_store"].entries.version
     assert Dataset(root, "page_extracts", second["page_store"].entries.version, REUSE_ENTRIES).read().num_rows == 8
+
+
+class _PastMining(Exception):
+    pass
+
+
+def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkeypatch):
+    """build_corpus itself (Prefect, a local Dask cluster of two worker processes) on dump N, then
+    N+1, stopped after phrase_occurrences: the workers read and write the stores, and the rows are
+    those of the build from scratch."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    import flows.build_corpus as build
+
+    def stop(*args, **kwargs):
+        raise _PastMining
+
+    monkeypatch.setattr(build, "phrases_stage", stop)
+    root = str(tmp_path / "store")
+    settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
+                    phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, dask_workers=2)
+    with prefect_test_harness(server_startup_timeout=120):
+        for dump in dumps:
+            with pytest.raises(_PastMining):
+                build.build_corpus(source=dump, **settings)
+    names = [*PAGE_DATASETS, "phrase_occurrences", "phrase_mining_stats", "pmi_word_counts"]
+    versions = {name: latest_version(root, name) for name in names}
+    assert versions == {name: scratch[1]["versions"][name] for name in names}  # the same settings and input
+    assert dataset_contents(Path(root), versions) == {name: scratch[2][name] for name in names}
+    stats = Dataset(root, "page_extracts", latest_version(root, "page_extracts"), REUSE_ENTRIES).manifest()["stats"]
+    assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS
+    mining = Dataset(root, "sentence_mining", latest_version(root, "sentence_mining"), REUSE_ENTRIES).manifest()["stats"]
+    assert mining["reused"] == mining["unchanged"] + mining["moved"] > 0
