@@ -6,6 +6,10 @@ entity type) within the chunk, so the reduce side reads counts, not raw occurren
 Each chunk also writes what happened to every one of its sentences and occurrences, and,
 with parser "pmi", the counts of its words by word bucket (`pmi_word_counts`, reduced to
 corpus-wide totals before the phrase reducers score n-grams with them).
+
+Each sentence's mining (`mine_sentences`, a function of its text) is kept in the `sentence_mining`
+reuse store (storage/reuse.py), so the next dump's build mines only new and edited sentences; a
+chunk's rows are combined from its sentences' results by the same `combine` either way.
 """
 from __future__ import annotations
 
@@ -131,11 +135,10 @@ def decode_mined(value: bytes) -> MinedSentence:
     return MinedSentence([Occurrence(0, *o) for o in occ], Counter(stats), words)
 
 
-def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict, word_counts: Counter | None = None,
+def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Counter | None = None,
                kept: dict[int, MinedSentence] | None = None) -> tuple[pa.Table, dict, list[MinedSentence]]:
-    """One chunk mined: its combined occurrences, counts, and each sentence's result. ``kept``:
-    position -> the sentence's result where known (reused); the others are mined."""
-    ids, texts = read_chunk(sentences, chunk)
+    """One chunk's sentences mined: their combined occurrences, counts, and each sentence's result.
+    ``kept``: position -> the sentence's result where known (reused); the others are mined."""
     kept = kept or {}
     todo = [i for i in range(len(texts)) if i not in kept]
     if todo:
@@ -171,15 +174,13 @@ def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params
     entry of the reuse plan (`plan_sentence_reuse`), sentences whose mining the previous store holds."""
     if all(d.has_part(chunk.index) for d in out.written()):
         return {"chunk": chunk.index, "reused": True}
-    keys, kept, refused = [], {}, 0
-    if out.reuse is not None:
-        ids, texts = read_chunk(sentences, chunk)
-        keys = [content_key(t) for t in texts]
-        if refs is not None:
-            kept, refused = fetch(out.reuse, refs, dict(enumerate(keys)), decode_mined)
+    ids, texts = read_chunk(sentences, chunk)
+    keys = [content_key(t) for t in texts] if out.reuse is not None else []
+    kept, refused = fetch(out.reuse, refs, dict(enumerate(keys)), decode_mined) if keys and refs is not None \
+        else ({}, 0)
     reused = len(kept)
     words = Counter() if out.word_counts is not None else None
-    table, stats, each = mine_chunk(sentences, chunk, params, words, kept)
+    table, stats, each = mine_chunk(ids, texts, params, words, kept)
     out.occurrences.write_part(chunk.index, table)
     if out.word_counts is not None:
         out.word_counts.write_part(chunk.index, word_count_rows(words, params["phrase_buckets"]))

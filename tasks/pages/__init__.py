@@ -5,6 +5,10 @@ Runs once per partition on a Dask worker. Every raw record lands in exactly one 
 bytes), so the counts reconcile: pages read = kept + filtered + quarantined. A page id
 seen before (the same source listed twice, a repeated id in JSON lines) is quarantined as
 `duplicate_page_id`: ids name pages and make sentence ids, so each must be unique.
+
+Each extracted page's outputs but its id (`extract_page`, a function of its PAGE_CONTENT) are kept
+in the `page_extracts` reuse store (storage/reuse.py), so the next dump's build extracts only new
+and edited pages; the rows are stamped with ids by the same `extract_page_rows` either way.
 """
 from __future__ import annotations
 
