@@ -26,6 +26,7 @@ import importlib.metadata
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterable, TypeVar
 
 import numpy as np
@@ -34,6 +35,7 @@ import pyarrow.parquet as pq
 
 from .datasets import Dataset, DatasetIncomplete, ManifestError, dataset_version, latest_version
 from .schemas import REUSE_ENTRIES
+from pearl_redact import redact
 
 T = TypeVar("T")
 FORMAT = "reuse-entries-1"  # the layout of a store's rows (a new one: no older store is read)
@@ -76,7 +78,7 @@ class ReuseStore:
     previous: Dataset | None = None
     refused: str | None = None
 
-    @property
+    @cached_property
     def seal(self) -> bytes:
         """What an entry's digest binds it to: this identity."""
         return hashlib.sha256(self.identity.encode()).digest()
@@ -96,7 +98,9 @@ def plan_store(root: str, name: str, identity: dict, inputs: dict[str, str]) -> 
         if latest is not None:
             found = Dataset(root, name, latest, REUSE_ENTRIES)
             manifest = found.manifest()
-            if manifest.get("code_version") != FORMAT or _canonical(manifest.get("params")) != canonical:
+            # a manifest's parameters are redacted (credentials in a URL of the options): compared so
+            if manifest.get("code_version") != FORMAT or _canonical(manifest.get("params")) != \
+                    _canonical(redact(identity)):
                 refused = (f"the latest {name} ({found.url}) was made by another code version or other parameters "
                            f"({_canonical(manifest.get('params'))[:300]}); this build's are {canonical[:300]}")
             else:
