@@ -237,6 +237,19 @@ def commit_store(store: ReuseStore, inputs: dict[str, str], counts: dict) -> dic
     return store.entries.commit(code_version=FORMAT, params=json.loads(store.identity), inputs=inputs, stats=stats)
 
 
+def counts_table(stats: dict) -> list[dict]:
+    """A store's counts as rows (side, count, what it means): the reuse artifact of its stage."""
+    meaning = {"keyed": "items read (= the next four)", "unchanged": "same content, same id: reused",
+               "moved": "same content, another id: reused", "edited": "new content for an id the store had",
+               "new": "new content, new id", "store_entries": "entries of the previous store (= the next three)",
+               "still_read": "their id read again", "moved_away": "their content read under another id",
+               "removed": "neither: dropped", "reused": "outputs read from the store",
+               "computed": "outputs computed", "refused": "entries refused by the door (computed)"}
+    rows = [{"count": k, "value": stats.get(k, 0), "meaning": m} for k, m in meaning.items()]
+    return rows + [{"count": "previous", "value": stats.get("previous") or "none",
+                    "meaning": stats.get("previous_refused") or "the store reused from"}]
+
+
 def encode_json(value) -> bytes:
     """An entry's value: JSON (ASCII, so any string round-trips, lone surrogates too)."""
     return json.dumps(value, separators=(",", ":")).encode("ascii")

@@ -245,10 +245,13 @@ def mining_totals_from_parts(stats: Dataset) -> dict:
 
 
 from prefect import task, unmapped  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from runs.artifacts import publish  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
+from storage.reuse import counts_table  # noqa: E402
 
 
 @task(name="plan-phrase-occurrences", cache_policy=NONE)
@@ -286,7 +289,11 @@ def mine_chunk_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, pa
 
 @task(name="commit-phrase-occurrences", cache_policy=NONE)
 def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: dict, reuse_counts: dict) -> dict:
-    return commit_outputs(out, sentences, params, reuse_counts)
+    manifest = commit_outputs(out, sentences, params, reuse_counts)
+    if out.reuse is not None:
+        publish(create_table_artifact, counts_table(out.reuse.entries.manifest()["stats"]), key="sentence-reuse",
+                description="Sentences whose mining was reused from the previous build's sentence_mining, and computed")
+    return manifest
 
 
 def occurrences_stage(sentences: Dataset, params: dict, *, steps: Steps = PREFECT) -> OccurrenceOutputs:

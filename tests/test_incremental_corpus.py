@@ -255,8 +255,13 @@ class _PastMining(Exception):
 
 def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkeypatch):
     """build_corpus itself (Prefect, a local Dask cluster of two worker processes) on dump N, then
-    N+1, stopped after phrase_occurrences: the workers read and write the stores, and the rows are
-    those of the build from scratch."""
+    N+1, stopped after phrase_occurrences: the workers read and write the stores, the rows are
+    those of the build from scratch, and each run says what its stages reused (artifacts)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
     from prefect.testing.utilities import prefect_test_harness
 
     import flows.build_corpus as build
@@ -268,10 +273,16 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkey
     root = str(tmp_path / "store")
     settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
                     phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, dask_workers=2)
+    async def reuse_artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["page-reuse", "sentence-reuse"])), sort=ArtifactSort.CREATED_DESC)
+
     with prefect_test_harness(server_startup_timeout=120):
         for dump in dumps:
             with pytest.raises(_PastMining):
                 build.build_corpus(source=dump, **settings)
+        artifacts = asyncio.run(reuse_artifacts())
     names = [*PAGE_DATASETS, "phrase_occurrences", "phrase_mining_stats", "pmi_word_counts"]
     versions = {name: latest_version(root, name) for name in names}
     assert versions == {name: scratch[1]["versions"][name] for name in names}  # the same settings and input
@@ -280,3 +291,11 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkey
     assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS
     mining = Dataset(root, "sentence_mining", latest_version(root, "sentence_mining"), REUSE_ENTRIES).manifest()["stats"]
     assert mining["reused"] == mining["unchanged"] + mining["moved"] > 0
+    newest = {}
+    for a in artifacts:  # newest first: the build of N+1
+        newest.setdefault(a.key, a)
+    for key, expected in (("page-reuse", stats), ("sentence-reuse", mining)):
+        rows = json.loads(newest[key].data) if isinstance(newest[key].data, str) else newest[key].data
+        shown = {r["count"]: r["value"] for r in rows}
+        assert {k: shown[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")} == \
+            {k: expected[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}

@@ -394,10 +394,13 @@ def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, reuse_coun
 
 
 from prefect import task, unmapped  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from runs.artifacts import publish  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
+from storage.reuse import counts_table  # noqa: E402
 
 
 @task(name="plan-pages", cache_policy=NONE)
@@ -440,7 +443,11 @@ def extract_part_task(raw: Dataset, index: int, out: PageOutputs, params: dict, 
 
 @task(name="commit-pages", cache_policy=NONE)
 def commit_page_outputs_task(out: PageOutputs, raw: Dataset, params: dict, reuse_counts: dict) -> dict:
-    return commit_page_outputs(out, raw, params, reuse_counts)
+    manifests = commit_page_outputs(out, raw, params, reuse_counts)
+    if out.reuse is not None:
+        publish(create_table_artifact, counts_table(out.reuse.entries.manifest()["stats"]), key="page-reuse",
+                description="Pages reused from the previous build's page_extracts, and computed")
+    return manifests
 
 
 def pages_stage(raw: Dataset, params: dict, *,
