@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import backends as mining_backends
-from pearl_model.phrases.mining import MinedSentence, Occurrence, check_stats, combine, deferred_ner, mine_sentences
+from pearl_model.phrases.mining import MinedSentence, check_stats, combine, deferred_ner, mine_sentences
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
@@ -112,8 +112,7 @@ def sentence_keys(sentences: Dataset, chunk: Chunk) -> Keys:
 
 
 def encode_mined(m: MinedSentence) -> bytes:
-    return encode_json({"stats": dict(m.stats), "occurrences": [[o.phrase, o.key, o.lexical_type, o.entity_type]
-                                                                 for o in m.occurrences], "words": m.words})
+    return encode_json({"stats": dict(m.stats), "occurrences": m.occurrences, "words": m.words})
 
 
 def decode_mined(value: bytes) -> MinedSentence:
@@ -132,7 +131,7 @@ def decode_mined(value: bytes) -> MinedSentence:
         check_stats(stats)
     except AssertionError as e:
         raise ValueError(str(e)) from None
-    return MinedSentence([Occurrence(0, *o) for o in occ], Counter(stats), words)
+    return MinedSentence([tuple(o) for o in occ], Counter(stats), words)
 
 
 def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Counter | None = None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -19,8 +20,7 @@ from storage.reuse import (
 )
 from tasks.pages import decode_extract, extract_page, extract_page_rows
 from tasks.phrase_occurrences import decode_mined, encode_mined
-from pearl_model.phrases.mining import MinedSentence, Occurrence
-from collections import Counter
+from pearl_model.phrases.mining import MinedSentence
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=4),
@@ -58,7 +58,7 @@ def test_what_a_stage_writes_its_decoder_gives_back(sentence_words, fmt):
     r = {**record("Some title", text), "text_format": fmt}
     extract = extract_page(r)
     assert decode_extract(encode_json(extract)) == extract
-    mined = MinedSentence([Occurrence(0, w, w.casefold(), "NP", "OTHER") for w in sentence_words],
+    mined = MinedSentence([(w, w.casefold(), "NP", "OTHER") for w in sentence_words],
                           Counter(sentences_in=1, sentences_parsed=1, occurrences_found=len(sentence_words),
                                   occurrences_kept=len(sentence_words)), list(sentence_words))
     assert decode_mined(encode_mined(mined)) == mined

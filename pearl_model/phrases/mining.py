@@ -109,10 +109,11 @@ class Occurrence:
 
 @dataclass(frozen=True)
 class MinedSentence:
-    """What `mine` found in one sentence: its occurrences (``index`` 0), its counts, its words
-    (parser "pmi"; None for the others). A function of the sentence's text and the settings."""
+    """What `mine` found in one sentence: its occurrences as (phrase, key, lexical type, entity
+    type), its counts, its words (parser "pmi"; None for the others). A function of the sentence's
+    text and the settings."""
 
-    occurrences: list[Occurrence]
+    occurrences: list[tuple[str, str, str, str]]
     stats: Counter
     words: list[str] | None
 
@@ -158,7 +159,7 @@ def mine_sentences(texts: Sequence[str | None], parser: ConstituencyParser, ner:
                 stats["occurrences_filtered_too_many_words"] += 1
             else:
                 stats["occurrences_kept"] += 1
-                out.append(Occurrence(0, form, form.casefold(), c.lexical_type, occurrence_type(c, ents)))
+                out.append((form, form.casefold(), c.lexical_type, occurrence_type(c, ents)))
     return found
 
 
@@ -170,7 +171,7 @@ def combine(mined: Sequence[MinedSentence], word_counts: Counter | None = None) 
         stats.update(m.stats)
         if word_counts is not None and m.words is not None:
             word_counts.update(m.words)
-        out.extend(Occurrence(i, o.phrase, o.key, o.lexical_type, o.entity_type) for o in m.occurrences)
+        out.extend(Occurrence(i, *o) for o in m.occurrences)
     return out, stats
 
 
