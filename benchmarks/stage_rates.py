@@ -351,11 +351,11 @@ def map_widths() -> dict:
     not over the phrase buckets (the rest are)."""
     from tasks.aliases import alias_bucket_task
     from tasks.negatives import candidates_task
-    from tasks.pages import extract_part_task
-    from tasks.phrase_occurrences import mine_chunk_task
+    from tasks.pages import extract_part_task, page_keys_task
+    from tasks.phrase_occurrences import mine_chunk_task, sentence_keys_task
 
-    return {extract_part_task: "parts", mine_chunk_task: "chunks", alias_bucket_task: "alias_buckets",
-            candidates_task: "negative_buckets"}
+    return {extract_part_task: "parts", page_keys_task: "parts", mine_chunk_task: "chunks",
+            sentence_keys_task: "chunks", alias_bucket_task: "alias_buckets", candidates_task: "negative_buckets"}
 
 
 class MeasuredSteps(Steps):

