@@ -114,9 +114,9 @@ def tune_ef_search(index, queries: np.ndarray, k: int, target: float, steps=EF_S
     """[(efSearch, recall@k against exact)] of ``queries`` on the HNSW ``index`` at each of ``steps`` in
     turn, up to the first that reaches ``target`` (all of them when none does: the last is the cap).
     ``candidates`` (default ``k``): the hits a query asks for, as the caller will search; recall counts
-    the first ``k`` of them. A step below ``candidates`` is not tried: FAISS keeps no more than
-    efSearch candidates, so such a search can return fewer hits than asked for. The index is left at
-    the last efSearch tried."""
+    the first ``k`` of them. A step below ``candidates`` is not tried: FAISS searches with
+    max(efSearch, hits asked for), so it would repeat the search at ``candidates``. The index is
+    left at the last efSearch tried."""
     candidates = max(candidates or k, k)
     _, exact = exact_search(stored_vectors(index), queries, k)
     tried = []
