@@ -29,11 +29,15 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
         sample = tuning_sample_task(plan, left_parts, right_parts)
         # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
         # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
-        # meanwhile, then the queries.
+        # meanwhile, then the queries. With dedupe the left side's vectors are the right side's,
+        # gathered before the indexes take them over.
         right_vectors = encode_part_task.map(unmapped(plan), "right", range(right_parts.parts), unmapped(right_parts))
+        gathered = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts),
+                                        wait_for=[right_vectors]) if right is None else []
         shards = index_right_task.map(unmapped(plan), range(plan.shards(right_parts.parts)), unmapped(right_parts),
-                                      unmapped(sample), wait_for=[right_vectors])
-        left_vectors = encode_part_task.map(unmapped(plan), "left", range(left_parts.parts), unmapped(right_parts))
+                                      unmapped(sample), wait_for=[right_vectors, gathered])
+        left_vectors = gathered or encode_part_task.map(unmapped(plan), "left", range(left_parts.parts),
+                                                        unmapped(right_parts))
         recall = query_left_task.map(unmapped(plan), range(left_parts.parts), unmapped(right_parts), unmapped(shards),
                                      wait_for=[left_vectors]).result()
         threshold = choose_threshold_task(plan, left_parts.parts)

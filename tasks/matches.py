@@ -12,7 +12,9 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
 4. :func:`encode_part`: per partition of either side, its names encoded into the working directory
    (a left partition's distinct names; a right partition's names first seen in its index shard, so
    that a shard's partitions' vectors, in order, are its distinct names'). These tasks do not wait on
-   one another, so the workers stay busy: the left side encodes while a right shard is indexed.
+   one another, so the workers stay busy: the left side encodes while a right shard is indexed. With
+   dedupe a left partition's vectors are gathered from the right partitions' (the same table, split
+   alike) before the index takes them: each name is encoded once.
 5. :func:`index_right`: per index shard (``index_rows`` right rows: consecutive right partitions,
    one by default), its partitions' vectors indexed (FAISS: exact inner product while the right side
    holds at most ``exact_limit`` names, HNSW above), the index alone kept in the working directory
@@ -54,8 +56,9 @@ from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 
-CODE_VERSION = "matches-4"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
-# per partition (the batches a name is encoded in differ, and so may its last bits)
+CODE_VERSION = "matches-5"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
+# per partition (the batches a name is encoded in differ, and so may its last bits); 5: dedupe encodes
+# each name once (its left vector is its right one, to the last bit)
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -354,18 +357,25 @@ def tuning_sample(plan: LinkPlan, left: SideParts, right: SideParts) -> list[str
     return list(dict.fromkeys(names))
 
 
-def _new_in_shard(plan: LinkPlan, part: int, right: SideParts) -> list[str]:
-    """Right partition ``part``'s distinct names not in an earlier partition of its index shard, in
-    order of first appearance: the shard's distinct names (``distinct_names`` of the whole shard) are
-    these lists, concatenated in partition order."""
+def _shard_new_names(plan: LinkPlan, shard: int, right: SideParts):
+    """(right partition, its distinct names not in an earlier partition of index shard ``shard``, in
+    order of first appearance) for each partition of the shard in turn: the shard's distinct names
+    (``distinct_names`` of the whole shard) are these lists, concatenated in partition order."""
     from pearl_model.linking.matches import distinct_names
 
-    shard = part // plan.parts_per_shard
     seen: set[str] = set()
     for j in plan.shard_parts(shard, right.parts):
+        new = [n for n in distinct_names(read_side(plan, "right", j))[0] if n not in seen]
+        seen.update(new)
+        yield j, new
+
+
+def _new_in_shard(plan: LinkPlan, part: int, right: SideParts) -> list[str]:
+    """Right partition ``part``'s names first seen in its index shard (:func:`_shard_new_names`)."""
+    shard = part // plan.parts_per_shard
+    for j, new in _shard_new_names(plan, shard, right):
         if j == part:
-            return [n for n in distinct_names(read_side(plan, "right", j))[0] if n not in seen]
-        seen.update(read_side(plan, "right", j).names)
+            return new
     raise ValueError(f"right partition {part} is not in index shard {shard}")
 
 
@@ -381,13 +391,29 @@ def encode_part(plan: LinkPlan, side: str, part: int, right: SideParts) -> int:
         names = matches.distinct_names(read_side(plan, "left", part))[0]
     else:
         names = _new_in_shard(plan, part, right)
-    vectors = matches.encode_side(load_model(plan.model), side_from_array(pa.array(names, pa.string()), side, ""),
-                                  plan.batch_size).vectors if names else np.zeros((0, 0), np.float32)
+    if side == "left" and plan.dedupe and names:
+        vectors = _dedupe_left_vectors(plan, part, right, names)
+    else:
+        vectors = matches.encode_side(load_model(plan.model), side_from_array(pa.array(names, pa.string()), side, ""),
+                                      plan.batch_size).vectors if names else np.zeros((0, 0), np.float32)
     buffer = io.BytesIO()
     np.save(buffer, vectors, allow_pickle=False)
     _write_bytes(plan.out.fs, plan.vectors_path(side, part), buffer.getvalue())
     return len(names)
 
+
+def _dedupe_left_vectors(plan: LinkPlan, part: int, right: SideParts, names: list[str]) -> np.ndarray:
+    """With dedupe the table is both sides, split alike, so each of left partition ``part``'s distinct
+    ``names`` was encoded once already, as a right name of ``part`` or of an earlier partition of its
+    index shard: its vectors are gathered from there rather than encoded a second time (the flow
+    encodes the right side first)."""
+    where: dict[str, tuple[int, int]] = {}
+    for j, new in _shard_new_names(plan, part // plan.parts_per_shard, right):
+        where.update((n, (j, i)) for i, n in enumerate(new))
+        if j == part:
+            break
+    vectors = {j: _vectors(plan, "right", j) for j in {where[n][0] for n in names}}
+    return np.stack([vectors[where[n][0]][where[n][1]] for n in names])
 
 def _vectors(plan: LinkPlan, side: str, part: int) -> np.ndarray:
     import io

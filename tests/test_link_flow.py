@@ -78,7 +78,7 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
 
     from flows.link import link
     from storage.datasets import Dataset, latest_version
-    from storage.schemas import MATCHES
+    from storage.schemas import DEDUPED_MATCHES, MATCHES
 
     root = str(tmp_path / "store")
     params = dict(left=inputs["left"], right=inputs["right"], left_column="name", model=inputs["model"], top_k=2,
@@ -131,6 +131,16 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         s = sharded["counts"]
         assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (82, 2, 2 * 80)
         assert s["rows"] == s["skipped"] + s["matched"] + s["below_threshold"] + s["no_candidate"]
+
+        # dedupe of the right table, sharded: the left tasks gather the right side's vectors before the
+        # indexes take them (each name encoded once); every row accounted for, no row matched to itself
+        deduped = link(**{**params, "left": inputs["right"], "right": None, "left_column": "title", "labels": None,
+                          "dedupe": True, "threshold": 0.5, "index_rows": 128})
+        d = deduped["counts"]
+        assert d["rows"] == len(inputs["titles"]) + 1 and d["skipped"] == 1
+        assert d["rows"] == d["skipped"] + d["matched"] + d["below_threshold"] + d["no_candidate"]
+        pairs = Dataset(root, "deduped_matches", deduped["version"], DEDUPED_MATCHES).read().to_pylist()
+        assert pairs and all(r["left_row"] != r["right_row"] for r in pairs)
 
         # bad input: the run fails with the reason, and commits nothing
         failed = link(**{**params, "left_column": "title", "storage_root": str(tmp_path / "other")},

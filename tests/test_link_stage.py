@@ -139,6 +139,37 @@ def test_dedupe_partitioned_equals_clusters_over_the_whole_table(model_dir, tabl
                                                                                kept["right_row"].to_numpy())))
 
 
+@pytest.mark.parametrize("index_rows", [None, 6, 9])
+def test_dedupe_encodes_each_distinct_name_once(model_dir, tables, tmp_path, monkeypatch, index_rows):
+    """The left side's vectors are the right side's, bit for bit, gathered rather than encoded again."""
+    encoded = []
+    model = stage.load_model(model_dir)
+
+    class Counting:
+        def encode(self, names, **kw):
+            encoded.extend(names)
+            return model.encode(names, **kw)
+
+    monkeypatch.setattr(stage, "load_model", lambda spec: Counting())
+    _, right = tables
+    plan = stage.plan_link(right, None, str(tmp_path / "store"), model=model_dir, top_k=2, threshold=0.5,
+                           dedupe=True, partition_rows=3, index_rows=index_rows, batch_size=1)
+    stage.start_work(plan)
+    table = stage.split_side(plan, "left")
+    for side in ("right", "left"):
+        for j in range(table.parts):
+            stage.encode_part(plan, side, j, table)
+    shard_names = [n for shard in range(plan.shards(table.parts)) for _, new in stage._shard_new_names(plan, shard, table)
+                   for n in new]
+    assert sorted(encoded) == sorted(shard_names)  # the right side's encodes, and no left one
+    for j in range(table.parts):
+        names = matches.distinct_names(stage.read_side(plan, "left", j))[0]
+        got = stage._vectors(plan, "left", j)
+        alone = model.encode(names, batch_size=1, show_progress=False)
+        assert got.shape == (len(names), alone.shape[1])
+        np.testing.assert_allclose(got, alone, atol=1e-5)  # each row is its own name's vector
+
+
 @pytest.mark.parametrize("index_rows,shards", [(None, 1), (4, 3), (8, 2)])  # None: the default, one shard here
 def test_an_approximate_index_reports_its_recall(model_dir, tables, tmp_path, index_rows, shards):
     left, right = tables
