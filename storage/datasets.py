@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
 import re
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import fsspec
+import fsspec.implementations.local
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -163,6 +165,17 @@ class Versioned:
         return f"{self.path}/{name}"
 
 
+class _HashingWriter:
+    """A binary file that also hashes what is written to it."""
+
+    def __init__(self, fh):
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self.fh.write(data)
+
+
 @dataclass(frozen=True)
 class Dataset(Versioned):
     """A handle on one version of one dataset; cheap and picklable (sent to Dask workers)."""
@@ -195,6 +208,47 @@ class Dataset(Versioned):
             else:
                 write_by_bucket(table, key, tmp, self.fs)
         return table.num_rows
+
+    def write_array(self, name: str, array: np.ndarray) -> dict:
+        """``array`` as a .npy file beside the parts (no pickle), streamed to a temporary name and
+        renamed as a part is; its manifest entry (file, bytes, sha256), for the commit's ``extra``
+        ``files``, which :meth:`read_array` checks it against."""
+        final = self.file_path(name)
+        with atomic_path(self.fs, final, self.staging) as tmp, self.fs.open(tmp, "wb") as fh:
+            writer = _HashingWriter(fh)
+            np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
+        return {"file": name, "bytes": self.fs.size(final), "sha256": writer.sha256.hexdigest()}
+
+    def read_array(self, name: str) -> np.ndarray:
+        """The one door to an array beside the parts (:meth:`write_array`): listed in the manifest's
+        ``extra`` ``files``, its bytes and sha256 as listed, a plain .npy (nothing unpickled); else
+        ManifestError, one line. Memory-mapped on a local root (read once to hash it), read into
+        memory from a remote one (hashed as read, so what is loaded is what was checked)."""
+        listed = (self.manifest().get("extra") or {}).get("files")
+        entry = next((f for f in listed if isinstance(f, dict) and f.get("file") == name), None) \
+            if isinstance(listed, list) else None
+        if entry is None:
+            raise ManifestError(f"{self.url}/{MANIFEST}: lists no file {name!r} (written by an older code version? "
+                                "rebuild it)")
+        path = self.file_path(name)
+        local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
+        digest, data = hashlib.sha256(), bytearray()
+        try:
+            with self.fs.open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+                    data += b"" if local else block
+                size = fh.tell()
+        except FileNotFoundError:
+            raise ManifestError(f"{self.url}: {name} is missing (its manifest lists it)") from None
+        if size != entry.get("bytes") or digest.hexdigest() != entry.get("sha256"):
+            raise ManifestError(f"{self.url}/{name}: {size} bytes, sha256 {digest.hexdigest()[:16]}; its manifest lists "
+                                f"{entry.get('bytes')!r} bytes, sha256 {str(entry.get('sha256'))[:16]}")
+        try:
+            return np.load(path, mmap_mode="r", allow_pickle=False) if local else \
+                np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:  # an object array would need unpickling: refused
+            raise ManifestError(f"{self.url}/{name} is not a plain .npy array ({e})") from None
 
     def part_metadata(self, index: int) -> dict | None:
         """The ``metadata`` part ``index`` was written with (None when it had none); reads the footer only."""

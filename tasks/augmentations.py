@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from fsspec.implementations.local import LocalFileSystem
 
 from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
@@ -136,27 +135,19 @@ def _encoder(backbone: str, cache_dir: str | None):
 @lru_cache(maxsize=1)
 def _fasttext(vectors: Dataset, threshold: float, max_edit_similarity: float | None = None):
     """The fastText neighbours of a word_vectors version (once per worker process), from its
-    Parquet parts and n-gram vectors: the .npy memory-mapped where it lies on a local root,
-    read into memory from a remote one. Nothing is copied to a temporary directory, nothing
-    is unpickled."""
+    Parquet parts and n-gram vectors (``Dataset.read_array``: checked against the manifest's
+    sha256, memory-mapped where it lies on a local root). Nothing is copied to a temporary
+    directory, nothing is unpickled."""
     from pearl_model.pairs.synonyms import FastTextNeighbours, fasttext_vectors
 
     ft = vectors.manifest().get("extra", {}).get("fasttext")
     if not ft:
         raise ValueError(f"word_vectors {vectors.url} has no fastText n-gram vectors ({WORD_VECTORS_NGRAMS}): "
                          "written by an older code version; rebuild it")
-    path, url = f"{vectors.path}/{WORD_VECTORS_NGRAMS}", f"{vectors.url}/{WORD_VECTORS_NGRAMS}"
-    try:
-        if isinstance(vectors.fs, LocalFileSystem):
-            ngrams = np.load(path, mmap_mode="r", allow_pickle=False)
-        else:
-            with vectors.fs.open(path, "rb") as fh:
-                ngrams = np.load(fh, allow_pickle=False)
-    except ValueError as e:  # e.g. an object array: it would need unpickling, which is refused
-        raise ValueError(f"{url} is not a plain .npy array ({e})") from None
+    ngrams = vectors.read_array(WORD_VECTORS_NGRAMS)
     if ngrams.dtype != np.float32 or ngrams.shape != (ft["bucket"], ft["dim"]):
-        raise ValueError(f"{url} holds {ngrams.dtype} {ngrams.shape}; its manifest says float32 "
-                         f"({ft['bucket']}, {ft['dim']})")
+        raise ValueError(f"{vectors.url}/{WORD_VECTORS_NGRAMS} holds {ngrams.dtype} {ngrams.shape}; its manifest "
+                         f"says float32 ({ft['bucket']}, {ft['dim']})")
     t = vectors.read(columns=["word", "vector"])
     flat = pc.list_flatten(t["vector"]).to_numpy()
     kv = fasttext_vectors(t["word"].to_pylist(), flat, ngrams, min_n=ft["min_n"], max_n=ft["max_n"])

@@ -12,13 +12,13 @@ tokenisation `word_tokens` gives everything that later looks words up.
 
 What is kept of the model is what its readers need, with no pickle (a pickle in a shared
 storage root would run code on whoever loads it): the words' vectors in the Parquet parts,
-and the n-gram buckets' vectors (out-of-vocabulary words) as one .npy beside them, written
-under a temporary name and renamed like the parts, and listed in the manifest with n-gram
-lengths (``extra``: ``files``, ``fasttext``).
+and the n-gram buckets' vectors (out-of-vocabulary words) as one .npy beside them
+(``Dataset.write_array``: written under a temporary name and renamed like the parts, listed
+in the manifest with its sha256, which ``Dataset.read_array`` checks), with the n-gram lengths
+(``extra``: ``files``, ``fasttext``).
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.buckets import in_share
-from storage.datasets import Dataset, atomic_path, dataset_version
+from storage.datasets import Dataset, dataset_version
 from storage.schemas import WORD_VECTORS, WORD_VECTORS_NGRAMS
 
 # -2: n-gram vectors as .npy instead of gensim's pickled model; -3: buckets sized to the corpus, sampling
@@ -73,27 +73,6 @@ def ngram_buckets(n_sentences: int, bucket: int | None = None) -> int:
     return int(min(MAX_BUCKETS, max(MIN_BUCKETS, 1 << max(0, 4 * n_sentences - 1).bit_length())))
 
 
-class _HashingWriter:
-    """A binary file that also hashes what is written to it."""
-
-    def __init__(self, fh):
-        self.fh, self.sha256 = fh, hashlib.sha256()
-
-    def write(self, data) -> int:
-        self.sha256.update(data)
-        return self.fh.write(data)
-
-
-def write_array(out: Dataset, name: str, array: np.ndarray) -> dict:
-    """``array`` as ``<out>/<name>`` (.npy, no pickle), streamed to a temporary name and
-    renamed as the parts are; its manifest entry (file, bytes, sha256)."""
-    final = f"{out.path}/{name}"
-    with atomic_path(out.fs, final, out.staging) as tmp, out.fs.open(tmp, "wb") as fh:
-        writer = _HashingWriter(fh)
-        np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
-    return {"file": name, "bytes": out.fs.size(final), "sha256": writer.sha256.hexdigest()}
-
-
 def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[dict, dict]:
     """Train, write the parts and the n-gram vectors; (stats, manifest extra)."""
     from pearl_model.pairs.synonyms import train_fasttext
@@ -118,7 +97,7 @@ def train_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> tuple[
         out.write_part(part, pa.table({
             "word": words[start:end], "count": counts[start:end],
             "vector": pa.array(list(vectors[start:end]), type=pa.list_(pa.float32()))}, schema=WORD_VECTORS))
-    ngrams = write_array(out, WORD_VECTORS_NGRAMS, np.asarray(wv.vectors_ngrams, dtype=np.float32))
+    ngrams = out.write_array(WORD_VECTORS_NGRAMS, np.asarray(wv.vectors_ngrams, dtype=np.float32))
     stats = {"vocabulary": len(words), "corpus_words": int(model.corpus_total_words),
              "corpus_sentences": int(model.corpus_count), "sentences_in_dataset": total,
              "sentence_share": round(share, 6), "train_seconds": round(seconds, 1), "ngram_buckets": int(wv.bucket),

@@ -1,17 +1,20 @@
 """tasks.augmentations: cached positives (WordNet, fastText, aliases, paraphrases) per phrases part."""
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import os
 import pickle
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from storage.datasets import Dataset
+from storage.datasets import MANIFEST, Dataset, ManifestError
 from storage.schemas import ALIASES, PHRASES, SENTENCES, WORD_VECTORS_NGRAMS
 from tasks import augmentations as aug
 from tasks.phrases import CODE_VERSION  # noqa: F401  (the phrases schema's producer)
@@ -181,9 +184,17 @@ def test_a_pickle_planted_in_storage_is_never_run(stores, tmp_path):
     marker = tmp_path / "ran"
     with open(f"{planted.path}/fasttext.model", "wb") as fh:  # where the gensim model used to be
         pickle.dump(_Planted(str(marker)), fh)
-    np.save(f"{planted.path}/{WORD_VECTORS_NGRAMS}", np.array([_Planted(str(marker))], dtype=object),
-            allow_pickle=True)
-    with pytest.raises(ValueError, match="not a plain .npy array"):
+    path = f"{planted.path}/{WORD_VECTORS_NGRAMS}"
+    np.save(path, np.array([_Planted(str(marker))], dtype=object), allow_pickle=True)
+    with pytest.raises(ManifestError, match="sha256"):  # not the file its manifest lists
+        aug._fasttext.__wrapped__(planted, 0.7)
+    # whoever can write the file can write the manifest too: then it is refused unread
+    manifest = json.loads(Path(planted.path, MANIFEST).read_text())
+    data = Path(path).read_bytes()
+    manifest["extra"]["files"] = [{"file": WORD_VECTORS_NGRAMS, "bytes": len(data),
+                                   "sha256": hashlib.sha256(data).hexdigest()}]
+    Path(planted.path, MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match="not a plain .npy array"):
         aug._fasttext.__wrapped__(planted, 0.7)
     assert not marker.exists()
 

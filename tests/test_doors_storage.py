@@ -8,12 +8,15 @@ access time sees pyarrow's own) and leaves no file behind. The example budget is
 profile's ("ci", or HYPOTHESIS_PROFILE=nightly)."""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -359,3 +362,53 @@ def test_a_bad_registry_entry_ends_in_one_line(place, data):
     (root / "registry" / "models" / "m1.json").write_text(text)
     for read in (reg.entries, reg.summary, lambda: reg.entry("m1")):
         refused(read, RegistryError, sentinel, root)
+
+
+# --- one door for an array beside a dataset's parts (Dataset.read_array) -----------------------------
+def _array_dataset(root: Path, array: np.ndarray) -> Dataset:
+    d = Dataset(str(root), "word_vectors", "v1", SENTENCES)
+    d.write_part(0, pa.Table.from_pylist([], schema=SENTENCES))
+    d.commit(code_version="t", params={}, inputs={}, extra={"files": [d.write_array("a.npy", array)]})
+    return d
+
+
+@given(array=st.lists(st.floats(width=32, allow_nan=False), min_size=0, max_size=40),
+       cut=st.integers(0, 400), junk=st.binary(max_size=64), how=st.sampled_from(
+           ["as written", "truncated", "appended", "flipped", "object array", "entry", "name", "missing"]),
+       data=st.data())
+def test_an_array_beside_the_parts_is_the_one_written_or_refused(place, array, cut, junk, how, data):
+    """Whatever happens to the file or its manifest entry, read_array returns exactly the array that was
+    written or raises ManifestError in one line, reading nothing outside the root and unpickling nothing."""
+    root, sentinel = place()
+    written = np.asarray(array, np.float32)
+    d = _array_dataset(root, written)
+    path, manifest_path = Path(d.path, "a.npy"), Path(d.path, MANIFEST)
+    raw = path.read_bytes()
+    manifest = json.loads(manifest_path.read_text())
+    entry = manifest["extra"]["files"][0]
+    if how == "truncated":
+        path.write_bytes(raw[:min(cut, len(raw) - 1)])
+    elif how == "appended":
+        path.write_bytes(raw + junk + b"\0")
+    elif how == "flipped":
+        i = cut % len(raw)
+        path.write_bytes(raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1:])
+    elif how == "object array":  # a pickle, with a manifest entry that matches it
+        buffer = io.BytesIO()
+        np.save(buffer, np.array([sentinel.path], dtype=object), allow_pickle=True)
+        path.write_bytes(buffer.getvalue())
+        entry.update(bytes=len(buffer.getvalue()), sha256=hashlib.sha256(buffer.getvalue()).hexdigest())
+    elif how == "entry":
+        entry[data.draw(st.sampled_from(["bytes", "sha256"]))] = data.draw(st.none() | st.integers() | st.text())
+    elif how == "name":  # a name that would land outside the version
+        drawn = data.draw(_BAD_NAMES)
+        entry["file"] = str(sentinel.path) if drawn == "ABSOLUTE" else drawn
+    elif how == "missing":
+        path.unlink()
+    manifest_path.write_text(json.dumps(manifest))
+    if how == "as written" or (how == "entry" and entry["bytes"] == len(raw)
+                               and entry["sha256"] == hashlib.sha256(raw).hexdigest()):
+        got = d.read_array("a.npy")
+        assert got.dtype == written.dtype and np.array_equal(got, written)
+    else:
+        refused(lambda: d.read_array(entry["file"]), ManifestError, sentinel, root)

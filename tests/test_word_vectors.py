@@ -106,7 +106,7 @@ def test_an_interrupted_array_write_leaves_no_file(any_root, monkeypatch):
 
     monkeypatch.setattr(wv.np, "save", half_then_fail)
     with pytest.raises(OSError, match="disk full"):
-        wv.write_array(out, WORD_VECTORS_NGRAMS, np.zeros((4, 2), np.float32))
+        out.write_array(WORD_VECTORS_NGRAMS, np.zeros((4, 2), np.float32))
     assert out.fs.ls(out.path, detail=False) == []
 
 
