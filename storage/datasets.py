@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import io
 import json
+import os
 import re
 import subprocess
 from collections import Counter
@@ -162,7 +163,14 @@ class Versioned:
         parts = name.split("/") if isinstance(name, str) else []
         if not parts or any(p in ("", ".", "..") or "\\" in p or not p.isprintable() for p in parts):
             raise UnsafeManifest(f"{self.url}: manifest file name {name!r} is not a relative path inside the version")
-        return f"{self.path}/{name}"
+        path = f"{self.path}/{name}"
+        # a name inside the version may still be a symbolic link out of it (a local root only: object
+        # stores have none); whoever can write the root could point a part at any file the reader can read
+        if isinstance(self.fs, fsspec.implementations.local.LocalFileSystem):
+            inside = os.path.realpath(self.path)
+            if os.path.commonpath([inside, os.path.realpath(path)]) != inside:
+                raise UnsafeManifest(f"{self.url}: manifest file {name!r} is a link out of the version directory")
+        return path
 
 
 class _HashingWriter:

@@ -61,8 +61,10 @@ class Sentinel:
             os.path.realpath(p) == str(self.path.resolve()) for p in opened)
 
 
-def files_under(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+def files_under(root: Path) -> dict[str, bytes | str]:
+    """Each file's bytes, each symbolic link's target (never followed: it may point at the sentinel)."""
+    return {p.relative_to(root).as_posix(): os.readlink(p) if p.is_symlink() else p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_symlink() or p.is_file()}
 
 
 def refused(call, errors: type[Exception] | tuple, sentinel: Sentinel, root: Path) -> Exception:
@@ -166,6 +168,37 @@ def test_a_bad_part_name_is_refused_before_any_part_is_read(place, name, at, row
     s = _dataset_with_manifest(root, edit)
     for read in _dataset_readers(s):
         assert "is not a relative path inside the version" in str(refused(read, UnsafeManifest, sentinel, root))
+
+
+@given(at=st.integers(0, 1), how=st.sampled_from(["file", "directory", "chain"]))
+def test_a_part_that_links_out_of_its_version_is_refused_unread(place, at, how):
+    """A part name inside the version that is a symbolic link out of it (to the sentinel, to a directory
+    holding it, or through a link inside the version) is refused before any part is read; a link that
+    stays inside the version is read."""
+    root, sentinel = place()
+    s = _dataset_with_manifest(root, json.dumps)
+    part = Path(s.part_path(at))
+    part.unlink()
+    if how == "file":
+        part.symlink_to(sentinel.path)
+    elif how == "directory":  # the name's directory is the link: sub/part -> outside/part
+        m = json.loads(Path(s.path, MANIFEST).read_text())
+        m["parts"][at]["file"] = f"sub/{sentinel.path.name}"
+        Path(s.path, MANIFEST).write_text(json.dumps(m))
+        Path(s.path, "sub").symlink_to(sentinel.path.parent, target_is_directory=True)
+    else:
+        Path(s.path, "hop").symlink_to(sentinel.path)
+        part.symlink_to(Path(s.path, "hop"))
+    for read in _dataset_readers(s):
+        assert "a link out of the version directory" in str(refused(read, UnsafeManifest, sentinel, root))
+    inside = Path(s.part_path(1 - at))
+    part.unlink(missing_ok=True)
+    part.symlink_to(inside.name)  # a link that stays in the version: the other part, read twice
+    m = json.loads(Path(s.path, MANIFEST).read_text())
+    m["parts"][at] = {"file": part.name, "rows": m["parts"][1 - at]["rows"]}
+    m["rows"] = 2 * m["parts"][1 - at]["rows"]
+    Path(s.path, MANIFEST).write_text(json.dumps(m))
+    assert s.read().num_rows == m["rows"]
 
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
