@@ -206,12 +206,14 @@ def plan_reuse(store: ReuseStore | None, keyed: list[Keys]) -> tuple[list[np.nda
     return match(keyed, store.previous)
 
 
-def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes],
-          decode: Callable[[bytes], T]) -> tuple[dict[int, T], int]:
+def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes], decode: Callable[[bytes], T],
+          fits: Callable[[int, T], bool] | None = None) -> tuple[dict[int, T], int]:
     """The one door to a previous store's entries: {row: decode(value)} for each (row, store part,
     store row) of ``refs`` whose entry has the full key ``wanted[row]``, a digest that binds it to
     this store's identity, and a value ``decode`` accepts (it raises ValueError, KeyError or TypeError
-    on any other); the count of entries refused (the caller recomputes those rows)."""
+    on any other) and, with ``fits``, one that fits its row (``fits(row, value)``: what the key alone
+    does not say, e.g. that a phrase's tokens spell it); the count of entries refused (the caller
+    recomputes those rows)."""
     out: dict[int, T] = {}
     refs = np.asarray(refs, dtype=np.int64).reshape(-1, 3)
     if store.previous is None or not len(refs):
@@ -230,7 +232,10 @@ def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes],
             try:
                 if key != wanted[row] or digest != store.digest(key, value):
                     raise ValueError("not the entry wanted, or not as written")
-                out[row] = decode(value)
+                v = decode(value)
+                if fits is not None and not fits(row, v):
+                    raise ValueError("not an entry of this item")
+                out[row] = v
             except (ValueError, KeyError, TypeError, RecursionError):
                 refused += 1
     return out, refused
@@ -250,13 +255,14 @@ def write_entries(store: ReuseStore, index: int, keys: list[bytes], items: list[
 
 def reuse_part(store: ReuseStore | None, index: int, refs: np.ndarray | None, keys: list[bytes], items: list[int],
                compute: Callable[[list[int]], list[T]], encode: Callable[[T], bytes],
-               decode: Callable[[bytes], T]) -> tuple[list[T], dict]:
+               decode: Callable[[bytes], T], fits: Callable[[int, T], bool] | None = None) -> tuple[list[T], dict]:
     """One part's outputs, item by item: read through `fetch` where ``refs`` (this part's entry of
-    `plan_reuse`) names an entry, else ``compute``d (it gets the positions to do, in order, and
-    returns their outputs); then the part of the store this build writes (before the caller writes
-    its own part, which marks the part done). Returns the outputs in order and PART_COUNTS."""
-    kept, refused = fetch(store, refs, dict(enumerate(keys)), decode) if store is not None and refs is not None \
-        else ({}, 0)
+    `plan_reuse`) names an entry (``decode``, ``fits``: `fetch`'s), else ``compute``d (it gets the
+    positions to do, in order, and returns their outputs); then the part of the store this build
+    writes (before the caller writes its own part, which marks the part done). Returns the outputs
+    in order and PART_COUNTS."""
+    kept, refused = fetch(store, refs, dict(enumerate(keys)), decode, fits) \
+        if store is not None and refs is not None else ({}, 0)
     todo = [i for i in range(len(keys)) if i not in kept]
     done = dict(zip(todo, compute(todo))) if todo else {}
     values = [kept[i] if i in kept else done[i] for i in range(len(keys))]

@@ -289,6 +289,17 @@ def per_phrase_positives(texts: list[str], vectors: Dataset, params: dict) -> li
             for t, toks in zip(texts, tokens)]
 
 
+def tokens_fit(phrase: str, tokens: list[Token]) -> bool:
+    """A stored entry's tokens spell its phrase (what the fastText kind replaces one of)."""
+    from pearl_model.pairs.synonyms import token_spans
+
+    try:
+        token_spans([t[0] for t in tokens], phrase)
+        return True
+    except ValueError:
+        return False
+
+
 def decoder(params: dict):
     """A `phrase_positives` entry's value back, or ValueError / TypeError / KeyError."""
     kinds, limit = set(per_phrase_kinds(params)), params["max_per_kind"]
@@ -351,7 +362,7 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
     if own or _tagged(params):
         each, reuse = reuse_part(store, index, refs, [content_key(t) for t in texts], [item_of(k) for k in keys],
                                  lambda todo: per_phrase_positives([texts[i] for i in todo], vectors, params),
-                                 encode_json, decoder(params))
+                                 encode_json, decoder(params), lambda i, e: tokens_fit(texts[i], e["tokens"]))
         syn = {t: {"wordnet": e["wordnet"]} for t, e in zip(texts, each) if e.get("wordnet")}
         para = {t: e["paraphrase"] for t, e in zip(texts, each) if "paraphrase" in e}
         if "fasttext" in kinds:  # made afresh from the tokens: the vectors are this corpus's
