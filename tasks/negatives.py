@@ -1,6 +1,8 @@
 """Stage 8: `phrases` -> `negatives`: lexically close, semantically far, as a map-reduce on Dask.
 
-  1. embed      per phrases part: E5 vectors of its phrases -> `phrase_embeddings`.
+  1. embed      per phrases part: E5 vectors of its phrases -> `phrase_embeddings`; a phrase whose
+                vector the previous build's `phrase_vectors` store holds (same text, same model
+                files, code and libraries: storage/reuse.py) is read from it, not encoded.
   2. grams      per phrases part: q-gram counts, merged into one global rarity order
                 (small: one count per distinct q-gram).
   3. block      per phrases part: each phrase under its prefix-filter blocking keys
@@ -11,11 +13,13 @@
                 E5 cosine; kept when edit_sim - minmax(cos) > margin; top k -> `negatives`.
 No step holds all pairs or all vectors: each reads one bucket, and vectors are fetched by
 key with a filtered scan. The theory behind steps 2-4 is in `pearl_model/pairs/negatives.py`.
+Steps 2-5 are global (a phrase's candidates depend on every other phrase): they recompute from
+the reused vectors.
 """
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +28,10 @@ import pyarrow.dataset as pads
 from pearl_model.pairs import negatives as neg
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
+from storage.reuse import (
+    Keys, ReuseStore, commit_store, content_key, item_of, keys_of, library_versions, phrase_keys, plan_reuse,
+    plan_store, reuse_part,
+)
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
 
 CODE_VERSION = "negatives-1"
@@ -42,6 +50,7 @@ class NegativeOutputs:
     blocks: Dataset
     candidates: Dataset
     negatives: Dataset
+    vectors: ReuseStore | None = None  # each phrase's vector kept for the next build (None: nothing to embed)
 
     def all(self) -> tuple[Dataset, ...]:
         return (self.embeddings, self.blocks, self.candidates, self.negatives)
@@ -62,6 +71,43 @@ def plan_negatives(phrases: Dataset, params: dict) -> NegativeOutputs:
                            ds("negatives", NEGATIVES, tuple(sorted(k for k in params if k != "cache_dir"))))
 
 
+def vector_identity(params: dict) -> dict:
+    """What a phrase's vector is a function of, besides its text: the model's files, the code that runs it."""
+    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, model_digest
+
+    return {"stage": "phrase_embeddings", "code_version": CODE_VERSION, "backbone": params["backbone"],
+            "model": model_digest(params["backbone"], params.get("cache_dir")), "normalize": True,
+            "libraries": library_versions(*ENGINE_DISTRIBUTIONS)}
+
+
+def plan_vector_store(phrases: Dataset, outs: NegativeOutputs, params: dict) -> NegativeOutputs:
+    """The `phrase_vectors` store the embed step writes and reads, unless its dataset is committed."""
+    if outs.embeddings.is_complete():
+        return outs
+    return replace(outs, vectors=plan_store(phrases.root, "phrase_vectors", vector_identity(params),
+                                            {"phrases": phrases.version}))
+
+
+def encode_vector(v: np.ndarray) -> bytes:
+    return np.asarray(v, "<f4").tobytes()
+
+
+def decode_vector(value: bytes, dim: int) -> np.ndarray:
+    """A stored vector back, or ValueError: ``dim`` float32, finite, of unit length."""
+    if len(value) != 4 * dim:
+        raise ValueError(f"not {dim} float32")
+    v = np.frombuffer(value, "<f4")
+    if not np.isfinite(v).all() or abs(float(np.linalg.norm(v)) - 1) > 1e-3:
+        raise ValueError("not a unit vector")
+    return v
+
+
+def vector_keys(phrases: Dataset, part: int, outs: NegativeOutputs) -> Keys:
+    if outs.vectors is None or outs.vectors.entries.is_complete():  # nothing to embed
+        return keys_of((), (), ())
+    return phrase_keys(phrases, part)
+
+
 def _phrase_part(phrases: Dataset, part: int) -> pa.Table:
     return phrases.read_part(part, columns=["phrase", "phrase_key"])
 
@@ -77,15 +123,34 @@ def load_models(params: dict) -> None:
     _encoder(params["backbone"], params.get("cache_dir")).encode(["warm up"], normalize=True)
 
 
-def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict) -> int:
+def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict, store: ReuseStore | None = None,
+               refs: np.ndarray | None = None) -> dict:
+    """One part's vectors; ``store``, ``refs``: the `phrase_vectors` store and this part's entry of
+    its plan (`plan_vector_reuse`), phrases whose vector the previous build's store holds."""
     if out.has_part(part):
-        return -1
+        return {"part": part, "reused": True}
     t = _phrase_part(phrases, part)
-    vectors = _encoder(params["backbone"], params.get("cache_dir")).encode(t["phrase"].to_pylist(), normalize=True)
+    texts = t["phrase"].to_pylist()
+    encoder = _encoder(params["backbone"], params.get("cache_dir"))
+    vectors, counts = reuse_part(
+        store, part, refs, [content_key(x) for x in texts], [item_of(k) for k in t["phrase_key"].to_pylist()],
+        lambda todo: list(encoder.encode([texts[i] for i in todo], normalize=True).astype(np.float32)),
+        encode_vector, lambda v: decode_vector(v, encoder.dim))
     out.write_part(part, pa.table({"phrase_key": t["phrase_key"],
-                                   "vector": pa.array(list(vectors.astype(np.float32)), pa.list_(pa.float32()))},
-                                  schema=PHRASE_EMBEDDINGS))
-    return t.num_rows
+                                   "vector": pa.array(vectors, pa.list_(pa.float32()))}, schema=PHRASE_EMBEDDINGS))
+    return {"part": part, "reused": False, "phrases": t.num_rows, **counts}
+
+
+def plan_vector_reuse(outs: NegativeOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    """Per phrases part, the phrases whose vector the previous store holds, and the counts."""
+    return plan_reuse(outs.vectors, keyed)
+
+
+def commit_embeddings(outs: NegativeOutputs, phrases: Dataset, params: dict, reuse_counts: dict | None = None) -> dict:
+    """The vector store's manifest first (a run killed between the two finds both), then the embeddings'."""
+    if outs.vectors is not None:
+        commit_store(outs.vectors, {"phrases": phrases.version}, reuse_counts or {})
+    return commit_step(outs.embeddings, phrases, params)
 
 
 def part_gram_counts(phrases: Dataset, part: int, params: dict) -> Counter:
@@ -212,16 +277,45 @@ from prefect.cache_policies import NONE  # noqa: E402
 
 from runs.artifacts import publish  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
+from storage.reuse import counts_table  # noqa: E402
 
 
 @task(name="plan-negatives", cache_policy=NONE)
 def plan_negatives_task(phrases: Dataset, params: dict) -> NegativeOutputs:
-    return plan_negatives(phrases, params)
+    return plan_vector_store(phrases, plan_negatives(phrases, params), params)
+
+
+@task(name="vector-keys", task_run_name="vector-keys-{part}", cache_policy=NONE, retries=1)
+def vector_keys_task(phrases: Dataset, part: int, outs: NegativeOutputs) -> Keys:
+    return vector_keys(phrases, part, outs)
+
+
+@task(name="plan-vector-reuse", cache_policy=NONE)
+def plan_vector_reuse_task(outs: NegativeOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    from prefect.logging import get_run_logger
+
+    refs, counts = plan_vector_reuse(outs, keyed)
+    if outs.vectors is not None and outs.vectors.refused:
+        get_run_logger().warning("phrase vectors not reused: %s", outs.vectors.refused)
+    get_run_logger().info("phrase vector reuse: %s", counts)
+    return refs, counts
 
 
 @task(name="embed-phrases", task_run_name="embed-phrases-{part}", cache_policy=NONE, retries=1)
-def embed_part_task(phrases: Dataset, part: int, outs: NegativeOutputs, params: dict) -> int:
-    return embed_part(phrases, part, outs.embeddings, params)
+def embed_part_task(phrases: Dataset, part: int, outs: NegativeOutputs, params: dict, refs: np.ndarray) -> dict:
+    return embed_part(phrases, part, outs.embeddings, params, outs.vectors, refs)
+
+
+@task(name="commit-phrase-embeddings", cache_policy=NONE)
+def commit_embeddings_task(outs: NegativeOutputs, phrases: Dataset, params: dict, reuse_counts: dict) -> dict:
+    from prefect.artifacts import create_table_artifact
+
+    manifest = commit_embeddings(outs, phrases, params, reuse_counts)
+    if outs.vectors is not None:
+        publish(create_table_artifact, counts_table(outs.vectors.entries.manifest()["stats"]),
+                key="phrase-vector-reuse",
+                description="Phrases whose vector was reused from the previous build's phrase_vectors, and encoded")
+    return manifest
 
 
 @task(name="gram-counts", task_run_name="gram-counts-{part}", cache_policy=NONE)
@@ -293,13 +387,17 @@ def negatives_report_task(outs: NegativeOutputs, augmentations: Dataset) -> dict
 
 def negatives_stage(phrases: Dataset, params: dict, *, steps: Steps = PREFECT) -> NegativeOutputs:
     """The stage in its flow: phrases -> phrase_embeddings, negative_blocks, negative_candidates,
-    negatives; each step one task per bucket and committed before the next reads it."""
+    negatives; each step one task per bucket and committed before the next reads it. The embed
+    step reuses the vectors the previous build's `phrase_vectors` holds (the phrases' keys first,
+    one task per part, then matched in the flow)."""
     parts = range(params["phrase_buckets"])
     steps.stage("phrase_embeddings")
     steps.load(load_models, params)
     negs = steps.call(plan_negatives_task, phrases, params)
-    steps.map(embed_part_task, unmapped(phrases), parts, unmapped(negs), unmapped(params))
-    steps.call(commit_step_task, negs.embeddings, phrases, params)
+    keyed = steps.map(vector_keys_task, unmapped(phrases), parts, unmapped(negs))
+    refs, counts = steps.call(plan_vector_reuse_task, negs, keyed)
+    steps.map(embed_part_task, unmapped(phrases), parts, unmapped(negs), unmapped(params), refs)
+    steps.call(commit_embeddings_task, negs, phrases, params, counts)
     steps.stage("negatives")
     grams = steps.map(gram_counts_task, unmapped(phrases), parts, unmapped(params))
     steps.map(block_part_task, unmapped(phrases), parts, unmapped(grams), unmapped(negs), unmapped(params))

@@ -26,7 +26,7 @@ from pearl_model.phrases.mining import MinedSentence, check_stats, combine, defe
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, match, plan_store,
+    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, plan_reuse, plan_store,
     write_entries,
 )
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
@@ -213,9 +213,7 @@ def plan_outputs(sentences: Dataset, params: dict) -> OccurrenceOutputs:
 
 def plan_sentence_reuse(out: OccurrenceOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
     """Per chunk, the sentences whose mining the previous store holds (`storage.reuse.match`), and the counts."""
-    if out.reuse is None or out.reuse.entries.is_complete():
-        return [np.empty((0, 3), np.int64) for _ in keyed], {}
-    return match(keyed, out.reuse.previous)
+    return plan_reuse(out.reuse, keyed)
 
 
 def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict, reuse_counts: dict | None = None) -> dict:

@@ -149,3 +149,113 @@ def test_match_counts_add_up_and_refs_hold_the_key(memory_root, old, new, parts)
     same = {(i, x) for i, x in old}
     assert counts["unchanged"] == sum(1 for i, x in new if (i, x) in same)
     assert counts["new"] == sum(1 for i, x in new if x not in old_contents and i not in {j for j, _ in old})
+
+
+# ---------------------------------------------------------------- the per-phrase stores' entries
+
+POSITIVE_PARAMS = {"kinds": ["wordnet", "fasttext", "context"], "max_per_kind": 3, "paraphrase_options": None}
+token_parts = st.one_of(st.text(max_size=3), st.booleans(), st.integers(-1, 1), st.none())
+entries = st.dictionaries(
+    st.sampled_from(["tokens", "wordnet", "paraphrase", "x"]),
+    st.lists(st.lists(token_parts, min_size=2, max_size=4) | st.text(max_size=4) | token_parts, max_size=5)
+    | token_parts,
+    max_size=4)
+
+
+class Synonyms:
+    """A synonym source that offers one replacement for every word."""
+
+    def synonyms(self, word, pos=None):
+        return [word[::-1] + "x"]
+
+
+@given(entries | json_values)
+def test_a_phrase_entry_the_decoder_accepts_the_stage_can_use(value):
+    """An accepted phrase entry: its tokens (given a phrase they spell, as `fits` asks) make
+    variants, and its positives are lists of at most max_per_kind strings."""
+    from tasks.augmentations import decoder, synonym_positives, tokens_fit
+
+    try:
+        e = decoder(POSITIVE_PARAMS)(json.dumps(value).encode())
+    except REFUSED:
+        return
+    phrase = " ".join(t[0] for t in e["tokens"])
+    assert tokens_fit(phrase, e["tokens"])
+    synonym_positives([phrase], [e["tokens"]], {"fasttext": Synonyms()}, 3)
+    assert isinstance(e["wordnet"], list) and len(e["wordnet"]) <= 3
+
+
+@given(st.lists(words, min_size=1, max_size=4), st.lists(words, max_size=3))
+def test_what_the_positives_stage_writes_its_decoder_gives_back(tokens, wordnet):
+    from tasks.augmentations import decoder, tokens_fit
+
+    entry = {"tokens": [(w, "NOUN", False) for w in tokens], "wordnet": wordnet}
+    assert decoder(POSITIVE_PARAMS)(encode_json(entry)) == entry
+    assert tokens_fit(" ".join(tokens), entry["tokens"])
+    assert not tokens_fit("", entry["tokens"])  # not the phrase they spell
+
+
+@given(st.binary(max_size=40), st.integers(1, 8))
+def test_a_vector_entry_is_a_finite_unit_vector_of_the_models_size_or_refused(value, dim):
+    from tasks.negatives import decode_vector
+
+    try:
+        v = decode_vector(value, dim)
+    except REFUSED:
+        return
+    assert v.shape == (dim,) and np.isfinite(v).all() and abs(float(np.linalg.norm(v)) - 1) <= 1e-3
+
+
+@given(st.lists(st.floats(-100, 100, allow_nan=False, width=32), min_size=1, max_size=8).filter(
+    lambda xs: any(abs(x) > 1e-3 for x in xs)))
+def test_what_the_vectors_stage_writes_its_decoder_gives_back(xs):
+    from tasks.negatives import decode_vector, encode_vector
+
+    v = np.asarray(xs, np.float32)
+    v = (v / np.linalg.norm(v)).astype(np.float32)
+    assert np.array_equal(decode_vector(encode_vector(v), len(v)), v)
+
+
+@given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=6, unique=True),
+       st.lists(st.sampled_from(("value", "digest", "tokens", "none")), min_size=6, max_size=6), st.data())
+def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corruptions, data):
+    """A part's outputs through `reuse_part`: an entry refused by the door (flipped, another seal, or
+    tokens that do not spell the phrase: `fits`) is computed again, and reused + computed = items."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storage.reuse import item_of, reuse_part
+    from tasks.augmentations import decoder, tokens_fit
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "t", "code_version": "1"}
+    decode = decoder(POSITIVE_PARAMS)
+    made = [{"tokens": [(t, "NOUN", False)], "wordnet": [t + "s"]} for t in texts]
+    keys, items = [content_key(t) for t in texts], [item_of(t) for t in texts]
+    old = plan_store(root, "phrase_positives", identity, {"in": "a"})
+    first, counts = reuse_part(old, 0, None, keys, items, lambda todo: [made[i] for i in todo], encode_json, decode)
+    assert first == made and counts == {"reused": 0, "computed": len(texts), "refused": 0}
+    commit_store(old, {"in": "a"}, {})
+    part = old.entries.part_path(0)
+    rows, bad = pq.read_table(part, filesystem=old.entries.fs).to_pylist(), set()
+    for i, row in enumerate(rows):
+        how = corruptions[i]
+        if how == "value":
+            flip = data.draw(st.integers(0, len(row["value"]) - 1))
+            row["value"] = row["value"][:flip] + bytes([row["value"][flip] ^ 1]) + row["value"][flip + 1:]
+        elif how in ("digest", "tokens"):  # "tokens": a well-sealed entry whose tokens are another phrase's
+            if how == "tokens":
+                row["value"] = encode_json({"tokens": [(texts[i] + "?", "NOUN", False)], "wordnet": []})
+            row["digest"] = old.digest(row["key"], row["value"]) if how == "tokens" else \
+                bytes([row["digest"][0] ^ 1]) + row["digest"][1:]
+        bad |= {i} if how != "none" else set()
+    pq.write_table(pa.Table.from_pylist(rows, schema=old.entries.schema), part, filesystem=old.entries.fs)
+
+    reader = plan_store(root, "phrase_positives", identity, {"in": "b"})
+    refs, _ = match([keys_of(range(len(texts)), items, keys)], reader.previous)
+    computed: list[int] = []
+    got, counts = reuse_part(reader, 0, refs[0], keys, items, lambda todo: computed.extend(todo) or
+                             [made[i] for i in todo], encode_json, decode,
+                             lambda i, e: tokens_fit(texts[i], e["tokens"]))
+    assert got == made and computed == sorted(bad)
+    assert counts == {"reused": len(texts) - len(bad), "computed": len(bad), "refused": len(bad)}

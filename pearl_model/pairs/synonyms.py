@@ -246,7 +246,8 @@ def _match_case(template: str, word: str) -> str:
     return word
 
 
-def _spans(tokens: Sequence[str], phrase: str) -> list[tuple[int, int]]:
+def token_spans(tokens: Sequence[str], phrase: str) -> list[tuple[int, int]]:
+    """Where each token is in ``phrase``, in order (ValueError: a token not found there)."""
     spans, pos = [], 0
     for t in tokens:
         i = phrase.find(t, pos)
@@ -282,7 +283,7 @@ def phrase_synonym_variants(phrase_tokens: Sequence[tuple[str, str, bool]], sour
     texts = [t[0] for t in phrase_tokens]
     if phrase is None:
         phrase = " ".join(texts)
-    spans = _spans(texts, phrase)
+    spans = token_spans(texts, phrase)
     get = getattr(source, "replacements", None) or source.synonyms
     candidates: list[tuple[int, list[str]]] = []
     for i, (text, pos, is_stop) in enumerate(phrase_tokens):

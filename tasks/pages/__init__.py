@@ -25,7 +25,7 @@ import syntok.segmenter as segmenter
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, match, plan_store,
+    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, plan_reuse, plan_store,
     write_entries,
 )
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
@@ -366,10 +366,8 @@ def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
 def plan_page_reuse(out: PageOutputs, keyed: list[tuple[Keys, int]]) -> tuple[list[np.ndarray], dict]:
     """Per raw part, the pages whose extract the previous store holds (`storage.reuse.match`), and
     the counts: not_keyed (quarantined before extraction) + keyed = records read."""
-    if out.reuse is None or out.reuse.entries.is_complete():
-        return [np.empty((0, 3), np.int64) for _ in keyed], {}
-    refs, counts = match([k for k, _ in keyed], out.reuse.previous)
-    return refs, {**counts, "not_keyed": sum(n for _, n in keyed)}
+    refs, counts = plan_reuse(out.reuse, [k for k, _ in keyed])
+    return refs, {**counts, "not_keyed": sum(n for _, n in keyed)} if counts else {}
 
 
 def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, reuse_counts: dict | None = None) -> dict:
