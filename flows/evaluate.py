@@ -6,7 +6,7 @@ from typing import Optional
 from prefect import flow, unmapped
 
 from flows.dask_runner import dask_run_records, dask_task_runner
-from tasks.eval_report import eval_report_task
+from tasks.eval_report import entity_map_task, eval_report_task
 from tasks.evaluation import (
     commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
 )
@@ -26,12 +26,15 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
         out = plan_results_task(storage_root, models, benchmark_dir, datasets, seeds, draws)
         # on the local cluster the models running side by side share the cores (None: an external cluster)
         side_by_side = local_workers and min(len(models), local_workers)
+        # the map needs no scores: drawn beside the scoring, on a core its task leaves idle at times
+        # (it loads, waits, trains probes), not after it
+        entity_map = entity_map_task.submit(benchmark_dir, map_model, cache_dir, local_workers) if map_model else None
         evaluate_model_task.map(models, unmapped(out), range(len(models)), unmapped(benchmark_dir),
                                 unmapped(datasets), unmapped(seeds), unmapped(cache_dir), unmapped(draws),
                                 unmapped(side_by_side), unmapped(reuse_scores)).result()
         params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
         commit_results_task(out, params, benchmark_dir)
-        report = eval_report_task(out, benchmark_dir, map_model, cache_dir, local_workers and 1)
+        report = eval_report_task(out, entity_map)
         if lexical_diversity:
             report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
         return report

@@ -95,28 +95,40 @@ def entity_map_png(encoder, names: list[str], labels: list[str], title: str, see
     return png_bytes(fig)
 
 
+def entity_map(benchmark_dir: str, map_model: str, cache_dir: str | None, threads: int | None = None) -> bytes:
+    """The entity map of ``map_model`` (t-SNE of up to 1,500 CoNLL-2003 names) as PNG bytes, on ``threads``
+    CPU threads (None: the process's setting)."""
+    from pearl_model.evaluation import entity_names
+    from pearl_model.evaluation.common import cpu_threads
+    from pearl_model.inference.loading import load_encoder
+
+    names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
+    with cpu_threads(threads):
+        return entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+
+
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
 
-@task(name="evaluation-report", cache_policy=NONE)
-def eval_report_task(results: Dataset, benchmark_dir: str, map_model: str | None, cache_dir: str | None,
-                     side_by_side: int | None = None) -> dict:
-    from pearl_model.evaluation import PAPER_ROWS, entity_names
-    from pearl_model.evaluation.common import cores_shared_by, cpu_threads
-    from pearl_model.inference.loading import load_encoder
+@task(name="entity-map", cache_policy=NONE)
+def entity_map_task(benchmark_dir: str, map_model: str, cache_dir: str | None, side_by_side: int | None = None) -> bytes:
+    from pearl_model.evaluation.common import cores_shared_by
 
-    rows = results.read().to_pylist()
-    table = score_table(rows, PAPER_ROWS)
-    png = None
-    if map_model:
-        names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
-        with cpu_threads(cores_shared_by(side_by_side)):
-            png = entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+    return entity_map(benchmark_dir, map_model, cache_dir, cores_shared_by(side_by_side))
+
+
+@task(name="evaluation-report", cache_policy=NONE)
+def eval_report_task(results: Dataset, map_png: bytes | None = None) -> dict:
+    """The score table and report of ``results``, with the entity map ``map_png`` (kept beside them)."""
+    from pearl_model.evaluation import PAPER_ROWS
+
+    table = score_table(results.read().to_pylist(), PAPER_ROWS)
+    if map_png:
         with results.fs.open(f"{results.path}/entity_map.png", "wb") as fh:
-            fh.write(png)
+            fh.write(map_png)
     create_table_artifact(table, key="benchmark-scores", description="PEARL benchmark, x100 (paper rows marked)")
-    create_markdown_artifact(report_markdown(table, results.manifest(), png), key="benchmark-report",
+    create_markdown_artifact(report_markdown(table, results.manifest(), map_png), key="benchmark-report",
                              description="PEARL benchmark report with the entity map")
     return {"version": results.version, "table": table, "url": results.url}

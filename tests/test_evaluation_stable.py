@@ -178,3 +178,25 @@ def test_the_evaluate_stage_refuses_too_few_draws_before_loading_any_model(tmp_p
     with pytest.raises(ValueError, match="conll2003, bc5cdr score a random KMeans draw"):
         plan_results(str(tmp_path), ["m"], str(bench), None, [0, 1], 1)
     assert plan_results(str(tmp_path), ["m"], str(bench), ["turney"], [0], 1).name == "eval_results"
+
+
+@pytest.mark.parametrize("shape", [(3, 24, 16), (2, 16, 1)])
+def test_the_probes_adam_rounds_as_the_per_tensor_loop(shape):
+    """The probe's optimizer is a speed-up only: its steps are bit for bit those of torch's per-tensor
+    Adam loop, so the probes' early stops and scores stay as they were."""
+    from pearl_model.evaluation.paraphrase import probe_optimizer
+
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(shape, generator=gen), torch.randn(shape[0], 1, shape[2], generator=gen)]
+    grads = [[torch.randn(p.shape, generator=gen) * 10 ** -k for p in start] for k in range(40)]
+    kept = []
+    for make in (lambda ps: probe_optimizer(ps, 1e-2), lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False)):
+        params = [p.clone().requires_grad_() for p in start]
+        opt = make(params)
+        for step in grads:
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            opt.step()
+        kept.append([p.detach() for p in params])
+    assert not torch.equal(kept[0][0], start[0])  # the steps moved the weights
+    assert all(torch.equal(a, b) for a, b in zip(*kept))

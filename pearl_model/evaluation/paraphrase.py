@@ -77,7 +77,7 @@ def train_probes(x: np.ndarray, y: np.ndarray, split, seeds, patiences=(PATIENCE
     # (S, d, h), (S, 1, h), (S, h, 1), (S, 1, 1): slice s holds seed s's Linear layers
     params = [torch.stack(ts).detach().requires_grad_() for ts in zip(*[
         (m[0].weight.T, m[0].bias[None], m[2].weight.T, m[2].bias[None]) for m in layers])]
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = probe_optimizer(params, lr)
     n_seeds = len(layers)
 
     def logits(xb, w1, b1, w2, b2):  # xb (S, B, d) -> (S, B)
@@ -122,6 +122,15 @@ def train_probes(x: np.ndarray, y: np.ndarray, split, seeds, patiences=(PATIENCE
         for p in waiting[s]:  # ran to max_epochs
             results[s][p] = result(s, epoch)
     return results
+
+
+def probe_optimizer(params, lr: float):
+    """The probe's Adam. foreach: the per-tensor loop (torch's default on a CPU) as a few multi-tensor
+    ops, the same arithmetic bit for bit at about a third less CPU per step; fused=True costs less
+    again but rounds otherwise, which moves a probe's early stop and so its score."""
+    import torch
+
+    return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
 def train_probe(x: np.ndarray, y: np.ndarray, split, seed: int, patience: int = PATIENCE, **kw) -> ProbeResult:
