@@ -461,7 +461,7 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
     settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
                     phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, word_vectors=WORD_VECTORS,
                     positives=POSITIVES, negatives={"negative_buckets": 2}, negative_backbone=BACKBONE, dask_workers=2)
-    keys = ["page-reuse", "sentence-reuse", *PHRASE_STORES.values()]
+    keys = ["page-reuse", "sentence-reuse", "sentence-type-reuse", *PHRASE_STORES.values()]
 
     async def reuse_artifacts():
         async with get_client() as client:
@@ -477,9 +477,9 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
     assert versions == expected
     assert dataset_contents(Path(root), versions) == {**scratch[2], **below_scratch[1]}
     stats = {name: Dataset(root, name, latest_version(root, name), REUSE_ENTRIES).manifest()["stats"]
-             for name in ("page_extracts", "sentence_mining", *PHRASE_STORES)}
+             for name in ("page_extracts", "sentence_mining", "sentence_types", *PHRASE_STORES)}
     assert {k: stats["page_extracts"][k] for k in PAGE_COUNTS} == PAGE_COUNTS
-    for name in ("sentence_mining", *PHRASE_STORES):
+    for name in ("sentence_mining", "sentence_types", *PHRASE_STORES):
         assert stats[name]["reused"] == stats[name]["unchanged"] + stats[name]["moved"] > 0, name
         assert stats[name]["reused"] + stats[name]["computed"] == stats[name]["keyed"], name
     newest = {}
