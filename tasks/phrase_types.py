@@ -4,7 +4,7 @@ The mining pass of such a run parses with no NER (over half of spaCy's time, and
 bottleneck of a full-Wikipedia build), so the phrase reducer's types are all OTHER. This stage
 types each kept phrase as the mining pass would have, on its ``examples_per_phrase`` example
 sentences only: the parser and NER run on those sentences, each occurrence of the phrase there
-is one vote (the per-occurrence type of `mine`), and the majority is its type (no vote: OTHER).
+is one vote (the per-occurrence type of the mining pass), and the majority is its type (no vote: OTHER).
 A full-Wikipedia build then runs NER on ~3 sentences per kept phrase (~11M for 3.8M phrases)
 instead of 150M.
 
@@ -18,9 +18,16 @@ Three map steps, each reading what the one before wrote by bucket:
 
 Counts: requests = matched + unmatched (an example sentence the parse no longer yields the
 phrase in, or not found); phrases = typed by a vote + without one.
+
+Each example sentence's typing (`sentence_types`: the (phrase key, entity type) of every occurrence
+the mining pass with NER keeps in it, a function of its text) is kept in the `sentence_types` reuse
+store (storage/reuse.py), so the next dump's build parses only the example sentences it has not
+typed; a keys step over each group's requested sentences feeds `storage.reuse.match`, and the votes
+step counts a group's votes from its sentences' typings by the same code either way.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -31,8 +38,12 @@ import pyarrow.parquet as pq
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.entity_types import majority_entity_type
-from pearl_model.phrases.mining import backends, check_stats, mine
+from pearl_model.phrases.mining import backends, check_stats, combine, mine_sentences, sentence_identity
 from storage.datasets import Dataset, dataset_version
+from storage.reuse import (
+    Keys, ReuseStore, commit_store, content_key, encode_json, keys_of, library_versions, plan_reuse, plan_store,
+    reuse_part,
+)
 from storage.schemas import EXAMPLE_ENTITY_VOTES, EXAMPLE_REQUESTS, PHRASES
 
 CODE_VERSION = "phrase-types-1"
@@ -45,6 +56,7 @@ class TypingPlan:
     phrases: Dataset
     starts: tuple[int, ...]  # the smallest sentence id of each group (ascending)
     group_files: tuple[tuple[str, ...], ...]  # the sentences part files of each group
+    reuse: ReuseStore | None = None  # each example sentence's typing kept for the next build (None: nothing to do)
 
 
 def id_range(path: str, fs) -> tuple[int, int] | None:
@@ -86,8 +98,19 @@ def plan_types(untyped: Dataset, sentences: Dataset, params: dict, buckets: int)
 
     ranges = [(f, *r) for f in sentences.part_files() if (r := id_range(f, sentences.fs)) is not None]
     starts, files = group_parts(ranges, buckets)
+    phrases = ds("phrases", PHRASES)
+    reuse = None if phrases.is_complete() else plan_store(untyped.root, "sentence_types", reuse_identity(params),
+                                                           _inputs(untyped, sentences))
     return TypingPlan(ds("example_requests", EXAMPLE_REQUESTS), ds("example_entity_votes", EXAMPLE_ENTITY_VOTES),
-                      ds("phrases", PHRASES), starts, files)
+                      phrases, starts, files, reuse)
+
+
+def reuse_identity(params: dict) -> dict:
+    """What one example sentence's typing is a function of besides its text: this code, the mining
+    settings and NER model (`sentence_identity`, with the NER pass), the libraries' versions."""
+    settings, libraries = sentence_identity(params, entities=True)
+    return {"stage": "phrase_types", "code_version": CODE_VERSION, **settings,
+            "libraries": library_versions(*libraries)}
 
 
 def write_requests(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
@@ -109,36 +132,91 @@ def write_requests(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
     return {"bucket": bucket, "reused": False, **stats}
 
 
-def votes_of(texts: list[str], wanted: list[set[str]], params: dict) -> tuple[list[dict[str, Counter]], dict]:
-    """Per sentence and wanted phrase, the entity types the mining pass with NER gives its occurrences."""
+@dataclass(frozen=True)
+class SentenceTypes:
+    """One sentence's typing: whether the parse took it, and the (phrase key, entity type) of each
+    occurrence the mining pass with NER keeps in it (every phrase's: which are wanted varies by build)."""
+
+    parsed: bool
+    types: tuple[tuple[str, str], ...]
+
+
+def sentence_types(texts: list[str], params: dict) -> list[SentenceTypes]:
+    """Each sentence typed as the mining pass with NER types its occurrences."""
     parser, ner = backends(params)
-    occurrences, stats = mine(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
-                              min_words=params["min_words"], max_words=params["max_words"], language=params["language"])
-    check_stats(stats)
-    found: list[dict[str, Counter]] = [defaultdict(Counter) for _ in texts]
-    for o in occurrences:
-        if o.key in wanted[o.index]:
-            found[o.index][o.key][o.entity_type] += 1
-    return found, {"sentences_parsed": stats["sentences_parsed"]}
+    mined = mine_sentences(texts, parser, ner, max_sentence_chars=params["max_sentence_chars"],
+                           min_words=params["min_words"], max_words=params["max_words"], language=params["language"])
+    check_stats(combine(mined)[1])
+    return [SentenceTypes(m.stats["sentences_parsed"] == 1, tuple((key, et) for _, key, _, et in m.occurrences))
+            for m in mined]
 
 
-def write_votes(group: int, plan: TypingPlan, params: dict, fs) -> dict:
-    """Step 2: one group's requested sentences parsed with NER; their votes by phrase bucket."""
-    out = plan.votes
-    if out.has_part(group):
-        return {"group": group, "reused": True, **(out.part_metadata(group) or {})}
+def encode_types(t: SentenceTypes) -> bytes:
+    return encode_json({"parsed": t.parsed, "types": t.types})
+
+
+def decode_types(value: bytes) -> SentenceTypes:
+    """A reuse entry's value back into a SentenceTypes, or ValueError / TypeError / KeyError: its
+    entity types are the vocabulary's, and an unparsed sentence has none."""
+    e = json.loads(value)
+    if not isinstance(e, dict) or set(e) != {"parsed", "types"} or not isinstance(e["parsed"], bool) \
+            or not isinstance(e["types"], list) or (e["types"] and not e["parsed"]):
+        raise ValueError("not a sentence's typing")
+    if not all(isinstance(o, list) and len(o) == 2 and isinstance(o[0], str) and o[1] in labels.ENTITY_TYPES
+               for o in e["types"]):
+        raise ValueError("not a sentence's typing")
+    return SentenceTypes(e["parsed"], tuple((key, et) for key, et in e["types"]))
+
+
+def group_sentences(group: int, plan: TypingPlan, fs) -> tuple[pa.Table, pa.Table]:
+    """One group's requests and its requested sentences (sentence_id, text), in the order the keys
+    and the votes steps both read them."""
     req = plan.requests.read_bucket(group, ["sentence_id", "phrase_key", "phrase_bucket"])
     wanted_ids = pa.array(sorted(set(req["sentence_id"].to_pylist())), pa.int64())
     pieces = [pq.read_table(f, columns=["sentence_id", "text"], filesystem=fs,
                             filters=pc.field("sentence_id").isin(wanted_ids)) for f in plan.group_files[group]]
     sents = pa.concat_tables(pieces) if pieces else pa.table({"sentence_id": pa.array([], pa.int64()),
                                                               "text": pa.array([], pa.string())})
-    position = {sid: i for i, sid in enumerate(sents["sentence_id"].to_pylist())}
+    return req, sents
+
+
+def sentence_keys(group: int, plan: TypingPlan, fs) -> Keys:
+    """The content keys of one group's requested sentences (a sentence is its text's key, its id the item)."""
+    if plan.reuse is None or plan.reuse.entries.is_complete():  # nothing to type
+        return keys_of((), (), ())
+    _, sents = group_sentences(group, plan, fs)
+    return keys_of(range(sents.num_rows), sents["sentence_id"].to_pylist(),
+                   map(content_key, sents["text"].to_pylist()))
+
+
+def plan_sentence_reuse(plan: TypingPlan, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    """Per group, the sentences whose typing the previous store holds (`storage.reuse.match`), and the counts."""
+    return plan_reuse(plan.reuse, keyed)
+
+
+def write_votes(group: int, plan: TypingPlan, params: dict, fs, refs: np.ndarray | None = None) -> dict:
+    """Step 2: one group's requested sentences typed (reused where ``refs``, this group's entry of
+    `plan_sentence_reuse`, names the previous store's typing, else parsed with NER); their votes by
+    phrase bucket. The store's part is written before the votes' part, which marks the group done."""
+    out = plan.votes
+    if out.has_part(group):
+        return {"group": group, "reused": True, **(out.part_metadata(group) or {})}
+    req, sents = group_sentences(group, plan, fs)
+    ids, texts = sents["sentence_id"].to_pylist(), sents["text"].to_pylist()
+    position = {sid: i for i, sid in enumerate(ids)}
     wanted: list[set[str]] = [set() for _ in position]
     for sid, key in zip(req["sentence_id"].to_pylist(), req["phrase_key"].to_pylist()):
         if sid in position:
             wanted[position[sid]].add(key)
-    found, parse_stats = votes_of(sents["text"].to_pylist(), wanted, params)
+    each, reuse_counts = reuse_part(plan.reuse, group, refs, [content_key(t) for t in texts], ids,
+                                    lambda todo: sentence_types([texts[i] for i in todo], params),
+                                    encode_types, decode_types)
+    found: list[dict[str, Counter]] = [defaultdict(Counter) for _ in texts]
+    for i, t in enumerate(each):
+        for key, et in t.types:
+            if key in wanted[i]:
+                found[i][key][et] += 1
+    parse_stats = {"sentences_parsed": sum(t.parsed for t in each)}
     votes: Counter = Counter()
     matched = 0
     for sid, key, pb in zip(*(req[c].to_pylist() for c in ("sentence_id", "phrase_key", "phrase_bucket"))):
@@ -150,7 +228,7 @@ def write_votes(group: int, plan: TypingPlan, params: dict, fs) -> dict:
     stats = {"requests_matched": matched, "requests_unmatched": req.num_rows - matched,
              "example_sentences": len(position), "votes": sum(votes.values()), **parse_stats}
     out.write_part(group, pa.Table.from_pylist(rows, schema=EXAMPLE_ENTITY_VOTES), metadata=stats)
-    return {"group": group, "reused": False, **stats}
+    return {"group": group, "reused": False, **stats, "sentences_typed_reused": reuse_counts["reused"]}
 
 
 def typed(rows: list[dict], votes: dict[str, Counter]) -> tuple[list[dict], dict]:
@@ -183,6 +261,11 @@ def _inputs(untyped: Dataset, sentences: Dataset) -> dict:
     return {"untyped_phrases": untyped.version, "sentences": sentences.version}
 
 
+def commit_sentence_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, reuse_counts: dict) -> dict | None:
+    """The reuse store's manifest (before the votes', so a run killed between the two finds both)."""
+    return commit_store(plan.reuse, _inputs(untyped, sentences), reuse_counts) if plan.reuse is not None else None
+
+
 def commit_step(out: Dataset, untyped: Dataset, sentences: Dataset, params: dict) -> dict:
     """Commit the requests or the votes (the next step reads them by bucket), their parts' counts summed."""
     if out.is_complete():
@@ -205,9 +288,13 @@ def commit_types(plan: TypingPlan, untyped: Dataset, sentences: Dataset, params:
 
 
 from prefect import task, unmapped  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
+from prefect.logging import get_run_logger  # noqa: E402
 
+from runs.artifacts import publish  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
+from storage.reuse import counts_table  # noqa: E402
 
 
 @task(name="plan-phrase-types", cache_policy=NONE)
@@ -223,9 +310,31 @@ def requests_task(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
     return write_requests(untyped, bucket, plan)
 
 
+@task(name="example-sentence-keys", task_run_name="example-sentence-keys-{group}", cache_policy=NONE, retries=1)
+def sentence_keys_task(group: int, plan: TypingPlan, sentences: Dataset) -> Keys:
+    return sentence_keys(group, plan, sentences.fs)
+
+
+@task(name="plan-sentence-type-reuse", cache_policy=NONE)
+def plan_sentence_reuse_task(plan: TypingPlan, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
+    refs, counts = plan_sentence_reuse(plan, keyed)
+    if plan.reuse is not None and plan.reuse.refused:
+        get_run_logger().warning("example sentence typing not reused: %s", plan.reuse.refused)
+    get_run_logger().info("example sentence reuse: %s", counts)
+    return refs, counts
+
+
 @task(name="example-votes", task_run_name="example-votes-{group}", cache_policy=NONE, retries=1)
-def votes_task(group: int, plan: TypingPlan, params: dict, sentences: Dataset) -> dict:
-    return write_votes(group, plan, params, sentences.fs)
+def votes_task(group: int, plan: TypingPlan, params: dict, sentences: Dataset, refs: np.ndarray) -> dict:
+    return write_votes(group, plan, params, sentences.fs, refs)
+
+
+@task(name="commit-sentence-types", cache_policy=NONE)
+def commit_sentence_types_task(plan: TypingPlan, untyped: Dataset, sentences: Dataset, reuse_counts: dict) -> None:
+    if commit_sentence_types(plan, untyped, sentences, reuse_counts) is not None:
+        publish(create_table_artifact, counts_table(plan.reuse.entries.manifest()["stats"]), key="sentence-type-reuse",
+                description="Example sentences whose NER typing was reused from the previous build's sentence_types, "
+                            "and computed")
 
 
 @task(name="phrase-types", task_run_name="phrase-types-{bucket}", cache_policy=NONE, retries=1)
@@ -251,7 +360,10 @@ def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, bucke
     plan = steps.call(plan_types_task, untyped, sentences, params, buckets)
     steps.map(requests_task, unmapped(untyped), range(buckets), unmapped(plan))
     steps.call(commit_typing_step_task, plan.requests, untyped, sentences, params)
-    steps.map(votes_task, range(len(plan.starts)), unmapped(plan), unmapped(params), unmapped(sentences))
+    keyed = steps.map(sentence_keys_task, range(len(plan.starts)), unmapped(plan), unmapped(sentences))
+    refs, counts = steps.call(plan_sentence_reuse_task, plan, keyed)
+    steps.map(votes_task, range(len(plan.starts)), unmapped(plan), unmapped(params), unmapped(sentences), refs)
+    steps.call(commit_sentence_types_task, plan, untyped, sentences, counts)
     steps.call(commit_typing_step_task, plan.votes, untyped, sentences, params)
     steps.map(types_task, unmapped(untyped), range(buckets), unmapped(plan))
     return plan.phrases, steps.call(commit_types_task, plan, untyped, sentences, params)

@@ -259,3 +259,57 @@ def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corrupt
                              lambda i, e: tokens_fit(texts[i], e["tokens"]))
     assert got == made and computed == sorted(bad)
     assert counts == {"reused": len(texts) - len(bad), "computed": len(bad), "refused": len(bad)}
+
+
+# ---------------------------------------------------------------- an example sentence's typing (phrase_types)
+
+entity_types = st.sampled_from(["PERSON", "GPE", "ORG", "OTHER", "DATE"])
+typings = st.builds(lambda parsed, types: (parsed, types if parsed else []), st.booleans(),
+                    st.lists(st.tuples(words, entity_types), max_size=4))
+# near the shape (entity types sometimes not the vocabulary's, types sometimes on an unparsed
+# sentence), or anything
+near_typings = st.fixed_dictionaries({"parsed": st.booleans(), "types": st.lists(
+    st.tuples(words, entity_types | words).map(list) | st.lists(json_values, max_size=3), max_size=3)})
+typing_values = near_typings | json_values | st.fixed_dictionaries({"parsed": json_values, "types": json_values})
+
+
+@given(st.lists(typing_values, min_size=1, max_size=5))
+def test_a_typing_entry_is_served_through_the_door_only_when_the_stage_can_use_it(memory_root, values):
+    """Whatever a sealed store entry holds, `fetch` with `decode_types` serves a typing whose entity
+    types make labels (and an unparsed sentence with none), or refuses it and counts it."""
+    from pearl_model.phrases import labels
+    from tasks.phrase_types import SentenceTypes, decode_types
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "phrase_types", "code_version": "1"}
+    raw = [json.dumps(v).encode() for v in values]
+    keys = [content_key(i) for i in range(len(raw))]
+    store_of(root, identity, raw, list(range(len(raw))), keys)
+    reader = plan_store(root, "page_extracts", identity, {"in": "b"})
+    served, refused = fetch(reader, np.array([[i, 0, i] for i in range(len(raw))]), dict(enumerate(keys)),
+                            decode_types)
+    assert len(served) + refused == len(raw)
+    for t in served.values():
+        assert isinstance(t, SentenceTypes) and (t.parsed or not t.types)
+        for key, et in t.types:
+            assert isinstance(key, str) and labels.label_id(labels.label("NP", et)) >= 0
+
+
+@given(st.lists(typings, min_size=1, max_size=5))
+def test_what_the_typing_stage_writes_the_door_gives_back(memory_root, made):
+    """A stage's typings written through `reuse_part` come back through it, every one reused."""
+    from storage.reuse import reuse_part
+    from tasks.phrase_types import SentenceTypes, decode_types, encode_types
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "phrase_types", "code_version": "1"}
+    each = [SentenceTypes(p, tuple(types)) for p, types in made]
+    keys, items = [content_key("sentence", i) for i in range(len(each))], list(range(len(each)))
+    old = plan_store(root, "sentence_types", identity, {"in": "a"})
+    reuse_part(old, 0, None, keys, items, lambda todo: [each[i] for i in todo], encode_types, decode_types)
+    commit_store(old, {"in": "a"}, {})
+    reader = plan_store(root, "sentence_types", identity, {"in": "b"})
+    refs, _ = match([keys_of(range(len(each)), items, keys)], reader.previous)
+    got, counts = reuse_part(reader, 0, refs[0], keys, items, lambda todo: pytest.fail(f"recomputed {todo}"),
+                             encode_types, decode_types)
+    assert got == each and counts == {"reused": len(each), "computed": 0, "refused": 0}

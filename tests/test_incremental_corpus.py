@@ -103,7 +103,7 @@ def build(source: str, root: str) -> dict:
     typed, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
     versions = {d.name: d.version for d in (*text.all(), *mined.datasets(), untyped, typed)}
     return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse, "text": text,
-            "phrases": typed}
+            "phrases": typed, "type_store": latest_version(root, "sentence_types")}
 
 
 def contents(root: str, built: dict) -> dict:
@@ -171,17 +171,59 @@ def test_the_sentence_reuse_counts_add_up_and_reuse_the_unchanged(incremental, s
         {"unchanged": 3 + 2 + 3 + 3, "moved": 3 + 1, "edited": 1 + 3, "new": 2}
 
 
+def type_stats(root: str, built: dict) -> dict:
+    return Dataset(root, "sentence_types", built["type_store"], REUSE_ENTRIES).manifest()["stats"]
+
+
+def example_sentences(built: dict) -> int:
+    """The example sentences a build's typing read (the votes step's count)."""
+    return built["phrases"].manifest()["stats"]["example_sentences"]
+
+
+def test_the_example_sentence_typing_is_reused_and_its_counts_add_up(incremental):
+    root, first, second = incremental
+    assert first["type_store"] != second["type_store"]
+    before, stats = type_stats(root, first), type_stats(root, second)
+    assert before["keyed"] == before["new"] == before["computed"] == example_sentences(first) > 0
+    assert stats["keyed"] == example_sentences(second) > 0
+    assert stats["unchanged"] + stats["moved"] + stats["edited"] + stats["new"] == stats["keyed"]
+    assert stats["still_read"] + stats["moved_away"] + stats["removed"] == stats["store_entries"] == before["keyed"]
+    assert stats["reused"] + stats["computed"] == stats["keyed"] and stats["refused"] == 0
+    assert stats["reused"] == stats["unchanged"] + stats["moved"] > 0 and stats["computed"] > 0
+    assert stats["previous"] == first["type_store"]
+    # the store N+1 wrote holds the sentences N+1 typed, no more
+    assert Dataset(root, "sentence_types", second["type_store"], REUSE_ENTRIES).manifest()["rows"] == stats["keyed"]
+
+
+def test_a_changed_ner_model_recomputes_the_typing_and_the_rows_stay(dumps, scratch, tmp_path, monkeypatch):
+    """Another NER model (its files' digest in the store's identity) types every example sentence again."""
+    import tasks.phrase_types as types_stage
+
+    root = str(tmp_path / "store")
+    build(dumps[0], root)
+    real = types_stage.sentence_identity
+    monkeypatch.setattr(types_stage, "sentence_identity", lambda params, entities: (
+        {**real(params, entities)[0], "ner_model": "0" * 64}, real(params, entities)[1]))
+    second = build(dumps[1], root)
+    stats = type_stats(root, second)
+    assert stats["reused"] == 0 and stats["computed"] == stats["keyed"] > 0
+    assert stats["previous"] is None and "other parameters" in stats["previous_refused"]
+    assert store_stats(second["sentence_store"])["reused"] > 0  # the mining pass has no NER: still reused
+    assert contents(root, second) == scratch[2]
+
+
 def test_a_changed_code_version_recomputes_its_stage_and_the_rows_stay(dumps, scratch, tmp_path, monkeypatch):
     import tasks.pages as pages_stage
     import tasks.phrase_occurrences as occ_stage
+    import tasks.phrase_types as types_stage
 
     root = str(tmp_path / "store")
     build(dumps[0], root)
     monkeypatch.setattr(pages_stage, "CODE_VERSION", "pages-next")
     monkeypatch.setattr(occ_stage, "CODE_VERSION", "phrase-occurrences-next")
+    monkeypatch.setattr(types_stage, "CODE_VERSION", "phrase-types-next")
     second = build(dumps[1], root)
-    for store in (second["page_store"], second["sentence_store"]):
-        stats = store_stats(store)
+    for stats in (store_stats(second["page_store"]), store_stats(second["sentence_store"]), type_stats(root, second)):
         assert stats["reused"] == 0 and stats["computed"] == stats["keyed"] > 0
         assert stats["previous"] is None and "another code version" in stats["previous_refused"]
     assert contents(root, second) == scratch[2]
@@ -419,7 +461,7 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
     settings = dict(storage_root=root, read={"pages_per_partition": 3}, pages={"alias_buckets": 2},
                     phrases={"sentences_per_chunk": 4, "phrase_buckets": 2}, word_vectors=WORD_VECTORS,
                     positives=POSITIVES, negatives={"negative_buckets": 2}, negative_backbone=BACKBONE, dask_workers=2)
-    keys = ["page-reuse", "sentence-reuse", *PHRASE_STORES.values()]
+    keys = ["page-reuse", "sentence-reuse", "sentence-type-reuse", *PHRASE_STORES.values()]
 
     async def reuse_artifacts():
         async with get_client() as client:
@@ -435,9 +477,9 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
     assert versions == expected
     assert dataset_contents(Path(root), versions) == {**scratch[2], **below_scratch[1]}
     stats = {name: Dataset(root, name, latest_version(root, name), REUSE_ENTRIES).manifest()["stats"]
-             for name in ("page_extracts", "sentence_mining", *PHRASE_STORES)}
+             for name in ("page_extracts", "sentence_mining", "sentence_types", *PHRASE_STORES)}
     assert {k: stats["page_extracts"][k] for k in PAGE_COUNTS} == PAGE_COUNTS
-    for name in ("sentence_mining", *PHRASE_STORES):
+    for name in ("sentence_mining", "sentence_types", *PHRASE_STORES):
         assert stats[name]["reused"] == stats[name]["unchanged"] + stats[name]["moved"] > 0, name
         assert stats[name]["reused"] + stats[name]["computed"] == stats[name]["keyed"], name
     newest = {}

@@ -142,3 +142,21 @@ def test_the_scope_comparison_counts_agreement_by_frequency_band():
                                              "typed_share_examples": 1.0}
     assert result["by_frequency"]["10-99"]["agreement"] == 0.5
     assert result["disagreements"] == {"GPE -> ORG": 1}
+
+
+def test_the_typing_store_is_of_the_ner_models_files(tmp_path):
+    """A transformers NER in a local directory is in the store's identity by its files: another
+    file there is another identity; the mining pass without NER does not read it."""
+    from pearl_model.phrases.mining import sentence_identity
+
+    model = tmp_path / "ner"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    params = {"parser": "spacy", "ner": "transformers", "ner_options": {"model": str(model)}, "language": "en",
+              "max_sentence_chars": 600, "min_words": 1, "max_words": 8, "ner_scope": "examples"}
+    before = phrase_types.reuse_identity(params)
+    (model / "config.json").write_text('{"labels": 9}')
+    after = phrase_types.reuse_identity(params)
+    assert before["ner_model"] != after["ner_model"] and len(after["ner_model"]) == 64
+    assert "ner_model" not in sentence_identity(params, entities=False)[0]
+    assert "ner_model" not in phrase_types.reuse_identity({**params, "ner_options": {"model": "org/hub-name"}})

