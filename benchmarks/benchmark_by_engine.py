@@ -17,8 +17,8 @@ and verdicts of the engines already in ``--out`` without rerunning their benchma
 
 ``--dev`` judges on dev data instead, where an engine's recipe is chosen (the test sets are read
 only to confirm the choice): the `train` flow's dev signals (`pearl_model.evaluation.dev`: CoNLL-2003
-and BC5CDR `dev` clustered over the KMeans draws, the PPDB-filtered probe's validation accuracy over
-its seeds) and the cosines on the dev sets' entity names, by the same bar:
+and BC5CDR `dev` clustered over random halves of each set, `dev.ENGINE_DRAWS` of them, the
+PPDB-filtered probe's validation accuracy over its seeds) and the cosines on the dev sets' entity names, by the same bar:
 
     python benchmarks/benchmark_by_engine.py --dev --reference openvino-bf16 --engines openvino-int8 \
         --out benchmarks/results/engines_dev_cpu.json
@@ -94,7 +94,7 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
     from quantization_recipes import dev_names
 
     from pearl_model.evaluation import data, run_benchmark
-    from pearl_model.evaluation.dev import run_dev_benchmark
+    from pearl_model.evaluation.dev import ENGINE_DRAWS, ENGINE_SUBSAMPLE, run_dev_benchmark
     from pearl_model.evaluation.scores import compare, primary_rows
     from pearl_model.inference.loading import load_encoder
 
@@ -114,7 +114,8 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
     if not judge_only:  # the scores' command; a --judge-only timing names its own
         results["setup"]["command"] = command
     if dev:
-        results["setup"]["datasets"] = datasets
+        results["setup"] |= {"datasets": datasets,
+                             "dev_clusterings": f"{ENGINE_DRAWS} draws of {ENGINE_SUBSAMPLE:.0%} of each set"}
     phrases = dev_names(bench, datasets) if dev else bird_phrases(100_000)
     ref_vectors = load_encoder(model, device="cpu", backend=reference).encode(phrases, normalize=True)
     rows = []
@@ -123,7 +124,8 @@ def main(engines: str = typer.Option(..., help="comma-separated backends (torch,
         entry = results["engines"].setdefault(engine, {})
         if not judge_only:
             t0 = time.perf_counter()
-            got = [{**r, "model": engine} for r in (run_dev_benchmark(enc, bench, datasets=datasets)
+            got = [{**r, "model": engine} for r in (run_dev_benchmark(enc, bench, datasets=datasets, draws=ENGINE_DRAWS,
+                                                                              subsample=ENGINE_SUBSAMPLE)
                                                     if dev else run_benchmark(enc, benchmark_dir))]
             seconds = time.perf_counter() - t0
             rows += got

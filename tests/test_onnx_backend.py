@@ -280,7 +280,7 @@ def quantised_matmuls(model) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("keep", [(), ("attention",), ("ends",), ("scores", "ffn_down")])
+@pytest.mark.parametrize("keep", [(), ("attention",), ("ends",), ("scores", "ffn_down"), ("ffn_down@1-1", "attention@0-0")])
 def test_an_int8_recipe_leaves_the_parts_it_keeps_unquantised(tiny, keep):
     """`Int8Recipe.keep_float`: the MatMuls of the kept parts run on float activations, every
     other MatMul on int8 ones (the tiny BERT has two layers: "ends" keeps both), but the product of
@@ -301,10 +301,12 @@ def test_an_int8_recipe_leaves_the_parts_it_keeps_unquantised(tiny, keep):
     by_nncf = {m for m in matmuls if m.endswith("/attention/self/MatMul_1")}
     assert len(matmuls) == 16 and len(by_nncf) == 2  # 2 layers x (Q, K, V, 2 scores, out, 2 FFN)
     assert quantised == matmuls - kept - by_nncf
-    assert {"attention": len(kept) == 12, "ends": kept == matmuls, "scores": len(kept) == 6, (): not kept}[
-        keep[0] if keep else ()]
-    with pytest.raises(ValueError, match="unknown keep_float parts"):
-        Int8Recipe(keep_float=("embeddings",))
+    assert {"attention": len(kept) == 12, "ends": kept == matmuls, "scores": len(kept) == 6, (): not kept,
+            "ffn_down@1-1": len(kept) == 7 and any("/layer.1/output/dense/" in m for m in kept)
+            and not any("/layer.0/output/" in m or "/layer.1/attention/" in m for m in kept)}[keep[0] if keep else ()]
+    for bad in ("embeddings", "ffn_down@1-0", "ends@0-1", "ffn_down@1"):
+        with pytest.raises(ValueError, match="unknown keep_float parts"):
+            Int8Recipe(keep_float=(bad,))
 
 
 def test_word_calibration_takes_whole_words_of_any_vocabulary(tmp_path, monkeypatch):

@@ -106,21 +106,23 @@ def feature_batches(featurize, phrases: list[str], inputs, size: int = CALIBRATI
 # Parts of a transformer graph an int8 recipe may leave in float, as regular expressions on its
 # operations' names (the exporter keeps the PyTorch module paths: .../encoder/layer.3/attention/...).
 KEEP_FLOAT = {
-    "attention": (r".*/attention/.*",),  # Q, K, V, their two activation MatMuls, the output projection
+    "attention": (r".*/layer\.\d+/attention/.*",),  # Q, K, V, their two activation MatMuls, the output projection
     # Q x K^T (NNCF's transformer type leaves the other activation x activation MatMul, the
     # attention probabilities x V, in float itself)
-    "scores": (r".*/attention/self/MatMul(_\d+)?$",),
+    "scores": (r".*/layer\.\d+/attention/self/MatMul(_\d+)?$",),
     "ffn_down": (r".*/layer\.\d+/output/dense/.*",),  # the FFN's second MatMul (its input: GELU's output)
     "ends": (),  # the first and the last transformer layer: their names come from the graph
 }
 _LAYER = re.compile(r"/layer\.(\d+)/")
+_PART = re.compile(r"(?P<part>[a-z_]+)(@(?P<first>\d+)-(?P<last>\d+))?")  # a keep_float entry
 
 
 @dataclass(frozen=True)
 class Int8Recipe:
     """An NNCF static post-training quantisation recipe (int8 weights and activations).
 
-    ``keep_float``: :data:`KEEP_FLOAT` parts left unquantised (run at the engine's float precision);
+    ``keep_float``: :data:`KEEP_FLOAT` parts left unquantised (run at the engine's float precision),
+    each in every layer or, written ``<part>@<first>-<last>``, in those layers only (``ffn_down@9-11``);
     ``smooth_quant``: SmoothQuant's alpha on MatMuls (NNCF's transformer default 0.95; negative: off);
     ``preset``: NNCF's "mixed" (symmetric weights, asymmetric activations; its transformer default)
     or "performance" (symmetric both)."""
@@ -130,7 +132,8 @@ class Int8Recipe:
     preset: str = "mixed"
 
     def __post_init__(self):
-        unknown = sorted(set(self.keep_float) - set(KEEP_FLOAT))
+        unknown = sorted(p for p in self.keep_float if not (m := _PART.fullmatch(p)) or m["part"] not in KEEP_FLOAT
+                         or (m["first"] is not None and (m["part"] == "ends" or int(m["first"]) > int(m["last"]))))
         if unknown:
             raise ValueError(f"unknown keep_float parts {unknown}; known: {sorted(KEEP_FLOAT)}")
         if self.preset not in ("mixed", "performance"):
@@ -144,7 +147,10 @@ class Int8Recipe:
     def ignored_patterns(self, op_names) -> list[str]:
         """The regular expressions of the operations this recipe leaves in float, for a graph whose
         operations are ``op_names``."""
-        patterns = [p for part in self.keep_float for p in KEEP_FLOAT[part]]
+        patterns = []
+        for m in map(_PART.fullmatch, self.keep_float):
+            layers = m["first"] and "|".join(map(str, range(int(m["first"]), int(m["last"]) + 1)))
+            patterns += [p.replace(r"layer\.\d+", f"layer\\.({layers})") if layers else p for p in KEEP_FLOAT[m["part"]]]
         if "ends" in self.keep_float:
             layers = {int(m.group(1)) for n in op_names if (m := _LAYER.search(n))}
             if not layers:
