@@ -92,8 +92,7 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     log_every: int = Field(10, ge=1, description="steps between log records")
     bucket_window: int = Field(50, ge=1, description="length-sort anchors within windows of this many batches")
-    num_workers: Optional[int] = Field(None, ge=0, description="DataLoader workers (none: on CUDA one per core but "
-                                                               "two, at most 8; 0 on CPU)")
+    num_workers: Optional[int] = Field(None, ge=0, description="DataLoader workers (none: 4 on CUDA, 0 on CPU)")
     torch_compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = Field(
         "off", description="torch.compile the backbone (and the distillation teacher) in this mode; "
                            "reduce-overhead adds CUDA graphs. Off: not measured yet (docs/research/speed-gpu.md)")

@@ -457,13 +457,11 @@ def _whole_batch(batch: dict) -> dict:
 
 
 def loader_workers(cfg: TrainConfig, device: torch.device) -> int:
-    """``cfg.num_workers``, else on a GPU one per core but two (the step's and the copies'), at most 8:
-    each assembles whole batches (positives drawn per anchor, ~4 texts an anchor tokenised), a
-    fraction of a second for 512 anchors on one core, so a GPU that takes tens of milliseconds a
-    step needs several; none on a CPU, where the step itself is the bottleneck."""
+    """``cfg.num_workers``, else 4 on a GPU (a worker assembles a batch of 512 anchors in well under a
+    tenth of a CPU second: `train_profile_cpu.json`), none on a CPU, where the step is the bottleneck."""
     if cfg.num_workers is not None:
         return cfg.num_workers
-    return min(8, max(1, (os.cpu_count() or 1) - 2)) if device.type == "cuda" else 0
+    return 4 if device.type == "cuda" else 0
 
 
 def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int):
