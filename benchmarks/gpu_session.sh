@@ -33,7 +33,8 @@ echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sen
 # The training step alone, before the whole run: PROFILE_STEPS steps under torch.profiler (the key
 # averages, a chrome trace, host reads and synchronising calls per step: $OUT/train_profile*), then
 # the recipe's loop timed over RATE_STEPS steps without dev checks (anchors/s, the rate the issue's
-# 10x is of). CONFIG applies to both; PROFILE_S=0 / RATE_S=0 skip them.
+# 10x is of; the recipe's 2 epochs of the sample + ovos set are 180 steps). CONFIG applies to both;
+# PROFILE_S=0 / RATE_S=0 skip them.
 t0=$SECONDS
 [ "${PROFILE_S:-150}" = 0 ] || timeout "${PROFILE_S:-150}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* \
     --char-encoder "$C"/ce/* --warmup 10 --profile "${PROFILE_STEPS:-10}" --config "${CONFIG:-{\}}" \
@@ -41,7 +42,7 @@ t0=$SECONDS
 echo "train profile: rc $? after $((SECONDS - t0)) s"
 t0=$SECONDS
 [ "${RATE_S:-120}" = 0 ] || timeout "${RATE_S:-120}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* \
-    --char-encoder "$C"/ce/* --warmup 20 --steps "${RATE_STEPS:-200}" --naive-steps 0 --config "${CONFIG:-{\}}" \
+    --char-encoder "$C"/ce/* --warmup 20 --steps "${RATE_STEPS:-150}" --naive-steps 0 --config "${CONFIG:-{\}}" \
     --out "$OUT/train_throughput_cuda_rate.json" >"$OUT/train_rate.log" 2>&1
 echo "train rate: rc $? after $((SECONDS - t0)) s"
 t0=$SECONDS

@@ -83,9 +83,10 @@ def pearl_loop(args, examples, device) -> dict:
     ends, warm = [], max(1, args.warmup)
     res, cfg, _ = recipe_run(args, examples, device, warm + args.steps,
                              on_step=lambda step: ends.append(time.perf_counter()))
+    timed = len(ends) - warm  # fewer than --steps when the epochs run out first
     seconds = ends[-1] - ends[warm - 1]
-    anchors = cfg.batch_size * args.steps  # batches are full but for one per window of 50
-    return {"steps_timed": args.steps, "anchors_per_s": anchors / seconds, "log_every": cfg.log_every,
+    anchors = cfg.batch_size * timed  # batches are full but for one per window of 50
+    return {"steps_timed": timed, "anchors_per_s": anchors / seconds, "log_every": cfg.log_every,
             "loss_first": res.history[0]["loss"], "loss_last": res.history[-1]["loss"],
             "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
 
