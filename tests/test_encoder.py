@@ -184,7 +184,7 @@ def test_bucketed_forward_gives_the_eager_vectors(tiny, monkeypatch):
 def test_the_captured_forward_reads_nothing_back_to_the_host(tiny, monkeypatch):
     """A CUDA graph capture forbids host syncs: the bucketed forward, as captured, turns no tensor
     into a Python value (transformers 4.x would, to skip an all-ones mask, without
-    ``_mask_read_skipped``)."""
+    ``mask_read_skipped``)."""
     import pearl_model.inference.encoder as E
 
     monkeypatch.setattr(E.CudaRunner, "forward", "graphs")
@@ -194,7 +194,7 @@ def test_the_captured_forward_reads_nothing_back_to_the_host(tiny, monkeypatch):
     def host_read(*_):
         raise AssertionError("a tensor read on the host")
 
-    with E._mask_read_skipped(), torch.inference_mode():
+    with E.mask_read_skipped(), torch.inference_mode():
         monkeypatch.setattr(torch.Tensor, "__bool__", host_read)
         monkeypatch.setattr(torch.Tensor, "item", host_read)
         runner.run_forward(feats)

@@ -136,7 +136,7 @@ class KeptForward:
             self.pool = self.pool or torch.cuda.graph_pool_handle()  # the shapes share one memory pool
             graph = torch.cuda.CUDAGraph()
             # thread_local: the tokenising thread pins memory meanwhile, which a global capture forbids
-            with _mask_read_skipped(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            with mask_read_skipped(), torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 out = forward(static)
         except RuntimeError as e:
             self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -147,22 +147,33 @@ class KeptForward:
 
 
 @contextlib.contextmanager
-def _mask_read_skipped():
-    """transformers 4.x reads an attention mask on the host to skip it when it is all ones, a sync a
-    CUDA graph capture forbids, unless it believes it is tracing; 5.x counts a capture as tracing."""
+def mask_read_skipped():
+    """Skip the host read by which transformers drops an all-ones attention mask: the mask is then
+    always applied (the same attention; padded tokens are masked either way). A CUDA graph capture
+    forbids the read, and in training it would stall the GPU at every forward. 4.x reads it unless
+    it believes it is tracing; 5.x counts a capture as tracing, and outside one asks
+    ``masking_utils._ignore_bidirectional_mask_sdpa``, told here to keep the mask."""
+    patches = []
     try:
         import transformers.modeling_attn_mask_utils as mask_utils
+        if hasattr(mask_utils, "is_torchdynamo_compiling"):
+            patches.append((mask_utils, "is_torchdynamo_compiling", lambda: True))
     except ImportError:
-        yield
-        return
-    saved = getattr(mask_utils, "is_torchdynamo_compiling", None)
-    if saved is not None:
-        mask_utils.is_torchdynamo_compiling = lambda: True
+        pass
+    try:
+        import transformers.masking_utils as masking
+        if hasattr(masking, "_ignore_bidirectional_mask_sdpa"):
+            patches.append((masking, "_ignore_bidirectional_mask_sdpa", lambda *args, **kwargs: False))
+    except ImportError:
+        pass
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, value in patches:
+        setattr(module, name, value)
     try:
         yield
     finally:
-        if saved is not None:
-            mask_utils.is_torchdynamo_compiling = saved
+        for module, name, value in saved:
+            setattr(module, name, value)
 
 
 class CudaRunner:

@@ -298,12 +298,20 @@ class PearlNetwork(nn.Module):
         self.type_head = nn.Linear(self.dim, n_labels)
         self.batcher = batcher
 
-    def char_vectors(self, char_ids: torch.Tensor, word_mask: torch.Tensor) -> torch.Tensor:
-        """(B, char_dim): per phrase, the mean of its words' unit CharEncoder vectors."""
+    def char_vectors(self, char_ids: torch.Tensor, word_mask: torch.Tensor, dense: bool | None = None) -> torch.Tensor:
+        """(B, char_dim): per phrase, the mean of its words' unit CharEncoder vectors.
+
+        ``dense`` (default: on a GPU) encodes every word slot, padding included, and masks the
+        padding out of the mean: no data-dependent shape, so the GPU never waits for the host to
+        count the words (nor does a CUDA graph). Otherwise only the real words are gathered and
+        encoded, fewer rows for a CPU. The same vectors either way (each word row is encoded alone)."""
         if char_ids.dim() != 3 or word_mask.shape != char_ids.shape[:2]:
             raise ValueError(f"char_ids must be (batch, words, chars) and word_mask (batch, words), "
                              f"got {tuple(char_ids.shape)} and {tuple(word_mask.shape)}")
         mask = word_mask.bool()
+        if char_ids.is_cuda if dense is None else dense:
+            words = F.normalize(self.char_encoder(char_ids.flatten(0, 1)), dim=-1)
+            return mean_pool(words.unflatten(0, mask.shape), mask)
         words = F.normalize(self.char_encoder(char_ids[mask]), dim=-1)  # only the real words
         per_word = words.new_zeros((*mask.shape, words.shape[-1]))
         per_word[mask] = words

@@ -93,11 +93,14 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, ge=1, description="steps between log records")
     bucket_window: int = Field(50, ge=1, description="length-sort anchors within windows of this many batches")
     num_workers: Optional[int] = Field(None, ge=0, description="DataLoader workers (none: 4 on CUDA, 0 on CPU)")
+    torch_compile: Literal["off", "default", "reduce-overhead", "max-autotune"] = Field(
+        "off", description="torch.compile the backbone (and the distillation teacher) in this mode; "
+                           "reduce-overhead adds CUDA graphs. Off: not measured yet (docs/research/speed-gpu.md)")
     max_length: Optional[int] = Field(None, ge=1, description="token cap (none: the backbone's)")
 
     # where the settings are run, not what is trained: not part of the model version
     RUNTIME: ClassVar[frozenset] = frozenset({"device", "cpu_bf16", "num_workers", "log_every", "keep_checkpoints",
-                                              "checkpoint_every"})
+                                              "checkpoint_every", "torch_compile"})
 
     @model_validator(mode="after")
     def _consistent(self):

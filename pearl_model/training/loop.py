@@ -35,6 +35,7 @@ last good checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -51,7 +52,7 @@ import torch
 import torch.nn.functional as F
 
 from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_retrieval
-from pearl_model.inference.encoder import mean_pool
+from pearl_model.inference.encoder import mask_read_skipped, mean_pool
 from pearl_model.inference.model import Batcher, PearlModel
 from pearl_model.inference.model_dirs import open_model
 from pearl_model.pairs.augment import CHAR_OPS, augment, can_change
@@ -232,9 +233,12 @@ def pearl_loss(emb: torch.Tensor, type_logits: torch.Tensor, labels: torch.Tenso
     targets = labels.repeat(typed // b)
     if type_loss_labels == "entities":
         targets = targets.masked_fill(torch.isin(targets, _other_ids(targets.device)), -100)
-    # a batch without an entity phrase has no term (cross entropy over nothing would be NaN)
-    ce = F.cross_entropy(type_logits[:typed].float(), targets, ignore_index=-100) \
-        if bool((targets != -100).any()) else type_logits.sum() * 0.0
+    # the mean over the counted rows, written out: cross entropy's own mean over no row is NaN, and
+    # asking the host whether a row counts would stall a GPU every step. A batch without an entity
+    # phrase has no term (0, and no gradient).
+    counted = targets != -100
+    ce = F.cross_entropy(type_logits[:typed].float(), targets, ignore_index=-100, reduction="sum") \
+        / counted.sum().clamp(min=1)
     with torch.no_grad():
         parts = {"infonce": nce.detach(), "type_ce": ce.detach(),
                  "type_acc": (type_logits[:b].argmax(-1) == labels).float().mean(),
@@ -261,8 +265,16 @@ def attach_sense_head(model, cfg: TrainConfig, device: torch.device) -> None:
         model.sense_head = torch.nn.Linear(model.dim, len(NOUN_SENSES)).to(device)
 
 
+_OTHER_IDS: dict[torch.device, torch.Tensor] = {}
+
+
 def _other_ids(device) -> torch.Tensor:
-    return torch.tensor([i for i, lab in enumerate(LABELS) if lab.endswith(f"-{OTHER}")], device=device)
+    """The *-OTHER label ids on ``device``, copied there once (a copy each step would wait on the GPU)."""
+    device = torch.device(device)
+    if device not in _OTHER_IDS:
+        _OTHER_IDS[device] = torch.tensor([i for i, lab in enumerate(LABELS) if lab.endswith(f"-{OTHER}")],
+                                          device=device)
+    return _OTHER_IDS[device]
 
 
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -409,6 +421,20 @@ def cpu_has_bf16() -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
+# ops that make the host wait for a GPU: a tensor read as a Python value (.item(), float(), bool(),
+# .tolist() end in _local_scalar_dense) and shapes that depend on the data (boolean indexing ends in
+# nonzero). On a CPU they cost nothing, so a CPU profile counts them by name: the same count as on a GPU.
+HOST_READ_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select", "aten::_unique2",
+                 "aten::unique_consecutive", "aten::unique_dim")
+
+
+def device_masks(device: torch.device):
+    """Around the training step's forwards: on a GPU the attention masks stay on the device
+    (:func:`~pearl_model.inference.encoder.mask_read_skipped`, the same attention); on a CPU the
+    forwards run as they are (a host read costs nothing there)."""
+    return mask_read_skipped() if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _to(features: dict, device: torch.device) -> dict:
     keys = ("input_ids", "attention_mask", "char_ids", "word_mask")
     return {k: features[k].to(device, non_blocking=True) for k in keys}
@@ -430,8 +456,16 @@ def _whole_batch(batch: dict) -> dict:
     return batch
 
 
+def loader_workers(cfg: TrainConfig, device: torch.device) -> int:
+    """``cfg.num_workers``, else 4 on a GPU (a worker assembles a batch of 512 anchors in well under a
+    tenth of a CPU second: `train_profile_cpu.json`), none on a CPU, where the step is the bottleneck."""
+    if cfg.num_workers is not None:
+        return cfg.num_workers
+    return 4 if device.type == "cuda" else 0
+
+
 def _loader(ds: StepBatches, cfg: TrainConfig, device: torch.device, start: int):
-    workers = cfg.num_workers if cfg.num_workers is not None else (4 if device.type == "cuda" else 0)
+    workers = loader_workers(cfg, device)
     if workers:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers tokenise on their own
     # The sampler starts at the resume point; a private generator keeps the loader from
@@ -447,7 +481,8 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
           retrieval: AliasRetrieval | None = None, checkpoint_dir: str | Path | None = None, resume: bool = True,
           on_log: Callable[[dict], None] | None = None,
           reference: dict[str, torch.Tensor] | None = None,
-          select: Callable[[torch.nn.Module], dict] | None = None) -> TrainResult:
+          select: Callable[[torch.nn.Module], dict] | None = None,
+          on_step: Callable[[int], None] | None = None) -> TrainResult:
     """Train ``model`` (a :class:`~pearl_model.inference.model.PearlModel` with a batcher) in place.
 
     ``reference``: the backbone's original weights (:func:`backbone_state` before training),
@@ -460,7 +495,9 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     it returns scores with ``select_worst`` and ``select_mean`` (:func:`pearl_model.training.selection.dev_selector`),
     and the model ends holding the weights of the step ranked best by ``cfg.select_rule``
     (:func:`pearl_model.training.selection.rank`). The
-    chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``)."""
+    chosen weights survive an interruption (``selected.safetensors`` in ``checkpoint_dir``).
+
+    ``on_step``: called with the step's number after each optimiser step (a profiler's step marker)."""
     if model.batcher is None:
         raise ValueError("the model needs a batcher (tokenizer + char vocabulary) to train")
     if len(examples) < 2:
@@ -479,6 +516,10 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     model.to(device).train()
     teacher = frozen_teacher(model, reference).to(device) if cfg.distill_weight > 0 else None
     freeze(model.backbone, cfg.freeze_embeddings, cfg.freeze_layers)
+    if cfg.torch_compile != "off":  # in place: the weights keep their names (checkpoints, export)
+        for module in (model.backbone, teacher):
+            if module is not None:
+                module.compile(mode=cfg.torch_compile, dynamic=True)
     if cfg.sense_loss_weight > 0:
         attach_sense_head(model, cfg, device)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
@@ -554,13 +595,14 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg)
             labels = batch["labels"].to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16), device_masks(device):
                 emb, logits, anchors = forward_groups(model, batch, device)
             loss, parts = pearl_loss(emb, logits, labels, cfg.temperature, cfg.type_loss_weight, cfg.type_loss_on,
                                      cfg.type_loss_labels)
             if teacher is not None:
                 b = labels.shape[0]
-                with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16), \
+                        device_masks(device):
                     t = mean_pool(teacher(input_ids=anchors["input_ids"],
                                           attention_mask=anchors["attention_mask"]).last_hidden_state,
                                   anchors["attention_mask"])
@@ -572,12 +614,16 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
                 ce, sense_parts = sense_loss(model.sense_head, model.head_input(emb[:b]), batch["senses"].to(device))
                 loss = loss + cfg.sense_loss_weight * ce
                 parts |= sense_parts
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            # the step's one read on the host, after the backward is queued: the GPU has it to run
+            # meanwhile (read before the backward, the GPU would wait for the host to queue it)
             if not torch.isfinite(loss):
                 raise NonFiniteLoss(f"loss is {loss.item()} at step {step} (epoch {epoch}); the run stopped "
                                     f"before updating the weights. Last good checkpoint: {last_good or 'none'}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
             opt.step()
+            if on_step:
+                on_step(step + 1)
             step += 1
             n = labels.shape[0]
             trained_anchors += n
@@ -586,8 +632,10 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
             window_loss.append(parts | {"loss": loss.detach()})
             if step % cfg.log_every == 0 or step == total:
                 # a batch without a sensed anchor has no sense terms: each key over the steps that have it
-                keys = dict.fromkeys(k for w in window_loss for k in w)
-                means = {k: float(torch.stack([w[k] for w in window_loss if k in w]).mean()) for k in keys}
+                keys = list(dict.fromkeys(k for w in window_loss for k in w))
+                # one copy to the host for the whole window (a read per value would wait on the GPU each time)
+                means = dict(zip(keys, torch.stack([torch.stack([w[k] for w in window_loss if k in w]).mean()
+                                                    for k in keys]).tolist()))
                 now = time.perf_counter()
                 rec = {"step": step, "epoch": epoch, "lr": lr_at(step - 1, cfg), **means,
                        "anchors": window_anchors, "anchors_per_s": window_anchors / max(now - window_t, 1e-9),
