@@ -248,7 +248,7 @@ FP32 = {"cpu_bf16": False}
 CPU_ARMS = {
     "fp32": ("fp32 (the CPU default before cpu_bf16), length-sorted windows of 50 batches, torch's threads",
              FP32, None, None),
-    "bf16": ("bf16 autocast (cpu_bf16, now the CPU default)", {"cpu_bf16": True}, None, None),
+    "bf16": ("bf16 autocast (cpu_bf16: a setting, off by default)", {"cpu_bf16": True}, None, None),
     "no_buckets": ("fp32, no length sorting (bucket_window 1: each batch a random draw)",
                    FP32 | {"bucket_window": 1}, None, None),
     "epoch_buckets": ("fp32, one length sort over the whole epoch (bucket_window 10000)",
