@@ -45,8 +45,9 @@ KEY_BYTES = 32
 ITEM_COUNTS = ("keyed", "unchanged", "moved", "edited", "new")
 STORE_COUNTS = ("store_entries", "still_read", "moved_away", "removed")
 PART_COUNTS = ("reused", "computed", "refused")  # what the tasks did: reused + computed = keyed
-# seconds the tasks spent computing the computed items, summed over parts (and workers): with `computed`,
-# the stage's measured cost per item, which prices what the reused items saved (tasks/reuse_report.py)
+# CPU seconds the tasks spent computing the computed items (a worker process runs one task at a time),
+# summed over parts: with `computed`, the stage's measured cost per item, which prices what the reused
+# items saved (tasks/reuse_report.py)
 PART_TIMES = ("compute_s",)
 
 
@@ -249,7 +250,7 @@ def counts_table(stats: dict) -> list[dict]:
                "still_read": "their id read again", "moved_away": "their content read under another id",
                "removed": "neither: dropped", "reused": "outputs read from the store",
                "computed": "outputs computed", "refused": "entries refused by the door (computed)",
-               "compute_s": "seconds computing them (the tasks' sum)"}
+               "compute_s": "CPU seconds computing them (the tasks' sum)"}
     rows = [{"count": k, "value": stats.get(k, 0), "meaning": m} for k, m in meaning.items()]
     return rows + [{"count": "previous", "value": stats.get("previous") or "none",
                     "meaning": stats.get("previous_refused") or "the store reused from"}]

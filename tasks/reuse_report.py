@@ -2,12 +2,12 @@
 
 Read back from the reuse stores the build wrote (storage/reuse.py), whose manifests hold the
 counts: the pages new, edited, unchanged, moved and removed against the previous build, and per
-per-item stage the items reused and computed and the seconds its tasks spent computing. The time
-saved is an estimate: the stage's measured cost per computed item in this run (its tasks'
-compute seconds / items computed) times the items it reused. Where a stage computed nothing,
+per-item stage the items reused and computed and the CPU seconds its tasks spent computing. The
+time saved is an estimate: the stage's measured cost per computed item in this run (its tasks'
+compute CPU seconds / items computed) times the items it reused. Where a stage computed nothing,
 the previous build's cost per item stands in (its store's manifest), and the report says so.
-The seconds are the tasks' own, summed over workers: on n busy workers the wall time saved is
-about 1/n of them.
+The seconds are CPU seconds of one-thread worker processes, summed over workers: on n busy
+workers the wall time saved is about 1/n of them.
 """
 from __future__ import annotations
 
@@ -57,17 +57,17 @@ def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
                                   "nothing was recomputed."])
     if pages is not None:
         lines += ["| pages | count |", "|---|---|", *(f"| {k} | {pages[k]} |" for k in PAGE_CHANGES), ""]
-    lines += ["| stage | items | reused | computed | refused | compute s | s per item | saved s (estimate) | "
+    lines += ["| stage | items | reused | computed | refused | compute CPU s | s per item | saved s (estimate) | "
               "cost per item from |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         per_item = "-" if r["s_per_item"] is None else f"{r['s_per_item']:.4f}"
         saved = "-" if r["saved_s"] is None else f"{r['saved_s']:.1f}"
         lines.append(f"| {r['stage']} | {r['items']} | {r['reused']} | {r['computed']} | {r['refused']} | "
-                     f"{r['compute_s']:.1f} | {per_item} | {saved} | {r['cost_from']} |")
+                     f"{r['compute_s']:.2f} | {per_item} | {saved} | {r['cost_from']} |")
     total = sum(r["saved_s"] or 0 for r in rows)
     lines += ["", f"Estimated time saved: **{total:.1f} s** of task time: per stage, its measured compute "
-              "seconds per computed item times the items it reused (summed over workers; on n busy workers "
-              "about 1/n of it in wall time)."]
+              "CPU seconds per computed item times the items it reused (summed over the workers, one task at a "
+              "time each: on n busy workers about 1/n of it in wall time)."]
     for r in rows:
         if r["previous_refused"]:
             lines.append(f"\n{r['store']}: the previous store was not reused: {r['previous_refused']}")

@@ -242,7 +242,7 @@ def extract_page_rows(
     ``duplicates`` maps the seq of a record whose page_id was seen before to the seq of the
     first record with that id (see `find_duplicate_pages`); those records are quarantined.
     ``extracts``: record position -> its `extract_page` where known (reused); the others are
-    computed and added to it, and the seconds that took are ``stats["compute_s"]``.
+    computed and added to it, and the CPU seconds that took are ``stats["compute_s"]``.
     """
     duplicates = duplicates or {}
     extracts = {} if extracts is None else extracts
@@ -256,9 +256,9 @@ def extract_page_rows(
             quarantine.append(_quarantined(r, *refused))
             continue
         if i not in extracts:
-            start = time.perf_counter()
+            start = time.process_time()
             extracts[i] = extract_page(r, min_sentence_words, max_sentence_chars)
-            compute_s += time.perf_counter() - start
+            compute_s += time.process_time() - start
         e = extracts[i]
         if e["filtered"]:
             stats["sentences_filtered"] += e["filtered"]
