@@ -22,9 +22,10 @@ counts and the estimated time saved come from the stores the incremental build w
 
 `project`: the full English dump on `--cores` cores. The full build's hours per stage are
 stage_rates.py's projection (`project_stages`, of `--stage-rates`, the current defaults' run,
-with the paper's 3.8M phrases); an incremental build's hours per stage are those times the CPU
-seconds ratio incremental / from scratch measured here at each share (a stage under `--min-s`
-CPU seconds from scratch is taken as recomputed in full: its ratio is timer noise). The share
+with the paper's 3.8M phrases); an incremental build's hours are, for each stage that reused
+(wrote a reuse store), those times the CPU seconds ratio incremental / from scratch measured here
+at each share, and for every other stage the full hours: it recomputes in full (a reusing stage
+under `--min-s` CPU seconds from scratch too: its ratio is timer noise). The share
 of pages that changes between two consecutive English dumps is not measured here, so the
 projection is given for each measured share.
 """
@@ -241,19 +242,22 @@ def run(
 
 
 # --- the projection -------------------------------------------------------------------------
-def projection(results: dict, rates: Path, cores: int = 64, phrases: float = PAPER_PHRASES, min_s: float = 2.0) -> dict:
+def projection(results: dict, rates: Path, cores: int = 64, phrases: float = PAPER_PHRASES, min_s: float = 1.0) -> dict:
     """Hours for full enwiki on `cores` cores: from scratch (stage_rates.project_stages), and per
-    measured share incrementally (each stage's hours times its measured CPU ratio)."""
+    measured share incrementally: a stage that reused (it wrote a reuse store) at its hours times
+    its measured CPU ratio; every other stage recomputes in full (its ratio's departure from 1 is
+    noise), as does a reusing stage under `min_s` CPU seconds from scratch."""
     proj = stage_rates.project_stages(json.loads(rates.read_text()), cores, phrases=phrases)
     key = proj["headline"]
     full = {s["stage"]: s[key] for s in proj["stages"]}
     out = []
     for one in results["shares"]:
         measured = {s["stage"]: s for s in one["stages"]}
+        reusing = {r["stage"] for r in one["reuse"]["stages"]}
         stages = []
         for stage, hours in full.items():
             m = measured.get(stage)
-            clean = m is not None and m["cpu_ratio"] is not None and m["full_cpu_s"] >= min_s
+            clean = stage in reusing and m is not None and m["cpu_ratio"] is not None and m["full_cpu_s"] >= min_s
             ratio = m["cpu_ratio"] if clean else 1.0
             stages.append({"stage": stage, "hours_full": hours, "cpu_ratio": ratio, "measured": clean,
                            "hours_incremental": hours * ratio})
@@ -276,7 +280,7 @@ def projection_markdown(proj: dict) -> str:
 
 @app.command()
 def project(results: Path = typer.Argument(...), rates: Path = typer.Option(STAGE_RATES), cores: int = typer.Option(64),
-            phrases: float = typer.Option(PAPER_PHRASES), min_s: float = typer.Option(2.0),
+            phrases: float = typer.Option(PAPER_PHRASES), min_s: float = typer.Option(1.0),
             save: bool = typer.Option(True, help="write the projection into the results file")) -> None:
     """Project a `run`'s measurement to full enwiki (also done at the end of `run`)."""
     data = json.loads(results.read_text())

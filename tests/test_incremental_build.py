@@ -69,11 +69,13 @@ def test_the_projection_scales_each_stage_by_its_measured_ratio():
     measured = {"shares": [{"share": 0.05, "stages": [
         {"stage": "phrase_occurrences", "full_cpu_s": 100.0, "cpu_ratio": 0.1},
         {"stage": "pages", "full_cpu_s": 1.0, "cpu_ratio": 0.2},  # under min_s: taken as 1
-    ]}]}
+        {"stage": "word_vectors", "full_cpu_s": 50.0, "cpu_ratio": 0.8},  # no reuse: noise, taken as 1
+    ], "reuse": {"stages": [{"stage": "pages"}, {"stage": "phrase_occurrences"}]}}]}
     proj = ib.projection(measured, rates, 64, min_s=2.0)
     full = {s["stage"]: s for s in proj["by_share"][0]["stages"]}
     assert full["phrase_occurrences"]["hours_incremental"] == pytest.approx(0.1 * full["phrase_occurrences"]["hours_full"])
-    assert full["pages"]["cpu_ratio"] == 1.0 and not full["pages"]["measured"]
+    for stage in ("pages", "word_vectors"):
+        assert full[stage]["cpu_ratio"] == 1.0 and not full[stage]["measured"]
     assert proj["by_share"][0]["hours_full"] == pytest.approx(proj["hours_full"]) == pytest.approx(
         sum(s["hours_full"] for s in full.values()))
     saved = full["phrase_occurrences"]["hours_full"] * 0.9
