@@ -56,7 +56,8 @@ def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
         return "\n".join(lines + ["Every per-item stage's datasets were already committed for this input: "
                                   "nothing was recomputed."])
     if pages is not None:
-        lines += ["| pages | count |", "|---|---|", *(f"| {k} | {pages[k]} |" for k in PAGE_CHANGES), ""]
+        lines += ["| pages since the previous build | count |", "|---|---|",
+                  *(f"| {k} | {pages[k]} |" for k in PAGE_CHANGES), ""]
     lines += ["| stage | items | reused | computed | refused | compute CPU s | s per item | saved s (estimate) | "
               "cost per item from |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
