@@ -3,11 +3,13 @@
 Read back from the reuse stores the build wrote (storage/reuse.py), whose manifests hold the
 counts: the pages new, edited, unchanged, moved and removed against the previous build, and per
 per-item stage the items reused and computed and the CPU seconds its tasks spent computing. The
-time saved is an estimate: the stage's measured cost per computed item in this run (its tasks'
-compute CPU seconds / items computed) times the items it reused. Where a stage computed nothing,
-the previous build's cost per item stands in (its store's manifest), and the report says so.
-The seconds are CPU seconds of one-thread worker processes, summed over workers: on n busy
-workers the wall time saved is about 1/n of them.
+time saved is an estimate: the stage's measured cost per computed item (its tasks' compute CPU
+seconds / items computed) times the items it reused. The cost per item is taken from this run or
+the previous build (its store's manifest), whichever computed more items: a few items carry a
+task's fixed costs (a batch's set-up: one sentence mined cost as much as a hundred, measured), so
+the larger count is the better estimate; the report says which it used. The seconds are CPU
+seconds of one-thread worker processes, summed over workers: on n busy workers the wall time
+saved is about 1/n of them.
 """
 from __future__ import annotations
 
@@ -21,8 +23,16 @@ def store_stats(root: str, name: str, version: str) -> dict:
     return Dataset(root, name, version, REUSE_ENTRIES).manifest()["stats"]
 
 
-def _cost_per_item(stats: dict) -> float | None:
-    return stats["compute_s"] / stats["computed"] if stats.get("computed") and stats.get("compute_s") else None
+def cost_per_item(stats: dict, previous: dict | None, previous_version: str | None) -> tuple[float | None, str]:
+    """(CPU seconds per computed item, where it was measured): this run's or the previous build's,
+    whichever computed more items (and measured them: a store of older code has no compute_s)."""
+    measured = [(s["computed"], s["compute_s"] / s["computed"], label) for s, label in (
+        (stats, "this run"), (previous or {}, f"the previous build ({previous_version})"))
+        if s.get("computed") and s.get("compute_s")]
+    if not measured:
+        return None, "not measured"
+    n, per_item, label = max(measured, key=lambda m: m[0])
+    return per_item, f"{label}, {n} items computed"
 
 
 def stage_rows(root: str, stores: dict[str, list[str]]) -> list[dict]:
@@ -30,14 +40,12 @@ def stage_rows(root: str, stores: dict[str, list[str]]) -> list[dict]:
     rows = []
     for stage, (name, version) in stores.items():
         stats = store_stats(root, name, version)
-        per_item, basis = _cost_per_item(stats), "this run"
-        if per_item is None and stats.get("previous"):
-            per_item = _cost_per_item(store_stats(root, name, stats["previous"]))
-            basis = f"the previous build ({stats['previous']})"
+        previous = store_stats(root, name, stats["previous"]) if stats.get("previous") else None
+        per_item, basis = cost_per_item(stats, previous, stats.get("previous"))
         rows.append({"stage": stage, "store": name, "items": stats["keyed"], "reused": stats["reused"],
                      "computed": stats["computed"], "refused": stats["refused"], "compute_s": stats.get("compute_s", 0),
                      "s_per_item": per_item, "saved_s": None if per_item is None else stats["reused"] * per_item,
-                     "cost_from": basis if per_item is not None else "not measured",
+                     "cost_from": basis,
                      "previous": stats.get("previous"), "previous_refused": stats.get("previous_refused")})
     return rows
 
@@ -67,8 +75,9 @@ def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
                      f"{r['compute_s']:.2f} | {per_item} | {saved} | {r['cost_from']} |")
     total = sum(r["saved_s"] or 0 for r in rows)
     lines += ["", f"Estimated time saved: **{total:.1f} s** of task time: per stage, its measured compute "
-              "CPU seconds per computed item times the items it reused (summed over the workers, one task at a "
-              "time each: on n busy workers about 1/n of it in wall time)."]
+              "CPU seconds per computed item (this run's or the previous build's, whichever computed more items: "
+              "a few carry a task's fixed costs) times the items it reused; summed over the workers, one task at a "
+              "time each: on n busy workers about 1/n of it in wall time."]
     for r in rows:
         if r["previous_refused"]:
             lines.append(f"\n{r['store']}: the previous store was not reused: {r['previous_refused']}")
