@@ -140,8 +140,9 @@ def newer_dump(tmp_path_factory) -> str:
     ib = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ib)
     pages, _, headers = ib.read_pages(["sample"], MAX_PAGES, 0)
-    articles = [i for i, p in enumerate(pages) if b"<redirect" not in p["data"]]
-    edited, removed = set(articles[:EDITED]), set(articles[-REMOVED:])
+    articles = [i for i, p in enumerate(pages) if b"<redirect" not in p["data"]]  # a few: most are redirects
+    edited = set(articles[:EDITED])
+    removed = set([i for i in range(len(pages)) if i not in edited][-REMOVED:])
     rng = random.Random(0)
     newer = [ib.edit_page(p, "The town council met again in the spring of that year.", rng) if i in edited else p
              for i, p in enumerate(pages) if i not in removed]
