@@ -7,7 +7,8 @@ time saved is an estimate: the stage's measured cost per computed item (its task
 seconds / items computed) times the items it reused. The cost per item is taken from this run or
 the previous build (its store's manifest), whichever computed more items: a few items carry a
 task's fixed costs (a batch's set-up: one sentence mined cost as much as a hundred, measured), so
-the larger count is the better estimate; the report says which it used. The seconds are CPU
+the larger count is the better estimate; the report says which it used. It is the compute
+avoided, not net of reading the reused entries from the store. The seconds are CPU
 seconds of one-thread worker processes, summed over workers: on n busy workers the wall time
 saved is about 1/n of them.
 """
@@ -76,7 +77,8 @@ def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
     total = sum(r["saved_s"] or 0 for r in rows)
     lines += ["", f"Estimated time saved: **{total:.1f} s** of task time: per stage, its measured compute "
               "CPU seconds per computed item (this run's or the previous build's, whichever computed more items: "
-              "a few carry a task's fixed costs) times the items it reused; summed over the workers, one task at a "
+              "a few carry a task's fixed costs) times the items it reused: the compute avoided, not net of reading the "
+              "store; summed over the workers, one task at a "
               "time each: on n busy workers about 1/n of it in wall time."]
     for r in rows:
         if r["previous_refused"]:
