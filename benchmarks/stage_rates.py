@@ -517,7 +517,7 @@ def run_once(inputs: list[str], workers: int, root: str, overrides: dict, interv
         st["units"] = counts[STAGE_UNITS[st["stage"]][1]]
         st["units_per_s_per_core"] = round(st["units"] / st["core_s"], 2) if st["units"] and st["core_s"] else None
     return {"counts": counts, "stages": steps.stages, "wall_s": round(wall, 2), "imports_s": round(imports, 2),
-            "params": recorded_params(args)}
+            "params": recorded_params(args), "versions": result["versions"], "reuse_stores": result["reuse_stores"]}
 
 
 # --- tables ---------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
-dataset's version and rows, a link to the subflow run and its stage reports). Their wiring is
+dataset's version and rows, a link to the subflow run and its stage reports) and the `corpus-reuse`
+artifact (what the per-item stages reused from the previous build, and the time it saved). Their wiring is
 `corpus_wiring`, a plain function of how the tasks run (`runs.steps.Steps`), so that
 benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
 inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
@@ -35,6 +36,7 @@ from tasks.phrase_types import phrase_types_stage
 from tasks.phrases import phrases_stage
 from tasks.raw_pages import raw_pages_stage
 from tasks.raw_pages.sequential import check_input_complete_task
+from tasks.reuse_report import reuse_report_task
 from tasks.training_set import training_set_stage
 from tasks.word_vectors import word_vectors_task
 
@@ -78,8 +80,11 @@ def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str
 
     training, published, heldout = training_set_stage(found, cached, negs.negatives, aliases, training_set.params(),
                                                       buckets, steps=steps)
+    # the reuse stores this build wrote (a stage whose datasets were committed already wrote none)
+    stores = {stage: [out.reuse.entries.name, out.reuse.entries.version]
+              for stage, out in (("pages", text), ("phrase_occurrences", mined)) if out.reuse is not None}
     return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
-            "training_set": {"rows": published["rows"], **published["stats"]},
+            "training_set": {"rows": published["rows"], **published["stats"]}, "reuse_stores": stores,
             "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
                          "augmentations": cached.version, **negative_report["versions"],
                          "heldout_aliases": heldout.version, "training_set": training.version}}
@@ -143,6 +148,7 @@ def build_corpus(
                  negative_backbone, backbone_cache_dir, return_state=True)
     built = stages.result()  # raises what failed
     corpus_summary_task(built, stages.state_details.flow_run_id, storage_root)  # the artifact on this run, the one users open
+    reuse_report_task(built["reuse_stores"], storage_root)  # what came from the previous build, and the time it saved
     return built
 
 

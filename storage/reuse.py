@@ -45,6 +45,10 @@ KEY_BYTES = 32
 ITEM_COUNTS = ("keyed", "unchanged", "moved", "edited", "new")
 STORE_COUNTS = ("store_entries", "still_read", "moved_away", "removed")
 PART_COUNTS = ("reused", "computed", "refused")  # what the tasks did: reused + computed = keyed
+# CPU seconds the tasks spent computing the computed items (a worker process runs one task at a time),
+# summed over parts: with `computed`, the stage's measured cost per item, which prices what the reused
+# items saved (tasks/reuse_report.py)
+PART_TIMES = ("compute_s",)
 
 
 def content_key(*fields) -> bytes:
@@ -243,7 +247,7 @@ def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes], decode:
 
 def write_entries(store: ReuseStore, index: int, keys: list[bytes], items: list[int], values: list[bytes],
                   counts: dict) -> None:
-    """Part ``index`` of the store this build writes; ``counts`` (PART_COUNTS) in its footer. A
+    """Part ``index`` of the store this build writes; ``counts`` (PART_COUNTS, PART_TIMES) in its footer. A
     committed store is not written again (a stage part redone after the store's commit: same entries)."""
     if store.entries.is_complete():
         return
@@ -274,11 +278,12 @@ def reuse_part(store: ReuseStore | None, index: int, refs: np.ndarray | None, ke
 
 def commit_store(store: ReuseStore, inputs: dict[str, str], counts: dict) -> dict:
     """The store's manifest: its identity as parameters; as stats `match`'s counts (and the stage's
-    own, ``counts``), the parts' PART_COUNTS summed, and the previous store's version (or why none)."""
+    own, ``counts``), the parts' PART_COUNTS and PART_TIMES summed, and the previous store's version (or why none)."""
     if store.entries.is_complete():
         return store.entries.reuse()
     totals = Counter(counts) + store.entries.metadata_totals()
     stats = {**{k: totals[k] for k in (*ITEM_COUNTS, *STORE_COUNTS, *PART_COUNTS, *counts)},
+             **{k: round(totals[k], 3) for k in PART_TIMES},
              "previous": store.previous.version if store.previous is not None else None,
              "previous_refused": store.refused}
     return store.entries.commit(code_version=FORMAT, params=json.loads(store.identity), inputs=inputs, stats=stats)
@@ -291,7 +296,8 @@ def counts_table(stats: dict) -> list[dict]:
                "new": "new content, new id", "store_entries": "entries of the previous store (= the next three)",
                "still_read": "their id read again", "moved_away": "their content read under another id",
                "removed": "neither: dropped", "reused": "outputs read from the store",
-               "computed": "outputs computed", "refused": "entries refused by the door (computed)"}
+               "computed": "outputs computed", "refused": "entries refused by the door (computed)",
+               "compute_s": "CPU seconds computing them (the tasks' sum)"}
     rows = [{"count": k, "value": stats.get(k, 0), "meaning": m} for k, m in meaning.items()]
     return rows + [{"count": "previous", "value": stats.get("previous") or "none",
                     "meaning": stats.get("previous_refused") or "the store reused from"}]

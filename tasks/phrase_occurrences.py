@@ -14,6 +14,7 @@ chunk's rows are combined from its sentences' results by the same `combine` eith
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
@@ -131,16 +132,22 @@ def decode_mined(value: bytes) -> MinedSentence:
 
 
 def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Counter | None = None,
-               kept: dict[int, MinedSentence] | None = None) -> tuple[pa.Table, dict, list[MinedSentence]]:
-    """One chunk's sentences mined: their combined occurrences, counts, and each sentence's result.
-    ``kept``: position -> the sentence's result where known (reused); the others are mined."""
+               kept: dict[int, MinedSentence] | None = None
+               ) -> tuple[pa.Table, dict, list[MinedSentence], float]:
+    """One chunk's sentences mined: their combined occurrences, counts, each sentence's result, and
+    the CPU seconds the mining took. ``kept``: position -> the sentence's result where known (reused);
+    the others are mined."""
     kept = kept or {}
     todo = [i for i in range(len(texts)) if i not in kept]
+    compute_s = 0.0
     if todo:
-        parser, ner = backends(params)
-        kept = {**kept, **dict(zip(todo, mine_sentences(
-            [texts[i] for i in todo], parser, ner, max_sentence_chars=params["max_sentence_chars"],
-            min_words=params["min_words"], max_words=params["max_words"], language=params["language"])))}
+        parser, ner = backends(params)  # loaded once per process: not the sentences' cost
+        start = time.process_time()
+        mined = mine_sentences([texts[i] for i in todo], parser, ner, max_sentence_chars=params["max_sentence_chars"],
+                               min_words=params["min_words"], max_words=params["max_words"],
+                               language=params["language"])
+        compute_s = time.process_time() - start
+        kept = {**kept, **dict(zip(todo, mined))}
     each = [kept[i] for i in range(len(texts))]
     occurrences, stats = combine(each, word_counts)
     check_stats(stats)
@@ -155,7 +162,7 @@ def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Coun
     rows = [{"bucket": phrase_bucket(key, params["phrase_buckets"]), "phrase_key": key, "phrase": phrase,
              "lexical_type": lex, "entity_type": ent, "count": n, "sentence_ids": sorted(sids)[:k]}
             for (key, phrase, lex, ent), (n, sids) in combined.items()]
-    return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats), each
+    return pa.Table.from_pylist(rows, schema=PHRASE_OCCURRENCES), dict(stats), each, compute_s
 
 
 def word_count_rows(counts: Counter, buckets: int) -> pa.Table:
@@ -175,13 +182,13 @@ def write_chunk(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs, params
         else ({}, 0)
     reused = len(kept)
     words = Counter() if out.word_counts is not None else None
-    table, stats, each = mine_chunk(ids, texts, params, words, kept)
+    table, stats, each, compute_s = mine_chunk(ids, texts, params, words, kept)
     out.occurrences.write_part(chunk.index, table)
     if out.word_counts is not None:
         out.word_counts.write_part(chunk.index, word_count_rows(words, params["phrase_buckets"]))
     if out.reuse is not None:
         write_entries(out.reuse, chunk.index, keys, ids, [encode_mined(m) for m in each],
-                      {"reused": reused, "computed": len(keys) - reused, "refused": refused})
+                      {"reused": reused, "computed": len(keys) - reused, "refused": refused, "compute_s": compute_s})
     # Stats last: their part marks the chunk done.
     out.stats.write_part(chunk.index, pa.Table.from_pylist(
         [{"chunk": chunk.index, "counter": k, "value": v} for k, v in sorted(stats.items())],

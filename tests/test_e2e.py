@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.dataset_contents import dataset_contents
+from storage.contents import dataset_contents
 from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, RUN_TIMEOUT, run_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -1,7 +1,8 @@
 """`retrain/weekly` end to end through the real server: the GPU pool's worker trains, the gate
-decides, the registry's pointer moves only on promotion, a scheduled run fires and a second run
-waits for it (concurrency limit), a failing run leaves the current model, and the Prefect UI
-shows it all in a real browser.
+decides, the registry's pointer moves only on promotion, a scheduled run fires on a newer dump and
+reuses the older corpus's page and sentence work (and says so, as the corpus-reuse artifact) while
+a second run waits for it (concurrency limit), a failing run leaves the current model, and the
+Prefect UI shows it all in a real browser.
 
 Shares the session stack and corpus of test_e2e.py (tests/e2e_fixtures.py): the retrain runs
 build the same 60-page corpus, so build-corpus reuses every dataset.
@@ -9,7 +10,9 @@ build the same 60-page corpus, so build-corpus reuses every dataset.
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
+import random
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800),
 
 RETRAIN = "retrain/weekly"
 RETRAIN_TIMEOUT = 540
+EDITED, REMOVED = 3, 2  # of the e2e corpus's pages, in the newer dump
 
 
 def params(max_steps: int, **training) -> dict:
@@ -113,16 +117,48 @@ def wait_until(what: str, check, stack, timeout: float, every: float = 3.0):
         time.sleep(every)
 
 
+def tree_artifacts(stack, run_id) -> dict:
+    """The newest artifact of each key made in a run or any of its subflow runs."""
+    ids = [run_id, *(c.id for c in descendants(stack, run_id))]
+
+    async def read(client):
+        from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+        from prefect.client.schemas.sorting import ArtifactSort
+
+        return await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=ids)),
+                                           sort=ArtifactSort.CREATED_DESC)
+
+    return by_key(stack.api(read))
+
+
 @pytest.fixture(scope="module")
-def scheduled(stack, promoted):
-    """A schedule that fires in a few seconds (with small parameters) and, while that run is
-    running, a second run of the same deployment: it must wait for the first."""
+def newer_dump(tmp_path_factory) -> str:
+    """Next month's sample: the e2e corpus's pages, EDITED articles each with a sentence inserted and
+    REMOVED pages gone (benchmarks/incremental_build.py's edit)."""
+    spec = importlib.util.spec_from_file_location(
+        "incremental_build", Path(__file__).resolve().parents[1] / "benchmarks" / "incremental_build.py")
+    ib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ib)
+    pages, _, headers = ib.read_pages(["sample"], MAX_PAGES, 0)
+    articles = [i for i, p in enumerate(pages) if b"<redirect" not in p["data"]]  # a few: most are redirects
+    edited = set(articles[:EDITED])
+    removed = set([i for i in range(len(pages)) if i not in edited][-REMOVED:])
+    rng = random.Random(0)
+    newer = [ib.edit_page(p, "The town council met again in the spring of that year.", rng) if i in edited else p
+             for i, p in enumerate(pages) if i not in removed]
+    return ib.write_dump(newer, headers, tmp_path_factory.mktemp("newer-dump"))[0]
+
+
+@pytest.fixture(scope="module")
+def scheduled(stack, promoted, newer_dump):
+    """A schedule that fires in a few seconds (with small parameters, on a newer dump) and, while
+    that run is running, a second run of the same deployment: it must wait for the first."""
     from prefect.client.schemas.actions import DeploymentScheduleCreate
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId, FlowRunFilter
     from prefect.client.schemas.schedules import IntervalSchedule
 
     root = promoted["root"]
-    small = {**params(3), "storage_root": str(root)}
+    small = {**params(3), "storage_root": str(root), "source": newer_dump}
 
     async def add_schedule(client):
         dep = await client.read_deployment_by_name(RETRAIN)
@@ -188,6 +224,33 @@ def test_scheduled_run_is_gated_and_a_second_run_waits(stack, scheduled):
     assert second_result["model"] == first_result["model"]
     assert second_result["outcome"] in ("unchanged", "kept")
     assert reg.current_version() == expect
+
+
+def reuse_row(markdown: str, first_cell: str) -> list[str]:
+    rows = [line.strip("|").split("|") for line in markdown.splitlines() if line.startswith(f"| {first_cell} |")]
+    assert len(rows) == 1, markdown
+    return [c.strip() for c in rows[0]]
+
+
+def test_the_weekly_run_on_a_newer_dump_reuses_the_older_corpus_and_says_what_it_saved(stack, scheduled):
+    """The scheduled run read a newer dump: the older corpus's page extracts and sentence mining
+    (the e2e build's stores) served every page and sentence that did not change."""
+    report = tree_artifacts(stack, scheduled["fired"].id)["corpus-reuse"].data
+    unchanged = MAX_PAGES - EDITED - REMOVED
+    for what, count in (("unchanged", unchanged), ("edited", EDITED), ("removed", REMOVED), ("new", 0),
+                        ("moved", 0)):
+        assert reuse_row(report, what)[1] == str(count), report
+    _, items, reused, computed, refused, _, per_item, saved, cost_from = reuse_row(report, "pages")
+    assert (int(items), int(reused), int(computed), int(refused)) == (unchanged + EDITED, unchanged, EDITED, 0)
+    assert float(per_item) > 0 and float(saved) == pytest.approx(unchanged * float(per_item), abs=0.1)
+    # priced at the e2e build's cost per page: it extracted every page, this run EDITED
+    assert cost_from.startswith("the previous build (") and cost_from.endswith(f", {MAX_PAGES} items computed")
+    _, items, reused, computed, *_ = reuse_row(report, "phrase_occurrences")
+    assert int(reused) > 0 and int(reused) + int(computed) == int(items)
+    assert "Estimated time saved" in report
+    # the queued run read the same dump: its datasets were all committed, nothing recomputed
+    again = tree_artifacts(stack, scheduled["queued"].id)["corpus-reuse"].data
+    assert "nothing was recomputed" in again
 
 
 def test_pausing_the_schedule(stack, scheduled):

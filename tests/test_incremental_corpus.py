@@ -22,7 +22,7 @@ from runs.steps import Steps
 from storage.datasets import Dataset, latest_version
 from storage.schemas import AUGMENTATIONS, REUSE_ENTRIES
 from tests.conftest import mediawiki_dump, page_xml
-from tests.dataset_contents import dataset_contents
+from storage.contents import dataset_contents
 
 # Each article has sentences of its own and some shared with another, so phrases repeat across pages.
 SHARED = "The river flows through the old town near the bridge."

@@ -13,6 +13,7 @@ and edited pages; the rows are stamped with ids by the same `extract_page_rows` 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -241,20 +242,23 @@ def extract_page_rows(
     ``duplicates`` maps the seq of a record whose page_id was seen before to the seq of the
     first record with that id (see `find_duplicate_pages`); those records are quarantined.
     ``extracts``: record position -> its `extract_page` where known (reused); the others are
-    computed and added to it.
+    computed and added to it, and the CPU seconds that took are ``stats["compute_s"]``.
     """
     duplicates = duplicates or {}
     extracts = {} if extracts is None else extracts
     pages, sentences, quarantine = [], [], []
     mentions: Counter = Counter()
     stats = Counter()
+    compute_s = 0.0
     for i, r in enumerate(raw):
         refused = _not_extracted(r, duplicates)
         if refused is not None:
             quarantine.append(_quarantined(r, *refused))
             continue
         if i not in extracts:
+            start = time.process_time()
             extracts[i] = extract_page(r, min_sentence_words, max_sentence_chars)
+            compute_s += time.process_time() - start
         e = extracts[i]
         if e["filtered"]:
             stats["sentences_filtered"] += e["filtered"]
@@ -269,7 +273,7 @@ def extract_page_rows(
                               "page_id": r["page_id"], "index": j, "text": s})
     stats["sentences_kept"] = len(sentences)
     stats["anchors"] = sum(v for (_, _, src), v in mentions.items() if src == "anchor")
-    return pages, sentences, mentions, quarantine, dict(stats)
+    return pages, sentences, mentions, quarantine, {**stats, "compute_s": compute_s}
 
 
 def _quarantined(r: dict, reason: str, detail: str | None, raw: bytes | None) -> dict:
@@ -325,6 +329,7 @@ def extract_part(
         records, duplicates=dup, min_sentence_words=min_sentence_words, max_sentence_chars=max_sentence_chars,
         extracts=extracts,
     )
+    compute_s = stats.pop("compute_s")  # the store's footer keeps it, not the datasets' stats
     counts = {"records": len(records), **stats}
     mention_rows = [
         {"bucket": alias_bucket(alias, n_buckets), "alias": alias, "target": target, "source": src, "count": n}
@@ -337,7 +342,7 @@ def extract_part(
     if out.reuse is not None:
         write_entries(out.reuse, index, list(keys.values()), [records[i]["page_id"] for i in keys],
                       [encode_json(extracts[i]) for i in keys],
-                      {"reused": reused, "computed": len(keys) - reused, "refused": refused})
+                      {"reused": reused, "computed": len(keys) - reused, "refused": refused, "compute_s": compute_s})
     out.pages.write_part(index, pa.Table.from_pylist(pages, schema=PAGES), metadata={"stats": counts})
     return {"part": index, "reused": False, **counts, "pages_reused": reused}
 
