@@ -210,6 +210,13 @@ def plan_reuse(store: ReuseStore | None, keyed: list[Keys]) -> tuple[list[np.nda
     return match(keyed, store.previous)
 
 
+def log_plan(store: ReuseStore | None, counts: dict, what: str, logger) -> None:
+    """What a stage's plan-reuse task logs: why a previous store was refused (a warning), then the counts."""
+    if store is not None and store.refused:
+        logger.warning("%s not reused: %s", what, store.refused)
+    logger.info("%s reuse: %s", what, counts)
+
+
 def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes], decode: Callable[[bytes], T],
           fits: Callable[[int, T], bool] | None = None) -> tuple[dict[int, T], int]:
     """The one door to a previous store's entries: {row: decode(value)} for each (row, store part,

@@ -45,7 +45,7 @@ from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
     Keys, ReuseStore, commit_store, content_key, counts_table, encode_json, item_of, keys_of, library_versions,
-    phrase_keys, plan_reuse, plan_store, reuse_part,
+    log_plan, phrase_keys, plan_reuse, plan_store, reuse_part,
 )
 from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
@@ -502,9 +502,7 @@ def plan_positive_reuse_task(store: ReuseStore | None, keyed: list[Keys]) -> tup
     from prefect.logging import get_run_logger
 
     refs, counts = plan_reuse(store, keyed)
-    if store is not None and store.refused:
-        get_run_logger().warning("phrase positives not reused: %s", store.refused)
-    get_run_logger().info("phrase positive reuse: %s", counts)
+    log_plan(store, counts, "phrase positive", get_run_logger())
     return refs, counts
 
 

@@ -29,8 +29,8 @@ from pearl_model.pairs import negatives as neg
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, item_of, keys_of, library_versions, phrase_keys, plan_reuse,
-    plan_store, reuse_part,
+    Keys, ReuseStore, commit_store, content_key, item_of, keys_of, library_versions, log_plan, phrase_keys,
+    plan_reuse, plan_store, reuse_part,
 )
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
 
@@ -295,9 +295,7 @@ def plan_vector_reuse_task(outs: NegativeOutputs, keyed: list[Keys]) -> tuple[li
     from prefect.logging import get_run_logger
 
     refs, counts = plan_vector_reuse(outs, keyed)
-    if outs.vectors is not None and outs.vectors.refused:
-        get_run_logger().warning("phrase vectors not reused: %s", outs.vectors.refused)
-    get_run_logger().info("phrase vector reuse: %s", counts)
+    log_plan(outs.vectors, counts, "phrase vector", get_run_logger())
     return refs, counts
 
 

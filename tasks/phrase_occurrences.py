@@ -29,8 +29,8 @@ from pearl_model.phrases.mining import (
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, plan_reuse, plan_store,
-    write_entries,
+    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, log_plan,
+    plan_reuse, plan_store, write_entries,
 )
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
 
@@ -274,9 +274,7 @@ def sentence_keys_task(sentences: Dataset, chunk: Chunk, out: OccurrenceOutputs)
 @task(name="plan-sentence-reuse", cache_policy=NONE)
 def plan_sentence_reuse_task(out: OccurrenceOutputs, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
     refs, counts = plan_sentence_reuse(out, keyed)
-    if out.reuse is not None and out.reuse.refused:
-        get_run_logger().warning("sentence mining not reused: %s", out.reuse.refused)
-    get_run_logger().info("sentence reuse: %s", counts)
+    log_plan(out.reuse, counts, "sentence mining", get_run_logger())
     return refs, counts
 
 

@@ -41,8 +41,8 @@ from pearl_model.phrases.entity_types import majority_entity_type
 from pearl_model.phrases.mining import backends, check_stats, combine, mine_sentences, sentence_identity
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, keys_of, library_versions, plan_reuse, plan_store,
-    reuse_part,
+    Keys, ReuseStore, commit_store, content_key, encode_json, keys_of, library_versions, log_plan, plan_reuse,
+    plan_store, reuse_part,
 )
 from storage.schemas import EXAMPLE_ENTITY_VOTES, EXAMPLE_REQUESTS, PHRASES
 
@@ -318,9 +318,7 @@ def sentence_keys_task(group: int, plan: TypingPlan, sentences: Dataset) -> Keys
 @task(name="plan-sentence-type-reuse", cache_policy=NONE)
 def plan_sentence_reuse_task(plan: TypingPlan, keyed: list[Keys]) -> tuple[list[np.ndarray], dict]:
     refs, counts = plan_sentence_reuse(plan, keyed)
-    if plan.reuse is not None and plan.reuse.refused:
-        get_run_logger().warning("example sentence typing not reused: %s", plan.reuse.refused)
-    get_run_logger().info("example sentence reuse: %s", counts)
+    log_plan(plan.reuse, counts, "example sentence typing", get_run_logger())
     return refs, counts
 
 

@@ -26,8 +26,8 @@ import syntok.segmenter as segmenter
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, plan_reuse, plan_store,
-    write_entries,
+    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, log_plan, plan_reuse,
+    plan_store, write_entries,
 )
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks.pages import wikitext
@@ -428,9 +428,7 @@ def page_keys_task(raw: Dataset, index: int, out: PageOutputs, duplicates: np.nd
 @task(name="plan-page-reuse", cache_policy=NONE)
 def plan_page_reuse_task(out: PageOutputs, keyed: list[tuple[Keys, int]]) -> tuple[list[np.ndarray], dict]:
     refs, counts = plan_page_reuse(out, keyed)
-    if out.reuse is not None and out.reuse.refused:
-        get_run_logger().warning("page extracts not reused: %s", out.reuse.refused)
-    get_run_logger().info("page reuse: %s", counts)
+    log_plan(out.reuse, counts, "page extracts", get_run_logger())
     return refs, counts
 
 
