@@ -100,7 +100,7 @@ def build(source: str, root: str) -> dict:
     text, _ = pages_stage(raw, PagesConfig().params(2), steps=STEPS)
     mined = occurrences_stage(text.sentences, phrases.mining_params(2), steps=STEPS)
     untyped, _ = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), 2, steps=STEPS)
-    typed, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
+    typed, _, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
     versions = {d.name: d.version for d in (*text.all(), *mined.datasets(), untyped, typed)}
     return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse, "text": text,
             "phrases": typed, "type_store": latest_version(root, "sentence_types")}
@@ -319,8 +319,8 @@ def build_below(root: str, built: dict) -> dict:
     aliases = aliases_stage(text.alias_mentions, {"alias_buckets": 2}, steps=STEPS)
     vectors = STEPS.call(word_vectors_task, text.sentences, WordVectorsConfig(**WORD_VECTORS).params())
     positives = PositivesConfig(**POSITIVES)
-    cached = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
-                                 steps=STEPS)
+    cached, _ = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
+                                    steps=STEPS)
     negs = negatives_stage(phrases, NegativesConfig().params(BACKBONE, None, 2, 2), steps=STEPS)
     training, _, heldout = training_set_stage(phrases, cached, negs.negatives, aliases, TrainingSetConfig().params(),
                                               2, steps=STEPS)
@@ -396,6 +396,35 @@ def test_the_phrase_reuse_counts_add_up_and_reuse_the_phrases_seen_before(below_
             {k: stats[k] for k in ("keyed", "unchanged", "new", "removed", "reused", "computed")}
 
 
+def test_the_corpus_reuse_report_prices_the_reuse_of_every_store(below_incremental):
+    """The corpus-reuse rows of N+1's build, one per store: counts that add up, and each store's reused
+    items priced at a measured cost per item (the first build computed every item, so its cost)."""
+    from tasks.reuse_report import reuse_markdown, stage_rows
+
+    root, (first, first_below), (second, second_below), _ = below_incremental
+    stores = {"pages": ["page_extracts", second["page_store"].entries.version],
+              "phrase_occurrences": ["sentence_mining", second["sentence_store"].entries.version],
+              "phrase_types": ["sentence_types", second["type_store"]],
+              "augmentations": ["phrase_positives", second_below["phrase_positives"]],
+              "phrase_embeddings": ["phrase_vectors", second_below["phrase_vectors"]]}
+    rows = {r["stage"]: r for r in stage_rows(root, stores)}
+    assert set(rows) == set(stores)
+    for stage, (name, version) in stores.items():
+        r, stats = rows[stage], store_manifest(root, name, version)["stats"]
+        before = store_manifest(root, name, stats["previous"])["stats"]
+        assert r["reused"] == stats["reused"] > 0 and r["computed"] == stats["computed"] > 0, stage
+        assert r["reused"] + r["computed"] == r["items"] == stats["keyed"], stage
+        assert r["compute_s"] == stats["compute_s"] > 0 and before["compute_s"] > 0, stage
+        assert before["computed"] == before["keyed"] > r["computed"], stage
+        assert r["cost_from"] == f"the previous build ({stats['previous']}), {before['computed']} items computed"
+        assert r["saved_s"] == pytest.approx(r["reused"] * before["compute_s"] / before["computed"]) and \
+            r["saved_s"] > 0, stage
+    md = reuse_markdown(list(rows.values()), None)
+    for stage, r in rows.items():
+        assert f"| {stage} | {r['items']} | {r['reused']} | {r['computed']} | 0 |" in md
+    assert f"**{sum(r['saved_s'] for r in rows.values()):.1f} s**" in md
+
+
 def test_a_changed_model_or_code_version_recomputes_the_phrase_work(dumps, below_scratch, tmp_path, monkeypatch):
     import pearl_model.inference.loading as loading
     import tasks.augmentations as aug_stage
@@ -469,9 +498,11 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
                                                sort=ArtifactSort.CREATED_DESC)
 
     with prefect_test_harness(server_startup_timeout=120):
-        for dump in dumps:
-            build.build_corpus(source=dump, **settings)
+        results = [build.build_corpus(source=dump, **settings) for dump in dumps]
         artifacts = asyncio.run(reuse_artifacts())
+    # each run names the stores it wrote (what its corpus-reuse artifact reads): all five
+    assert [set(r["reuse_stores"]) for r in results] == \
+        [{"pages", "phrase_occurrences", "phrase_types", "augmentations", "phrase_embeddings"}] * 2
     expected = {**scratch[1]["versions"], **below_scratch[0]["versions"]}  # the same settings and input
     versions = {name: latest_version(root, name) for name in expected}
     assert versions == expected

@@ -13,7 +13,6 @@ and edited pages; the rows are stamped with ids by the same `extract_page_rows` 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -26,8 +25,8 @@ import syntok.segmenter as segmenter
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, log_plan, plan_reuse,
-    plan_store, write_entries,
+    Keys, ReuseStore, commit_store, content_key, cpu_timed, encode_json, fetch, keys_of, library_versions, log_plan,
+    plan_reuse, plan_store, write_entries,
 )
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks.pages import wikitext
@@ -256,9 +255,8 @@ def extract_page_rows(
             quarantine.append(_quarantined(r, *refused))
             continue
         if i not in extracts:
-            start = time.process_time()
-            extracts[i] = extract_page(r, min_sentence_words, max_sentence_chars)
-            compute_s += time.process_time() - start
+            extracts[i], seconds = cpu_timed(extract_page, r, min_sentence_words, max_sentence_chars)
+            compute_s += seconds
         e = extracts[i]
         if e["filtered"]:
             stats["sentences_filtered"] += e["filtered"]
