@@ -7,7 +7,8 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
 dataset's version and rows, a link to the subflow run and its stage reports) and the `corpus-reuse`
-artifact (what the per-item stages reused from the previous build, and the time it saved). Their wiring is
+artifact (what the per-item stages reused from the previous build, the time it saved, and the dump's
+date against the previous build's; the result's `dump_order` names an older dump). Their wiring is
 `corpus_wiring`, a plain function of how the tasks run (`runs.steps.Steps`), so that
 benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
 inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
@@ -151,8 +152,9 @@ def build_corpus(
                  negative_backbone, backbone_cache_dir, return_state=True)
     built = stages.result()  # raises what failed
     corpus_summary_task(built, stages.state_details.flow_run_id, storage_root)  # the artifact on this run, the one users open
-    reuse_report_task(built["reuse_stores"], storage_root)  # what came from the previous build, and the time it saved
-    return built
+    # what came from the previous build, the time it saved, and whether the dump is older than the previous build's
+    reused = reuse_report_task(built["reuse_stores"], storage_root)
+    return {**built, "dump_order": reused["dump_order"]}
 
 
 if __name__ == "__main__":

@@ -316,6 +316,9 @@ def counts_table(stats: dict) -> list[dict]:
                "computed": "outputs computed", "refused": "entries refused by the door (computed)",
                "compute_s": "CPU seconds computing them (the tasks' sum)"}
     rows = [{"count": k, "value": stats.get(k, 0), "meaning": m} for k, m in meaning.items()]
+    dump = {"older_dump": "1: the dump read is older than the previous build's (dates in the files' names)",
+            "same_date_dump": "1: the dump read has the previous build's date but is another input"}
+    rows += [{"count": k, "value": stats[k], "meaning": m} for k, m in dump.items() if k in stats]  # page_extracts
     return rows + [{"count": "previous", "value": stats.get("previous") or "none",
                     "meaning": stats.get("previous_refused") or "the store reused from"}]
 

@@ -114,10 +114,18 @@ def store_stats(store) -> dict:
     return store.entries.manifest()["stats"]
 
 
+# dated as Wikimedia names a dump's files: the date the builds compare (storage/dump_dates.py)
+DATE_N, DATE_N1 = "20260101", "20260201"
+
+
+def dump_name(date: str) -> str:
+    return f"enwiki-{date}-pages-articles.xml"
+
+
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     d = tmp_path_factory.mktemp("dumps")
-    return write_dump(d / "n.xml", DUMP_N), write_dump(d / "n1.xml", DUMP_N1)
+    return write_dump(d / dump_name(DATE_N), DUMP_N), write_dump(d / dump_name(DATE_N1), DUMP_N1)
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +160,9 @@ def test_the_page_reuse_counts_say_what_changed_and_add_up(incremental):
     assert stats["keyed"] + stats["not_keyed"] == len(DUMP_N1)
     # removed pages drop out: the store N+1 wrote holds what N+1 read, Gamma's entry no more
     assert second["page_store"].entries.manifest()["rows"] == stats["keyed"]
+    # a newer dump than the previous build's: nothing to say of its date, which the store keeps
+    assert stats["older_dump"] == stats["same_date_dump"] == 0
+    assert second["page_store"].entries.manifest()["inputs"]["dump_date"] == "2026-02-01"
 
 
 def test_the_sentence_reuse_counts_add_up_and_reuse_the_unchanged(incremental, scratch):
@@ -269,15 +280,52 @@ def test_a_rebuild_of_the_same_dump_reuses_the_committed_versions(dumps, increme
     assert {p: p.stat().st_mtime_ns for p in Path(root).rglob("part-*.parquet")} == mtimes
 
 
+def dump_report(root: str, built: dict) -> tuple[dict, str]:
+    """What the corpus-reuse artifact says of the dumps' dates after ``built`` (and its markdown)."""
+    from tasks.reuse_report import dump_dates, page_changes, reuse_markdown, stage_rows
+
+    stores = {"pages": [built["page_store"].entries.name, built["page_store"].entries.version]}
+    dump = dump_dates(root, stores)
+    return dump, reuse_markdown(stage_rows(root, stores), page_changes(root, stores), dump)
+
+
 def test_an_older_dump_after_a_newer_one_reuses_by_content_too(dumps, scratch, tmp_path):
     """A dump older than the store it finds: content keys have no direction, so N after N+1 reuses
-    what the two share and gives N's rows from scratch."""
+    what the two share and gives N's rows from scratch; its date says it is older, and that is
+    counted and reported."""
     root, older = str(tmp_path / "store"), str(tmp_path / "scratch-n")
     build(dumps[1], root)
     back = build(dumps[0], root)
     assert contents(root, back) == contents(older, build(dumps[0], older))
     stats = store_stats(back["page_store"])
     assert stats["unchanged"] + stats["moved"] == stats["reused"] > 0
+    assert stats["older_dump"] == 1 and stats["same_date_dump"] == 0
+    dump, md = dump_report(root, back)
+    assert dump == {"dump_date": "2026-01-01", "previous_dump_date": "2026-02-01", "order": "older"}
+    assert "**Older dump: yes**, dump date 2026-01-01 < the previous build's 2026-02-01" in md
+
+
+def test_two_dumps_with_their_dates_swapped_are_told_by_date_and_reused_by_content(scratch, tmp_path):
+    """N dated after N+1: the build of N+1 after N is of an older dump (the dates say so, whatever
+    the pages are), counted as such, and still has N+1's rows from scratch; the other order is not."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    n, n1 = write_dump(d / dump_name(DATE_N1), DUMP_N), write_dump(d / dump_name(DATE_N), DUMP_N1)
+    root = str(tmp_path / "store")
+    first = build(n, root)
+    assert store_stats(first["page_store"])["older_dump"] == 0  # no previous build: nothing compared
+    second = build(n1, root)
+    assert contents(root, second) == scratch[2]
+    stats = store_stats(second["page_store"])
+    assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS  # reused by content as for a newer dump
+    assert (stats["older_dump"], stats["same_date_dump"]) == (1, 0)
+    assert dump_report(root, second)[0] == {"dump_date": "2026-01-01", "previous_dump_date": "2026-02-01",
+                                            "order": "older"}
+    # the same date as the previous build's, another input: said too
+    same = build(write_dump(d / dump_name(DATE_N).replace(".xml", "-again.xml"), DUMP_N), root)
+    assert (store_stats(same["page_store"])["older_dump"], store_stats(same["page_store"])["same_date_dump"]) == (0, 1)
+    dump, md = dump_report(root, same)
+    assert dump["order"] == "same date" and "**Same dump date, another input**: 2026-01-01" in md
 
 
 def test_a_store_whose_manifest_is_not_this_identity_is_refused_and_counted(dumps, scratch, tmp_path):
