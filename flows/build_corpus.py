@@ -7,7 +7,8 @@ negative_blocks, negative_candidates -> negatives; phrases + augmentations + neg
 The stages run in the `corpus-stages` subflow on one Dask cluster; the outer flow exists
 so that the cluster is a parameter of the run, and holds the `corpus-summary` artifact (every
 dataset's version and rows, a link to the subflow run and its stage reports) and the `corpus-reuse`
-artifact (what the per-item stages reused from the previous build, and the time it saved). Their wiring is
+artifact (what the per-item stages reused from the previous build, the time it saved, and the dump's
+date against the previous build's; the result's `dump_order` names an older dump). Their wiring is
 `corpus_wiring`, a plain function of how the tasks run (`runs.steps.Steps`), so that
 benchmarks/stage_rates.py measures this wiring, not a copy. Every stage is versioned by its
 inputs and parameters, so a run that changes only the phrase parameters re-mines phrases and
@@ -61,16 +62,18 @@ def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str
     mined = occurrences_stage(text.sentences, phrases.mining_params(buckets), steps=steps)
     found, phrase_manifest = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), buckets,
                                            steps=steps)
+    type_store = None
     if phrases.ner_scope == "examples":  # the mining pass ran no NER: type the kept phrases now
-        found, phrase_manifest = phrase_types_stage(found, text.sentences, phrases.mining_params(buckets), buckets,
-                                                    steps=steps)
+        found, phrase_manifest, type_store = phrase_types_stage(found, text.sentences, phrases.mining_params(buckets),
+                                                                buckets, steps=steps)
     steps.stage("phrase_report")
     report = steps.call(phrase_report_task, mined.occurrences, mined.stats, found)
 
     steps.stage("word_vectors")
     vectors = steps.call(word_vectors_task, text.sentences, word_vectors.params())
-    cached = augmentations_stage(found, aliases, vectors, positives.params(negative_backbone, backbone_cache_dir),
-                                 text.sentences if "context" in positives.kinds else None, buckets, steps=steps)
+    cached, positive_store = augmentations_stage(
+        found, aliases, vectors, positives.params(negative_backbone, backbone_cache_dir),
+        text.sentences if "context" in positives.kinds else None, buckets, steps=steps)
     positive_report = steps.call(augmentation_report_task, cached)
 
     negs = negatives_stage(found, negatives.params(
@@ -81,8 +84,9 @@ def corpus_wiring(steps: Steps, source: Union[str, list[str]], storage_root: str
     training, published, heldout = training_set_stage(found, cached, negs.negatives, aliases, training_set.params(),
                                                       buckets, steps=steps)
     # the reuse stores this build wrote (a stage whose datasets were committed already wrote none)
-    stores = {stage: [out.reuse.entries.name, out.reuse.entries.version]
-              for stage, out in (("pages", text), ("phrase_occurrences", mined)) if out.reuse is not None}
+    stores = {stage: [store.entries.name, store.entries.version] for stage, store in (
+        ("pages", text.reuse), ("phrase_occurrences", mined.reuse), ("phrase_types", type_store),
+        ("augmentations", positive_store), ("phrase_embeddings", negs.vectors)) if store is not None}
     return {**corpus, "phrases": report, **positive_report, "negatives": negative_report["negatives"],
             "training_set": {"rows": published["rows"], **published["stats"]}, "reuse_stores": stores,
             "versions": {**corpus["versions"], **report["versions"], "word_vectors": vectors.version,
@@ -148,8 +152,9 @@ def build_corpus(
                  negative_backbone, backbone_cache_dir, return_state=True)
     built = stages.result()  # raises what failed
     corpus_summary_task(built, stages.state_details.flow_run_id, storage_root)  # the artifact on this run, the one users open
-    reuse_report_task(built["reuse_stores"], storage_root)  # what came from the previous build, and the time it saved
-    return built
+    # what came from the previous build, the time it saved, and whether the dump is older than the previous build's
+    reused = reuse_report_task(built["reuse_stores"], storage_root)
+    return {**built, "dump_order": reused["dump_order"]}
 
 
 if __name__ == "__main__":

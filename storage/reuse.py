@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,6 +50,14 @@ PART_COUNTS = ("reused", "computed", "refused")  # what the tasks did: reused + 
 # summed over parts: with `computed`, the stage's measured cost per item, which prices what the reused
 # items saved (tasks/reuse_report.py)
 PART_TIMES = ("compute_s",)
+
+
+def cpu_timed(compute: Callable[..., T], *args, **kwargs) -> tuple[T, float]:
+    """``compute(*args, **kwargs)`` and the CPU seconds it took in this process: how every stage
+    measures PART_TIMES' ``compute_s`` (its models loaded before, so the seconds are the items')."""
+    start = time.process_time()
+    out = compute(*args, **kwargs)
+    return out, time.process_time() - start
 
 
 def content_key(*fields) -> bytes:
@@ -271,13 +280,14 @@ def reuse_part(store: ReuseStore | None, index: int, refs: np.ndarray | None, ke
     `plan_reuse`) names an entry (``decode``, ``fits``: `fetch`'s), else ``compute``d (it gets the
     positions to do, in order, and returns their outputs); then the part of the store this build
     writes (before the caller writes its own part, which marks the part done). Returns the outputs
-    in order and PART_COUNTS."""
+    in order, PART_COUNTS and PART_TIMES (the CPU seconds of ``compute``: `cpu_timed`)."""
     kept, refused = fetch(store, refs, dict(enumerate(keys)), decode, fits) \
         if store is not None and refs is not None else ({}, 0)
     todo = [i for i in range(len(keys)) if i not in kept]
-    done = dict(zip(todo, compute(todo))) if todo else {}
+    computed, compute_s = cpu_timed(compute, todo) if todo else ([], 0.0)
+    done = dict(zip(todo, computed))
     values = [kept[i] if i in kept else done[i] for i in range(len(keys))]
-    counts = {"reused": len(kept), "computed": len(todo), "refused": refused}
+    counts = {"reused": len(kept), "computed": len(todo), "refused": refused, "compute_s": compute_s}
     if store is not None:
         write_entries(store, index, keys, items, [encode(v) for v in values], counts)
     return values, counts
@@ -290,7 +300,7 @@ def commit_store(store: ReuseStore, inputs: dict[str, str], counts: dict) -> dic
         return store.entries.reuse()
     totals = Counter(counts) + store.entries.metadata_totals()
     stats = {**{k: totals[k] for k in (*ITEM_COUNTS, *STORE_COUNTS, *PART_COUNTS, *counts)},
-             **{k: round(totals[k], 3) for k in PART_TIMES},
+             **{k: round(totals[k], 6) for k in PART_TIMES},  # a few items' seconds: not rounded to zero
              "previous": store.previous.version if store.previous is not None else None,
              "previous_refused": store.refused}
     return store.entries.commit(code_version=FORMAT, params=json.loads(store.identity), inputs=inputs, stats=stats)
@@ -306,6 +316,9 @@ def counts_table(stats: dict) -> list[dict]:
                "computed": "outputs computed", "refused": "entries refused by the door (computed)",
                "compute_s": "CPU seconds computing them (the tasks' sum)"}
     rows = [{"count": k, "value": stats.get(k, 0), "meaning": m} for k, m in meaning.items()]
+    dump = {"older_dump": "1: the dump read is older than the previous build's (dates in the files' names)",
+            "same_date_dump": "1: the dump read has the previous build's date but is another input"}
+    rows += [{"count": k, "value": stats[k], "meaning": m} for k, m in dump.items() if k in stats]  # page_extracts
     return rows + [{"count": "previous", "value": stats.get("previous") or "none",
                     "meaning": stats.get("previous_refused") or "the store reused from"}]
 

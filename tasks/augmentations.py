@@ -553,10 +553,12 @@ def augmentation_report_task(out: Dataset) -> dict:
 
 
 def augmentations_stage(phrases: Dataset, aliases: Dataset, vectors: Dataset, params: dict,
-                        sentences: Dataset | None, buckets: int, *, steps: Steps = PREFECT) -> Dataset:
+                        sentences: Dataset | None, buckets: int, *,
+                        steps: Steps = PREFECT) -> tuple[Dataset, ReuseStore | None]:
     """The stage in its flow: phrases (+ aliases, word vectors, sentences for `context`) ->
     augmentations, one task per phrase bucket, each reusing the per-phrase work the previous
-    build's `phrase_positives` holds (the phrases' keys first, one task per bucket, then matched)."""
+    build's `phrase_positives` holds (the phrases' keys first, one task per bucket, then matched).
+    Returns the augmentations and the store it wrote (None: nothing to augment)."""
     steps.stage("augmentations")
     steps.load(load_models, vectors, params)
     positives = steps.call(plan_augmentations_task, phrases, aliases, vectors, params, sentences)
@@ -566,4 +568,4 @@ def augmentations_stage(phrases: Dataset, aliases: Dataset, vectors: Dataset, pa
     steps.map(augment_part_task, unmapped(phrases), range(buckets), unmapped(aliases), unmapped(vectors),
               unmapped(positives), unmapped(params), unmapped(sentences), unmapped(store), refs)
     steps.call(commit_augmentations_task, positives, phrases, aliases, vectors, params, sentences, store, counts)
-    return positives
+    return positives, store

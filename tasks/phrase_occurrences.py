@@ -14,7 +14,6 @@ chunk's rows are combined from its sentences' results by the same `combine` eith
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
@@ -29,7 +28,7 @@ from pearl_model.phrases.mining import (
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset, dataset_version
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, log_plan,
+    Keys, ReuseStore, commit_store, content_key, cpu_timed, encode_json, fetch, keys_of, library_versions, log_plan,
     plan_reuse, plan_store, write_entries,
 )
 from storage.schemas import PHRASE_MINING_STATS, PHRASE_OCCURRENCES, PMI_WORD_COUNTS
@@ -142,11 +141,9 @@ def mine_chunk(ids: list[int], texts: list[str], params: dict, word_counts: Coun
     compute_s = 0.0
     if todo:
         parser, ner = backends(params)  # loaded once per process: not the sentences' cost
-        start = time.process_time()
-        mined = mine_sentences([texts[i] for i in todo], parser, ner, max_sentence_chars=params["max_sentence_chars"],
-                               min_words=params["min_words"], max_words=params["max_words"],
-                               language=params["language"])
-        compute_s = time.process_time() - start
+        mined, compute_s = cpu_timed(mine_sentences, [texts[i] for i in todo], parser, ner,
+                                     max_sentence_chars=params["max_sentence_chars"], min_words=params["min_words"],
+                                     max_words=params["max_words"], language=params["language"])
         kept = {**kept, **dict(zip(todo, mined))}
     each = [kept[i] for i in range(len(texts))]
     occurrences, stats = combine(each, word_counts)

@@ -351,8 +351,9 @@ def commit_types_task(plan: TypingPlan, untyped: Dataset, sentences: Dataset, pa
 
 
 def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, buckets: int, *,
-                       steps: Steps = PREFECT) -> tuple[Dataset, dict]:
-    """The stage in its flow: untyped_phrases -> phrases, entity types from example sentences."""
+                       steps: Steps = PREFECT) -> tuple[Dataset, dict, ReuseStore | None]:
+    """The stage in its flow: untyped_phrases -> phrases, entity types from example sentences.
+    Returns the phrases, their manifest and the `sentence_types` store it wrote (None: nothing to type)."""
     steps.stage("phrase_types")
     steps.load(backends, params, in_flow=True)  # the plan loads them too
     plan = steps.call(plan_types_task, untyped, sentences, params, buckets)
@@ -364,4 +365,4 @@ def phrase_types_stage(untyped: Dataset, sentences: Dataset, params: dict, bucke
     steps.call(commit_sentence_types_task, plan, untyped, sentences, counts)
     steps.call(commit_typing_step_task, plan.votes, untyped, sentences, params)
     steps.map(types_task, unmapped(untyped), range(buckets), unmapped(plan))
-    return plan.phrases, steps.call(commit_types_task, plan, untyped, sentences, params)
+    return plan.phrases, steps.call(commit_types_task, plan, untyped, sentences, params), plan.reuse

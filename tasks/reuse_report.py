@@ -1,8 +1,11 @@
 """What a build reused from the previous one, and the time that saved: the `corpus-reuse` artifact.
 
-Read back from the reuse stores the build wrote (storage/reuse.py), whose manifests hold the
-counts: the pages new, edited, unchanged, moved and removed against the previous build, and per
-per-item stage the items reused and computed and the CPU seconds its tasks spent computing. The
+Read back from the reuse stores the build wrote (storage/reuse.py: page_extracts, sentence_mining,
+sentence_types, phrase_positives, phrase_vectors), whose manifests hold the counts: the pages new,
+edited, unchanged, moved and removed against the previous build, the date of the dump read and of
+the previous build's (an older dump, or one of the same date but another input, is said: reuse is
+by content, so either is reused from correctly), and per per-item stage the items reused and
+computed and the CPU seconds its tasks spent computing them (`storage.reuse.cpu_timed`). The
 time saved is an estimate: the stage's measured cost per computed item (its tasks' compute CPU
 seconds / items computed) times the items it reused. The cost per item is taken from this run or
 the previous build (its store's manifest), whichever computed more items: a few items carry a
@@ -59,7 +62,34 @@ def page_changes(root: str, stores: dict[str, list[str]]) -> dict | None:
     return {k: stats[k] for k in PAGE_CHANGES}
 
 
-def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
+def dump_dates(root: str, stores: dict[str, list[str]]) -> dict | None:
+    """The date of the dump this build read and of the one the previous build's page_extracts was
+    made from (from the files' names: None where unknown), and their order as the pages stage
+    counted it: "older", "same date" (another input), or None (None when no pages store was written)."""
+    if "pages" not in stores:
+        return None
+    manifest = Dataset(root, *stores["pages"], REUSE_ENTRIES).manifest()
+    stats, previous = manifest["stats"], manifest["stats"].get("previous")
+    before = Dataset(root, stores["pages"][0], previous, REUSE_ENTRIES).manifest()["inputs"] if previous else {}
+    order = "older" if stats.get("older_dump") else "same date" if stats.get("same_date_dump") else None
+    return {"dump_date": manifest["inputs"].get("dump_date"), "previous_dump_date": before.get("dump_date"),
+            "order": order}
+
+
+def dump_line(dump: dict | None) -> list[str]:
+    if dump is None or (dump["dump_date"] is None and dump["previous_dump_date"] is None):
+        return []
+    date, before = dump["dump_date"] or "not in its file name", dump["previous_dump_date"] or "unknown"
+    if dump["order"] == "older":
+        return [f"**Older dump: yes**, dump date {date} < the previous build's {before} (the files' names). Its "
+                "pages were reused by content, unchanged text only, so the datasets are this dump's all the same.", ""]
+    if dump["order"] == "same date":
+        return [f"**Same dump date, another input**: {date}, as the previous build's, read into other raw_pages "
+                "(another file of that date, or other read settings). Reused by content as any other.", ""]
+    return [f"Dump date {date}; the previous build's {before} (the files' names).", ""]
+
+
+def reuse_markdown(rows: list[dict], pages: dict | None, dump: dict | None = None) -> str:
     lines = ["# What this build reused", ""]
     if not rows:
         return "\n".join(lines + ["Every per-item stage's datasets were already committed for this input: "
@@ -67,6 +97,7 @@ def reuse_markdown(rows: list[dict], pages: dict | None) -> str:
     if pages is not None:
         lines += ["| pages since the previous build | count |", "|---|---|",
                   *(f"| {k} | {pages[k]} |" for k in PAGE_CHANGES), ""]
+    lines += dump_line(dump)
     lines += ["| stage | items | reused | computed | refused | compute CPU s | s per item | saved s (estimate) | "
               "cost per item from |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -95,9 +126,13 @@ from runs.artifacts import publish  # noqa: E402
 
 @task(name="corpus-reuse", cache_policy=NONE)
 def reuse_report_task(stores: dict[str, list[str]], storage_root: str) -> dict:
-    """The `corpus-reuse` artifact on the build-corpus run; returns its rows and the pages' changes."""
-    rows, pages = stage_rows(storage_root, stores), page_changes(storage_root, stores)
-    publish(create_markdown_artifact, reuse_markdown(rows, pages), key="corpus-reuse",
-            description="Pages new, edited, unchanged, moved and removed since the previous build; per stage the "
-                        "items reused and computed, and the time the reuse saved (estimated)")
-    return {"stages": rows, "pages": pages, "saved_s": sum(r["saved_s"] or 0 for r in rows)}
+    """The `corpus-reuse` artifact on the build-corpus run; returns its rows, the pages' changes, the
+    dumps' dates and ``dump_order``: those dates when the dump is older than the previous build's or
+    of its date but another input, else None."""
+    rows, pages, dump = stage_rows(storage_root, stores), page_changes(storage_root, stores), \
+        dump_dates(storage_root, stores)
+    publish(create_markdown_artifact, reuse_markdown(rows, pages, dump), key="corpus-reuse",
+            description="Pages new, edited, unchanged, moved and removed since the previous build, and the dumps' "
+                        "dates; per stage the items reused and computed, and the time the reuse saved (estimated)")
+    return {"stages": rows, "pages": pages, "dump": dump, "saved_s": sum(r["saved_s"] or 0 for r in rows),
+            "dump_order": dump if dump is not None and dump["order"] is not None else None}

@@ -216,6 +216,41 @@ def test_what_the_vectors_stage_writes_its_decoder_gives_back(xs):
     assert np.array_equal(decode_vector(encode_vector(v), len(v)), v)
 
 
+def without_time(counts: dict) -> dict:
+    """`reuse_part`'s counts but the CPU seconds (a measurement: checked in its own test)."""
+    assert counts["compute_s"] >= 0
+    return {k: v for k, v in counts.items() if k != "compute_s"}
+
+
+def test_reuse_part_measures_the_seconds_computing_and_the_store_keeps_them(memory_root):
+    """`compute_s`: the CPU seconds of the items computed, in the part's footer and summed into the
+    store's manifest (what the corpus-reuse report prices the reused items at); none when all are reused."""
+    import time
+
+    from storage.reuse import reuse_part
+
+    def busy(todo: list[int]) -> list[str]:  # 0.05 CPU seconds per item
+        end = time.process_time() + 0.05 * len(todo)
+        while time.process_time() < end:
+            pass
+        return [f"out{i}" for i in todo]
+
+    root, identity = f"{memory_root}/{uuid.uuid4().hex}", {"stage": "t", "code_version": "1"}
+    keys, items = [content_key("item", i) for i in range(4)], list(range(4))
+    old = plan_store(root, "phrase_vectors", identity, {"in": "a"})
+    _, counts = reuse_part(old, 0, None, keys, items, busy, encode_json, json.loads)
+    assert counts["computed"] == 4 and counts["compute_s"] >= 0.2
+    assert old.entries.part_metadata(0)["compute_s"] == counts["compute_s"]
+    assert commit_store(old, {"in": "a"}, {})["stats"]["compute_s"] == pytest.approx(counts["compute_s"], abs=1e-6)
+    reader = plan_store(root, "phrase_vectors", identity, {"in": "b"})
+    refs, _ = match([keys_of(range(4), items, keys[:2] + [content_key("other", i) for i in (2, 3)])], reader.previous)
+    _, counts = reuse_part(reader, 0, refs[0], keys[:2] + [content_key("other", i) for i in (2, 3)], items, busy,
+                           encode_json, json.loads)
+    assert (counts["reused"], counts["computed"]) == (2, 2) and 0.1 <= counts["compute_s"] < 0.2
+    _, counts = reuse_part(reader, 1, refs[0][:2], keys[:2], items[:2], busy, encode_json, json.loads)
+    assert counts == {"reused": 2, "computed": 0, "refused": 0, "compute_s": 0.0}
+
+
 @given(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=6, unique=True),
        st.lists(st.sampled_from(("value", "digest", "tokens", "none")), min_size=6, max_size=6), st.data())
 def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corruptions, data):
@@ -234,7 +269,7 @@ def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corrupt
     keys, items = [content_key(t) for t in texts], [item_of(t) for t in texts]
     old = plan_store(root, "phrase_positives", identity, {"in": "a"})
     first, counts = reuse_part(old, 0, None, keys, items, lambda todo: [made[i] for i in todo], encode_json, decode)
-    assert first == made and counts == {"reused": 0, "computed": len(texts), "refused": 0}
+    assert first == made and without_time(counts) == {"reused": 0, "computed": len(texts), "refused": 0}
     commit_store(old, {"in": "a"}, {})
     part = old.entries.part_path(0)
     rows, bad = pq.read_table(part, filesystem=old.entries.fs).to_pylist(), set()
@@ -258,7 +293,7 @@ def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corrupt
                              [made[i] for i in todo], encode_json, decode,
                              lambda i, e: tokens_fit(texts[i], e["tokens"]))
     assert got == made and computed == sorted(bad)
-    assert counts == {"reused": len(texts) - len(bad), "computed": len(bad), "refused": len(bad)}
+    assert without_time(counts) == {"reused": len(texts) - len(bad), "computed": len(bad), "refused": len(bad)}
 
 
 # ---------------------------------------------------------------- an example sentence's typing (phrase_types)
@@ -312,4 +347,4 @@ def test_what_the_typing_stage_writes_the_door_gives_back(memory_root, made):
     refs, _ = match([keys_of(range(len(each)), items, keys)], reader.previous)
     got, counts = reuse_part(reader, 0, refs[0], keys, items, lambda todo: pytest.fail(f"recomputed {todo}"),
                              encode_types, decode_types)
-    assert got == each and counts == {"reused": len(each), "computed": 0, "refused": 0}
+    assert got == each and counts == {"reused": len(each), "computed": 0, "refused": 0, "compute_s": 0.0}

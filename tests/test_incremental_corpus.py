@@ -100,7 +100,7 @@ def build(source: str, root: str) -> dict:
     text, _ = pages_stage(raw, PagesConfig().params(2), steps=STEPS)
     mined = occurrences_stage(text.sentences, phrases.mining_params(2), steps=STEPS)
     untyped, _ = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), 2, steps=STEPS)
-    typed, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
+    typed, _, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
     versions = {d.name: d.version for d in (*text.all(), *mined.datasets(), untyped, typed)}
     return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse, "text": text,
             "phrases": typed, "type_store": latest_version(root, "sentence_types")}
@@ -114,10 +114,18 @@ def store_stats(store) -> dict:
     return store.entries.manifest()["stats"]
 
 
+# dated as Wikimedia names a dump's files: the date the builds compare (storage/dump_dates.py)
+DATE_N, DATE_N1 = "20260101", "20260201"
+
+
+def dump_name(date: str) -> str:
+    return f"enwiki-{date}-pages-articles.xml"
+
+
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     d = tmp_path_factory.mktemp("dumps")
-    return write_dump(d / "n.xml", DUMP_N), write_dump(d / "n1.xml", DUMP_N1)
+    return write_dump(d / dump_name(DATE_N), DUMP_N), write_dump(d / dump_name(DATE_N1), DUMP_N1)
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +160,9 @@ def test_the_page_reuse_counts_say_what_changed_and_add_up(incremental):
     assert stats["keyed"] + stats["not_keyed"] == len(DUMP_N1)
     # removed pages drop out: the store N+1 wrote holds what N+1 read, Gamma's entry no more
     assert second["page_store"].entries.manifest()["rows"] == stats["keyed"]
+    # a newer dump than the previous build's: nothing to say of its date, which the store keeps
+    assert stats["older_dump"] == stats["same_date_dump"] == 0
+    assert second["page_store"].entries.manifest()["inputs"]["dump_date"] == "2026-02-01"
 
 
 def test_the_sentence_reuse_counts_add_up_and_reuse_the_unchanged(incremental, scratch):
@@ -269,15 +280,52 @@ def test_a_rebuild_of_the_same_dump_reuses_the_committed_versions(dumps, increme
     assert {p: p.stat().st_mtime_ns for p in Path(root).rglob("part-*.parquet")} == mtimes
 
 
+def dump_report(root: str, built: dict) -> tuple[dict, str]:
+    """What the corpus-reuse artifact says of the dumps' dates after ``built`` (and its markdown)."""
+    from tasks.reuse_report import dump_dates, page_changes, reuse_markdown, stage_rows
+
+    stores = {"pages": [built["page_store"].entries.name, built["page_store"].entries.version]}
+    dump = dump_dates(root, stores)
+    return dump, reuse_markdown(stage_rows(root, stores), page_changes(root, stores), dump)
+
+
 def test_an_older_dump_after_a_newer_one_reuses_by_content_too(dumps, scratch, tmp_path):
     """A dump older than the store it finds: content keys have no direction, so N after N+1 reuses
-    what the two share and gives N's rows from scratch."""
+    what the two share and gives N's rows from scratch; its date says it is older, and that is
+    counted and reported."""
     root, older = str(tmp_path / "store"), str(tmp_path / "scratch-n")
     build(dumps[1], root)
     back = build(dumps[0], root)
     assert contents(root, back) == contents(older, build(dumps[0], older))
     stats = store_stats(back["page_store"])
     assert stats["unchanged"] + stats["moved"] == stats["reused"] > 0
+    assert stats["older_dump"] == 1 and stats["same_date_dump"] == 0
+    dump, md = dump_report(root, back)
+    assert dump == {"dump_date": "2026-01-01", "previous_dump_date": "2026-02-01", "order": "older"}
+    assert "**Older dump: yes**, dump date 2026-01-01 < the previous build's 2026-02-01" in md
+
+
+def test_two_dumps_with_their_dates_swapped_are_told_by_date_and_reused_by_content(scratch, tmp_path):
+    """N dated after N+1: the build of N+1 after N is of an older dump (the dates say so, whatever
+    the pages are), counted as such, and still has N+1's rows from scratch; the other order is not."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    n, n1 = write_dump(d / dump_name(DATE_N1), DUMP_N), write_dump(d / dump_name(DATE_N), DUMP_N1)
+    root = str(tmp_path / "store")
+    first = build(n, root)
+    assert store_stats(first["page_store"])["older_dump"] == 0  # no previous build: nothing compared
+    second = build(n1, root)
+    assert contents(root, second) == scratch[2]
+    stats = store_stats(second["page_store"])
+    assert {k: stats[k] for k in PAGE_COUNTS} == PAGE_COUNTS  # reused by content as for a newer dump
+    assert (stats["older_dump"], stats["same_date_dump"]) == (1, 0)
+    assert dump_report(root, second)[0] == {"dump_date": "2026-01-01", "previous_dump_date": "2026-02-01",
+                                            "order": "older"}
+    # the same date as the previous build's, another input: said too
+    same = build(write_dump(d / dump_name(DATE_N).replace(".xml", "-again.xml"), DUMP_N), root)
+    assert (store_stats(same["page_store"])["older_dump"], store_stats(same["page_store"])["same_date_dump"]) == (0, 1)
+    dump, md = dump_report(root, same)
+    assert dump["order"] == "same date" and "**Same dump date, another input**: 2026-01-01" in md
 
 
 def test_a_store_whose_manifest_is_not_this_identity_is_refused_and_counted(dumps, scratch, tmp_path):
@@ -319,8 +367,8 @@ def build_below(root: str, built: dict) -> dict:
     aliases = aliases_stage(text.alias_mentions, {"alias_buckets": 2}, steps=STEPS)
     vectors = STEPS.call(word_vectors_task, text.sentences, WordVectorsConfig(**WORD_VECTORS).params())
     positives = PositivesConfig(**POSITIVES)
-    cached = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
-                                 steps=STEPS)
+    cached, _ = augmentations_stage(phrases, aliases, vectors, positives.params(BACKBONE, None), text.sentences, 2,
+                                    steps=STEPS)
     negs = negatives_stage(phrases, NegativesConfig().params(BACKBONE, None, 2, 2), steps=STEPS)
     training, _, heldout = training_set_stage(phrases, cached, negs.negatives, aliases, TrainingSetConfig().params(),
                                               2, steps=STEPS)
@@ -396,6 +444,35 @@ def test_the_phrase_reuse_counts_add_up_and_reuse_the_phrases_seen_before(below_
             {k: stats[k] for k in ("keyed", "unchanged", "new", "removed", "reused", "computed")}
 
 
+def test_the_corpus_reuse_report_prices_the_reuse_of_every_store(below_incremental):
+    """The corpus-reuse rows of N+1's build, one per store: counts that add up, and each store's reused
+    items priced at a measured cost per item (the first build computed every item, so its cost)."""
+    from tasks.reuse_report import reuse_markdown, stage_rows
+
+    root, (first, first_below), (second, second_below), _ = below_incremental
+    stores = {"pages": ["page_extracts", second["page_store"].entries.version],
+              "phrase_occurrences": ["sentence_mining", second["sentence_store"].entries.version],
+              "phrase_types": ["sentence_types", second["type_store"]],
+              "augmentations": ["phrase_positives", second_below["phrase_positives"]],
+              "phrase_embeddings": ["phrase_vectors", second_below["phrase_vectors"]]}
+    rows = {r["stage"]: r for r in stage_rows(root, stores)}
+    assert set(rows) == set(stores)
+    for stage, (name, version) in stores.items():
+        r, stats = rows[stage], store_manifest(root, name, version)["stats"]
+        before = store_manifest(root, name, stats["previous"])["stats"]
+        assert r["reused"] == stats["reused"] > 0 and r["computed"] == stats["computed"] > 0, stage
+        assert r["reused"] + r["computed"] == r["items"] == stats["keyed"], stage
+        assert r["compute_s"] == stats["compute_s"] > 0 and before["compute_s"] > 0, stage
+        assert before["computed"] == before["keyed"] > r["computed"], stage
+        assert r["cost_from"] == f"the previous build ({stats['previous']}), {before['computed']} items computed"
+        assert r["saved_s"] == pytest.approx(r["reused"] * before["compute_s"] / before["computed"]) and \
+            r["saved_s"] > 0, stage
+    md = reuse_markdown(list(rows.values()), None)
+    for stage, r in rows.items():
+        assert f"| {stage} | {r['items']} | {r['reused']} | {r['computed']} | 0 |" in md
+    assert f"**{sum(r['saved_s'] for r in rows.values()):.1f} s**" in md
+
+
 def test_a_changed_model_or_code_version_recomputes_the_phrase_work(dumps, below_scratch, tmp_path, monkeypatch):
     import pearl_model.inference.loading as loading
     import tasks.augmentations as aug_stage
@@ -469,9 +546,11 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
                                                sort=ArtifactSort.CREATED_DESC)
 
     with prefect_test_harness(server_startup_timeout=120):
-        for dump in dumps:
-            build.build_corpus(source=dump, **settings)
+        results = [build.build_corpus(source=dump, **settings) for dump in dumps]
         artifacts = asyncio.run(reuse_artifacts())
+    # each run names the stores it wrote (what its corpus-reuse artifact reads): all five
+    assert [set(r["reuse_stores"]) for r in results] == \
+        [{"pages", "phrase_occurrences", "phrase_types", "augmentations", "phrase_embeddings"}] * 2
     expected = {**scratch[1]["versions"], **below_scratch[0]["versions"]}  # the same settings and input
     versions = {name: latest_version(root, name) for name in expected}
     assert versions == expected

@@ -76,7 +76,7 @@ def test_parameters_are_the_ones_build_corpus_gives_its_stages(monkeypatch):
     args = sr.wiring_args("sample", "/tmp/root", 3, {"phrase_buckets": 5, "pages_per_partition": 7})
     monkeypatch.setattr(bc, "corpus_stages", Recorder())
     monkeypatch.setattr(bc, "corpus_summary_task", lambda *a: None)  # the parent run's artifacts: no run here
-    monkeypatch.setattr(bc, "reuse_report_task", lambda *a: None)
+    monkeypatch.setattr(bc, "reuse_report_task", lambda *a: {"dump_order": None})
     bc.build_corpus.fn(source="sample", storage_root="/tmp/root", dask_workers=3,
                        phrases=bc.PhrasesConfig(phrase_buckets=5), read=bc.ReadConfig(pages_per_partition=7))
     assert args == given

@@ -13,7 +13,6 @@ and edited pages; the rows are stamped with ids by the same `extract_page_rows` 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -25,9 +24,10 @@ import syntok.segmenter as segmenter
 
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
+from storage.dump_dates import dump_order, input_dump_date
 from storage.reuse import (
-    Keys, ReuseStore, commit_store, content_key, encode_json, fetch, keys_of, library_versions, log_plan, plan_reuse,
-    plan_store, write_entries,
+    Keys, ReuseStore, commit_store, content_key, cpu_timed, encode_json, fetch, keys_of, library_versions, log_plan,
+    plan_reuse, plan_store, write_entries,
 )
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, SENTENCES
 from tasks.pages import wikitext
@@ -256,9 +256,8 @@ def extract_page_rows(
             quarantine.append(_quarantined(r, *refused))
             continue
         if i not in extracts:
-            start = time.process_time()
-            extracts[i] = extract_page(r, min_sentence_words, max_sentence_chars)
-            compute_s += time.process_time() - start
+            extracts[i], seconds = cpu_timed(extract_page, r, min_sentence_words, max_sentence_chars)
+            compute_s += seconds
         e = extracts[i]
         if e["filtered"]:
             stats["sentences_filtered"] += e["filtered"]
@@ -365,14 +364,47 @@ def plan_page_outputs(raw: Dataset, params: dict) -> PageOutputs:
     out = PageOutputs(ds("pages"), ds("sentences"), ds("alias_mentions"), ds("quarantine"))
     if all(d.is_complete() for d in out.all()):
         return out
-    return replace(out, reuse=plan_store(raw.root, "page_extracts", reuse_identity(params), {"raw_pages": raw.version}))
+    return replace(out, reuse=plan_store(raw.root, "page_extracts", reuse_identity(params), store_inputs(raw)))
 
 
-def plan_page_reuse(out: PageOutputs, keyed: list[tuple[Keys, int]]) -> tuple[list[np.ndarray], dict]:
-    """Per raw part, the pages whose extract the previous store holds (`storage.reuse.match`), and
-    the counts: not_keyed (quarantined before extraction) + keyed = records read."""
+def store_inputs(raw: Dataset) -> dict:
+    """What a page_extracts store is made from: the raw_pages version and the date of the dump read
+    into it (`storage.dump_dates`, from the input's file name: None without one), which the next
+    build compares with its own."""
+    return {"raw_pages": raw.version,
+            "dump_date": input_dump_date(raw.manifest()["inputs"]) if raw.is_complete() else None}
+
+
+def dump_check(out: PageOutputs, raw: Dataset) -> tuple[dict, str | None]:
+    """How this build's dump orders against the one the reused page_extracts was made from: the
+    counts (older_dump, same_date_dump: 1 or 0) and what to warn. Either way the pages are reused
+    by content, which is right in both directions; the order is said, not refused."""
+    inputs = store_inputs(raw)
+    before = out.reuse.previous.manifest()["inputs"] if out.reuse is not None and out.reuse.previous is not None \
+        else {}
+    order = dump_order(inputs["dump_date"], before.get("dump_date"), before.get("raw_pages") == raw.version)
+    counts = {"older_dump": int(order == "older"), "same_date_dump": int(order == "same date")}
+    if order == "older":
+        return counts, (f"the dump read is dated {inputs['dump_date']}, older than the one the previous build's "
+                        f"page_extracts was made from ({before['dump_date']}): pages are reused by content, the "
+                        "datasets are this dump's")
+    if order == "same date":
+        return counts, (f"the dump read is dated {inputs['dump_date']} as the previous build's was, but is another "
+                        f"input (raw_pages {raw.version}, before {before['raw_pages']}: another file of that date or "
+                        "other read settings): pages are reused by content")
+    return counts, None
+
+
+def plan_page_reuse(out: PageOutputs, keyed: list[tuple[Keys, int]], raw: Dataset
+                    ) -> tuple[list[np.ndarray], dict, str | None]:
+    """Per raw part, the pages whose extract the previous store holds (`storage.reuse.match`), the
+    counts (not_keyed, quarantined before extraction, + keyed = records read; `dump_check`'s) and
+    what to warn of the dump's date."""
     refs, counts = plan_reuse(out.reuse, [k for k, _ in keyed])
-    return refs, {**counts, "not_keyed": sum(n for _, n in keyed)} if counts else {}
+    if not counts:
+        return refs, {}, None
+    dump_counts, warning = dump_check(out, raw)
+    return refs, {**counts, "not_keyed": sum(n for _, n in keyed), **dump_counts}, warning
 
 
 def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, reuse_counts: dict | None = None) -> dict:
@@ -380,7 +412,7 @@ def commit_page_outputs(out: PageOutputs, raw: Dataset, params: dict, reuse_coun
     reuse store is committed first (its counts in its manifest): a run killed after it still finds
     the four outputs' parts."""
     if out.reuse is not None:
-        commit_store(out.reuse, {"raw_pages": raw.version}, reuse_counts or {})
+        commit_store(out.reuse, store_inputs(raw), reuse_counts or {})
     if all(d.is_complete() for d in out.all()):  # a rerun that changed nothing keeps the manifests
         return {d.name: d.reuse() for d in out.all()}
     manifests = {}
@@ -426,9 +458,12 @@ def page_keys_task(raw: Dataset, index: int, out: PageOutputs, duplicates: np.nd
 
 
 @task(name="plan-page-reuse", cache_policy=NONE)
-def plan_page_reuse_task(out: PageOutputs, keyed: list[tuple[Keys, int]]) -> tuple[list[np.ndarray], dict]:
-    refs, counts = plan_page_reuse(out, keyed)
+def plan_page_reuse_task(out: PageOutputs, keyed: list[tuple[Keys, int]], raw: Dataset
+                         ) -> tuple[list[np.ndarray], dict]:
+    refs, counts, warning = plan_page_reuse(out, keyed, raw)
     log_plan(out.reuse, counts, "page extracts", get_run_logger())
+    if warning:
+        get_run_logger().warning(warning)
     return refs, counts
 
 
@@ -462,6 +497,6 @@ def pages_stage(raw: Dataset, params: dict, *,
     duplicates = steps.call(find_duplicate_pages_task, raw)
     parts = range(len(raw.parts()))
     keyed = steps.map(page_keys_task, unmapped(raw), parts, unmapped(pages), duplicates)
-    refs, counts = steps.call(plan_page_reuse_task, pages, keyed)
+    refs, counts = steps.call(plan_page_reuse_task, pages, keyed, raw)
     steps.map(extract_part_task, unmapped(raw), parts, unmapped(pages), unmapped(params), duplicates, refs)
     return pages, steps.call(commit_page_outputs_task, pages, raw, params, counts)
