@@ -35,6 +35,6 @@ def machine() -> dict:
     flags = set(info.get("flags", "").split())
     return {"cpus": os.cpu_count(), "cpu_model": info.get("model name", ""),
             "cpu_family": info.get("cpu family"), "cpu_model_number": info.get("model"),
-            "cpu_flags": [f for f in ENGINE_FLAGS if f in flags],
+            "cpu_flags": " ".join(f for f in ENGINE_FLAGS if f in flags),
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
             "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}

@@ -49,7 +49,6 @@ import json
 import logging
 import math
 import os
-import platform
 import re
 import sys
 import tempfile
@@ -819,14 +818,9 @@ def projection_markdown(proj: dict) -> str:
 
 # --- commands -------------------------------------------------------------------------------
 def machine() -> dict:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "platform": platform.platform(), "load_avg": os.getloadavg()}
+    from machine_info import machine as described  # the one description of a machine, GPU box included
+
+    return described()
 
 
 def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dict, interval: float,
