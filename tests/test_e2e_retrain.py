@@ -344,6 +344,10 @@ def test_the_runs_and_their_artifacts_render_in_the_prefect_ui(stack, promoted, 
         ui_browser.visit(page, ui_browser.artifact_key_url(base, "promotion-decision"),
                          ["promotion-decision", "e2e-retrain-1", "e2e-retrain-broken", fired.name],
                          shots / "promotion-decision-history.png")
-        ui_browser.visit(page, ui_browser.artifacts_url(base),
-                         ["promotion-decision", "benchmark-vs-current", "model-registry", "training-curves",
-                          "corpus-counts", "dataset-training-set"], shots / "artifacts.png")
+        # the list page shows a screenful of its cards (more load as one scrolls: with the reuse
+        # stores' artifacts a key can be below it), so each key is opened by its own page
+        ui_browser.visit(page, ui_browser.artifacts_url(base), ["Artifacts", "Search artifacts"], shots / "artifacts.png")
+        for key in ("benchmark-vs-current", "model-registry", "training-curves", "corpus-counts", "corpus-reuse",
+                    "dataset-training-set"):
+            ui_browser.visit(page, ui_browser.artifact_key_url(base, key), [f"Created {key}", "Flow run"],
+                             shots / f"artifact-key-{key}.png")
