@@ -10,8 +10,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from .datasets import Dataset
 
 
@@ -33,6 +31,6 @@ def dataset_contents(root: str | Path, versions: dict[str, str], leave_out: dict
     for name, version in sorted(versions.items()):
         ds = Dataset(str(root), name, version, None)
         rows = [json.dumps(_canonical(r), sort_keys=True, default=str) for part in ds.parts()
-                for r in pq.read_table(part.path, filesystem=ds.fs).drop_columns(leave_out.get(name, [])).to_pylist()]
+                for r in ds.read_part(part.index).drop_columns(leave_out.get(name, [])).to_pylist()]
         out[name] = {"rows": len(rows), "sha256": hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest()}
     return out

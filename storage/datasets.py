@@ -13,7 +13,7 @@ import datetime as dt
 import hashlib
 import io
 import json
-import os
+import logging
 import re
 import subprocess
 from collections import Counter
@@ -30,11 +30,16 @@ import pyarrow.parquet as pq
 
 from .atomic import atomic_path, atomic_write_text, clean_leftovers
 from .buckets import bucket_column
+from .verified import (RECORDS, Damaged, ManifestError, UnsafeManifest, checked_entry, contained,  # noqa: F401
+                       read_record, record_written, recorded_names, verified_bytes, verified_once)
 from pearl_redact import redact
 
+log = logging.getLogger(__name__)
+
 MANIFEST = "_manifest.json"
+DAMAGED = "_damaged"  # notes of the damaged parts of an attempt, recomputed: <version>/_damaged/<file>.json
+PART_NAME = re.compile(r"part-(\d{5,})\.parquet")
 LATEST = "_latest.json"
-PART_METADATA = "pearl.part"  # Parquet footer key of Dataset.write_part's metadata
 # What a version may be: one path segment that no filesystem or fsspec URL reads as more
 # ("..", "/", "~", "*", "?", a scheme). dataset_version makes 16 hex digits; short names
 # ("m1", "bench-100") are versions too. Also a JSON-schema pattern (flow parameters).
@@ -46,25 +51,27 @@ class DatasetIncomplete(FileNotFoundError):
     """The dataset version has no manifest: it was never finished."""
 
 
-class ManifestError(ValueError):
-    """A manifest or ``_latest.json`` pointer that is not what this code writes (not a JSON object,
-    a field of the wrong type, part counts that do not add up): the message names the file."""
-
-
-class UnsafeManifest(ManifestError):
-    """A manifest names a file outside its version directory (an absolute path, "..", a scheme)."""
-
-
 @dataclass(frozen=True)
 class Part:
-    """One part a dataset's manifest lists: its checked path and its row count."""
+    """One part a dataset's manifest lists: its name, row count and what its writer recorded
+    (bytes, sha256). Read it through its Dataset (:meth:`Dataset.read_part`): no path leaves storage."""
 
-    path: str
+    file: str
     rows: int
+    bytes: int
+    sha256: str
+
+    @property
+    def index(self) -> int:
+        return part_index(self.file)
 
 
 class SchemaMismatch(ValueError):
     """A table does not match the schema declared for its dataset."""
+
+
+def part_index(name: str) -> int:
+    return int(PART_NAME.fullmatch(name)[1])
 
 
 def _canonical(obj: Any) -> str:
@@ -159,29 +166,8 @@ class Versioned:
 
     def file_path(self, name: object) -> str:
         """The path of a file a manifest lists, refused (UnsafeManifest) when the name would land
-        outside the version directory: manifests on a shared root are input from whoever can write there."""
-        parts = name.split("/") if isinstance(name, str) else []
-        if not parts or any(p in ("", ".", "..") or "\\" in p or not p.isprintable() for p in parts):
-            raise UnsafeManifest(f"{self.url}: manifest file name {name!r} is not a relative path inside the version")
-        path = f"{self.path}/{name}"
-        # a name inside the version may still be a symbolic link out of it (a local root only: object
-        # stores have none); whoever can write the root could point a part at any file the reader can read
-        if isinstance(self.fs, fsspec.implementations.local.LocalFileSystem):
-            inside = os.path.realpath(self.path)
-            if os.path.commonpath([inside, os.path.realpath(path)]) != inside:
-                raise UnsafeManifest(f"{self.url}: manifest file {name!r} is a link out of the version directory")
-        return path
-
-
-class _HashingWriter:
-    """A binary file that also hashes what is written to it."""
-
-    def __init__(self, fh):
-        self.fh, self.sha256 = fh, hashlib.sha256()
-
-    def write(self, data) -> int:
-        self.sha256.update(data)
-        return self.fh.write(data)
+        outside the version directory or a symbolic link is in its way (storage.verified.contained)."""
+        return contained(self.fs, self.path, name, self.url)
 
 
 @dataclass(frozen=True)
@@ -193,87 +179,107 @@ class Dataset(Versioned):
     version: str
     schema: pa.Schema
 
-    def part_path(self, index: int) -> str:
-        return f"{self.path}/part-{index:05d}.parquet"
+    @staticmethod
+    def part_name(index: int) -> str:
+        return f"part-{index:05d}.parquet"
 
     # --- writing ---------------------------------------------------------------------
     def has_part(self, index: int) -> bool:
-        return self.fs.exists(self.part_path(index))
+        """Whether part ``index`` of this attempt is written and is what its writer recorded (a
+        resumed run's work kept). A file without a writer's record, or one that is not what its record
+        says, is damage to an uncommitted attempt: noted under ``_damaged/`` (the commit counts it),
+        its record dropped, and False, so the part is computed again; never served."""
+        name, fs = self.part_name(index), self.fs
+        recorded = fs.exists(f"{self.path}/{RECORDS}/{name}.json")
+        if not fs.exists(f"{self.path}/{name}"):
+            return False  # not written, or killed between its record and its rename
+        try:
+            verified_once(fs, self.path, read_record(fs, self.path, name, self.url), self.url)
+            return True
+        except ManifestError as e:
+            log.warning("%s: computed again: %s", self.url, e)
+            atomic_write_text(fs, f"{self.path}/{DAMAGED}/{name}.json", json.dumps({"file": name, "why": str(e)}),
+                              self.staging)
+            if recorded:
+                fs.rm(f"{self.path}/{RECORDS}/{name}.json")
+            return False
 
     def write_part(self, index: int, table: pa.Table, metadata: dict | None = None) -> int:
-        """Write one part atomically; returns its row count.
+        """Write one part atomically, with its writer's record (size, SHA-256, rows, ``metadata``)
+        written before it gets its name; returns its row count.
 
-        ``metadata`` (small, JSON) goes into the part's Parquet footer, so it exists exactly
-        when the part does: e.g. the counts a resumed run reads back instead of recomputing.
-        """
+        ``metadata`` (small, JSON) is kept with the part: e.g. the counts a resumed run reads back
+        instead of recomputing (:meth:`part_metadata`)."""
         table = conform(table, self.schema)
-        if metadata is not None:
-            table = table.replace_schema_metadata({PART_METADATA: json.dumps(metadata, sort_keys=True)})
         key = bucket_column(self.schema)
-        with atomic_path(self.fs, self.part_path(index), self.staging) as tmp:
+        name = self.part_name(index)
+        with atomic_path(self.fs, f"{self.path}/{name}", self.staging) as tmp:
             if key is None:
                 pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
             else:
                 write_by_bucket(table, key, tmp, self.fs)
+            record_written(self.fs, self.path, name, tmp, rows=table.num_rows, metadata=metadata)
         return table.num_rows
 
     def write_array(self, name: str, array: np.ndarray) -> dict:
-        """``array`` as a .npy file beside the parts (no pickle), streamed to a temporary name and
-        renamed as a part is; its manifest entry (file, bytes, sha256), for the commit's ``extra``
-        ``files``, which :meth:`read_array` checks it against."""
+        """``array`` as a .npy file beside the parts (no pickle), written as a part is, with its
+        writer's record; its manifest entry (file, bytes, sha256), for the commit's ``extra`` ``files``,
+        which :meth:`read_array` checks it against."""
         final = self.file_path(name)
-        with atomic_path(self.fs, final, self.staging) as tmp, self.fs.open(tmp, "wb") as fh:
-            writer = _HashingWriter(fh)
-            np.save(writer, np.ascontiguousarray(array), allow_pickle=False)
-        return {"file": name, "bytes": self.fs.size(final), "sha256": writer.sha256.hexdigest()}
+        with atomic_path(self.fs, final, self.staging) as tmp:
+            with self.fs.open(tmp, "wb") as fh:
+                np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+            record = record_written(self.fs, self.path, name, tmp)
+        return {k: record[k] for k in ("file", "bytes", "sha256")}
 
     def read_array(self, name: str) -> np.ndarray:
         """The one door to an array beside the parts (:meth:`write_array`): listed in the manifest's
-        ``extra`` ``files``, its bytes and sha256 as listed, a plain .npy (nothing unpickled); else
-        ManifestError, one line. Memory-mapped on a local root (read once to hash it), read into
-        memory from a remote one (hashed as read, so what is loaded is what was checked)."""
+        ``extra`` ``files``, read through the verified reader (its bytes and sha256 as listed), a plain
+        .npy (nothing unpickled); else ManifestError, one line."""
         listed = (self.manifest().get("extra") or {}).get("files")
         entry = next((f for f in listed if isinstance(f, dict) and f.get("file") == name), None) \
             if isinstance(listed, list) else None
         if entry is None:
             raise ManifestError(f"{self.url}/{MANIFEST}: lists no file {name!r} (written by an older code version? "
                                 "rebuild it)")
-        path = self.file_path(name)
-        local = isinstance(self.fs, fsspec.implementations.local.LocalFileSystem)
-        digest, data = hashlib.sha256(), bytearray()
+        data = verified_bytes(self.fs, self.path, entry, self.url)
         try:
-            with self.fs.open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-                    data += b"" if local else block
-                size = fh.tell()
-        except FileNotFoundError:
-            raise ManifestError(f"{self.url}: {name} is missing (its manifest lists it)") from None
-        if size != entry.get("bytes") or digest.hexdigest() != entry.get("sha256"):
-            raise ManifestError(f"{self.url}/{name}: {size} bytes, sha256 {digest.hexdigest()[:16]}; its manifest lists "
-                                f"{entry.get('bytes')!r} bytes, sha256 {str(entry.get('sha256'))[:16]}")
-        try:
-            return np.load(path, mmap_mode="r", allow_pickle=False) if local else \
-                np.load(io.BytesIO(data), allow_pickle=False)
+            return np.load(io.BytesIO(data), allow_pickle=False)
         except (ValueError, EOFError, OSError) as e:  # an object array would need unpickling: refused
             raise ManifestError(f"{self.url}/{name} is not a plain .npy array ({e})") from None
 
+    def written_parts(self) -> list[int]:
+        """The parts of this attempt in place as their writers recorded them (their file there, of
+        the recorded size), in order: what a commit lists. Uncommitted work only: read a committed
+        version through :meth:`parts`."""
+        return [part_index(e["file"]) for e in self._records()]
+
+    def _records(self) -> list[dict]:
+        out, fs = [], self.fs
+        for name in recorded_names(fs, self.path):
+            if PART_NAME.fullmatch(name) is None:
+                continue
+            record = read_record(fs, self.path, name, self.url)
+            try:
+                if fs.size(f"{self.path}/{name}") == record["bytes"]:
+                    out.append(record)
+            except FileNotFoundError:  # killed between its record and its rename: not written
+                pass
+        return out
+
     def part_metadata(self, index: int) -> dict | None:
-        """The ``metadata`` part ``index`` was written with (None when it had none); reads the footer only."""
-        raw = (pq.read_metadata(self.part_path(index), filesystem=self.fs).metadata or {}).get(PART_METADATA.encode())
-        return json.loads(raw) if raw is not None else None
+        """The ``metadata`` part ``index`` was written with (None when it had none): its writer's record."""
+        metadata = read_record(self.fs, self.path, self.part_name(index), self.url).get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise Damaged(f"{self.url}/{RECORDS}/{self.part_name(index)}.json: metadata is not an object")
+        return metadata
 
     def metadata_totals(self) -> Counter:
-        """The parts' ``metadata`` counts summed over the parts on disk (footers only)."""
+        """The parts' ``metadata`` counts summed over the parts written (their records)."""
         totals: Counter = Counter()
-        for f in self.parts_on_disk():
-            totals.update(self.part_metadata(int(f.rsplit("part-", 1)[1].split(".")[0])) or {})
+        for record in self._records():
+            totals.update(record.get("metadata") or {})
         return totals
-
-    def parts_on_disk(self) -> list[str]:
-        if not self.fs.exists(self.path):
-            return []
-        return sorted(p for p in self.fs.ls(self.path, detail=False) if p.rsplit("/", 1)[-1].startswith("part-"))
 
     def commit(
         self,
@@ -284,60 +290,102 @@ class Dataset(Versioned):
         stats: dict | None = None,
         extra: dict | None = None,
     ) -> dict:
-        """Write the manifest (last), listing every part with its row count.
+        """Write the manifest (last), listing every part its writer recorded, with the record's row
+        count, size and SHA-256 (never what is found on disk: a file no writer recorded is not listed).
 
-        ``extra`` holds small metadata that belongs with the data (e.g. a label vocabulary).
-        """
+        ``extra`` holds small metadata that belongs with the data (e.g. a label vocabulary). Parts of
+        this attempt found damaged and computed again are counted in ``stats`` (``parts_recomputed``)."""
         fs = self.fs
         fs.makedirs(self.path, exist_ok=True)
-        parts = []
-        for p in self.parts_on_disk():
-            rows = pq.ParquetFile(p, filesystem=fs).metadata.num_rows
-            parts.append({"file": p.rsplit("/", 1)[-1], "rows": rows})
-        body = {"rows": sum(p["rows"] for p in parts), "parts": parts,
+        parts = [{"file": r["file"], "rows": r["rows"], "bytes": r["bytes"], "sha256": r["sha256"]}
+                 for r in self._records()]
+        if not all(type(p["rows"]) is int and p["rows"] >= 0 for p in parts):
+            raise Damaged(f"{self.url}: a writer's record holds no row count")
+        try:
+            damaged = len(fs.ls(f"{self.path}/{DAMAGED}", detail=False))
+        except FileNotFoundError:
+            damaged = 0
+        body = {"rows": sum(p["rows"] for p in parts), "parts": parts, "part_records": RECORDS,
                 "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema]}
+        stats = {**(stats or {}), **({"parts_recomputed": damaged} if damaged else {})}
         return publish_manifest(fs, self.path, self.name, self.version, body, code_version=code_version,
                                 params=params, inputs=inputs, stats=stats, extra=extra)
 
     # --- reading ---------------------------------------------------------------------
+    def is_complete(self) -> bool:
+        """Committed, by code that records what its writers wrote. A version committed before the
+        writers' records has no digests to check its parts against: it counts as not done, so the
+        stage writes it again (once; a warning says so)."""
+        if not super().is_complete():
+            return False
+        try:
+            manifest = self.manifest()
+        except ManifestError:
+            return True  # refused, in one line, by whoever reads it
+        if manifest.get("part_records") == RECORDS:
+            return True
+        log.warning("%s was committed before parts had writers' records: written again", self.url)
+        return False
+
     def parts(self, verify: bool = False) -> list[Part]:
-        """The parts the manifest lists, in order: the one door from a manifest's part names to
-        paths (tests/test_import_rules.py finds a second one). Every name goes through file_path,
-        every count is a non-negative integer and they add up to the manifest's rows, all checked
-        before any part is read (ManifestError, UnsafeManifest). ``verify``: each count checked
-        against its part's Parquet footer too (one footer read per part), for a caller that plans
-        work by the counts."""
+        """The parts the manifest lists, in order: the one door from a manifest's part names to the
+        data (tests/test_import_rules.py finds a second one). Every name is a part's and inside the
+        version, every entry holds what its writer recorded (rows, bytes, sha256), and the counts add
+        up to the manifest's rows, all checked before any part is read (ManifestError, UnsafeManifest).
+        ``verify``: each part read back too, and its count checked against its Parquet footer, for a
+        caller that plans work by the counts."""
         manifest = self.manifest()
         listed = manifest.get("parts")
         if not isinstance(listed, list) or not all(isinstance(p, dict) for p in listed):
             raise ManifestError(f"{self.url}/{MANIFEST}: 'parts' is not a list of objects")
-        parts = [Part(self.file_path(p.get("file")), p.get("rows")) for p in listed]
-        if not all(type(p.rows) is int and p.rows >= 0 for p in parts):
-            bad = next(p for p in parts if not (type(p.rows) is int and p.rows >= 0))
-            raise ManifestError(f"{self.url}/{MANIFEST}: part {bad.path.rsplit('/', 1)[-1]} has rows {bad.rows!r}, "
-                                "not a count")
+        if manifest.get("part_records") != RECORDS:
+            raise ManifestError(f"{self.url}/{MANIFEST}: committed before parts had writers' records, so its parts "
+                                "cannot be checked: run the stage again to write it anew")
+        parts = []
+        for p in listed:
+            self.file_path(p.get("file"))
+            if PART_NAME.fullmatch(p["file"]) is None:
+                raise UnsafeManifest(f"{self.url}/{MANIFEST}: {p['file']!r} is not a part's name")
+            entry = checked_entry(p, f"{self.url}/{MANIFEST}")
+            if not (type(p.get("rows")) is int and p["rows"] >= 0):
+                raise ManifestError(f"{self.url}/{MANIFEST}: part {p['file']} has rows {p.get('rows')!r}, not a count")
+            parts.append(Part(entry["file"], p["rows"], entry["bytes"], entry["sha256"]))
         total = manifest.get("rows")
         if total != sum(p.rows for p in parts) or type(total) is not int:
             raise ManifestError(f"{self.url}/{MANIFEST}: its parts hold {sum(p.rows for p in parts)} rows, "
                                 f"its 'rows' says {total!r}")
         for p in parts if verify else ():
-            stored = pq.read_metadata(p.path, filesystem=self.fs).num_rows
+            stored = pq.read_metadata(self._checked(p.index, p), filesystem=self.fs).num_rows
             if stored != p.rows:
-                raise ManifestError(f"{self.url}/{MANIFEST}: part {p.path.rsplit('/', 1)[-1]} holds {stored} rows, "
-                                    f"the manifest says {p.rows}")
+                raise ManifestError(f"{self.url}/{MANIFEST}: part {p.file} holds {stored} rows, the manifest says {p.rows}")
         return parts
 
-    def part_files(self) -> list[str]:
-        return [p.path for p in self.parts()]  # every name checked before any read
+    def _checked(self, index: int, part: Part | None = None) -> str:
+        """Where part ``index`` is, once verified (storage.verified.verified_once) against the
+        manifest of a committed version (``part``: its entry, when the caller holds it), or its
+        writer's record in an attempt still being written."""
+        name = self.part_name(index)
+        if part is not None:
+            entry = {"file": part.file, "bytes": part.bytes, "sha256": part.sha256}
+        elif super().is_complete():
+            entry = next((p for p in self.parts() if p.file == name), None)
+            if entry is None:
+                raise ManifestError(f"{self.url}/{MANIFEST}: lists no part {name}")
+            entry = {"file": entry.file, "bytes": entry.bytes, "sha256": entry.sha256}
+        else:
+            entry = read_record(self.fs, self.path, name, self.url)
+        return verified_once(self.fs, self.path, entry, self.url)
 
     def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
-        files = self.part_files()
-        if not files:
+        """The committed version's rows (``filter``: a pyarrow expression), part by part."""
+        tables = [self._read(p.index, columns, filter, p) for p in self.parts()]
+        if not tables:
             return self.schema.empty_table().select(columns) if columns else self.schema.empty_table()
-        import pyarrow.dataset as pads
+        return pa.concat_tables(tables)
 
-        ds = pads.dataset(files, schema=self.schema, format="parquet", filesystem=self.fs)
-        return ds.to_table(columns=columns, filter=filter)
+    def read_metadata(self, index: int) -> pq.FileMetaData:
+        """Part ``index``'s Parquet footer (row groups, statistics), verified as :meth:`read_part` is."""
+        return pq.read_metadata(self._checked(index), filesystem=self.fs)
 
     def read_bucket(self, bucket: int, columns: list[str] | None = None) -> pa.Table:
         """The rows of one bucket of a bucketed dataset (a reducer's input), in part order.
@@ -345,14 +393,15 @@ class Dataset(Versioned):
         Part by part, only the row groups whose statistics can hold ``bucket`` (parts written
         before bucket-sorting are read whole and filtered). One footer is held at a time: a
         dataset scan of M parts keeps all M footers of R row groups each, which grew the
-        reducer's memory with the corpus (benchmarks/reduce_memory.py)."""
+        reducer's memory with the corpus (benchmarks/reduce_memory.py). Each part is verified once
+        per process (a reducer reads only its bucket's row groups of it)."""
         key = bucket_column(self.schema)
         if key is None:
             raise ValueError(f"{self.name} is not bucketed (its schema names no bucket column)")
         wanted = columns if columns is None or key in columns else [*columns, key]
         pieces = []
-        for path in self.part_files():
-            f = pq.ParquetFile(path, filesystem=self.fs)
+        for part in self.parts():
+            f = pq.ParquetFile(self._checked(part.index, part), filesystem=self.fs)
             col = f.schema_arrow.get_field_index(key)
             groups = []
             for g in range(f.metadata.num_row_groups):
@@ -367,15 +416,19 @@ class Dataset(Versioned):
             pa.schema([self.schema.field(n) for n in (columns or self.schema.names)]))
 
     def read_part(self, index: int, columns: list[str] | None = None, filter=None) -> pa.Table:
-        """Read one part; the caller is inside the stage that is building the dataset. Read
-        against the dataset's schema: a nullable column added since the part was written reads
-        as nulls."""
-        return pq.read_table(self.part_path(index), columns=columns, filters=filter, filesystem=self.fs,
+        """Read one part, verified against the manifest (committed) or its writer's record (an
+        attempt in progress): Damaged or UnsafeManifest, one line, for anything else. Read against
+        the dataset's schema: a nullable column added since the part was written reads as nulls."""
+        return self._read(index, columns, filter)
+
+    def _read(self, index: int, columns: list[str] | None, filter, part: Part | None = None) -> pa.Table:
+        return pq.read_table(self._checked(index, part), columns=columns, filters=filter, filesystem=self.fs,
                              schema=self.schema)
 
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
-        for f in self.part_files():
-            yield from pq.ParquetFile(f, filesystem=self.fs).iter_batches(batch_size=batch_size, columns=columns)
+        for part in self.parts():
+            yield from pq.ParquetFile(self._checked(part.index, part), filesystem=self.fs).iter_batches(
+                batch_size=batch_size, columns=columns)
 
 
 def write_by_bucket(table: pa.Table, key: str, path: str, fs) -> None:

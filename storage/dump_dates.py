@@ -35,6 +35,15 @@ def input_dump_date(inputs: dict) -> str | None:
     return max(dates) if dates else None
 
 
+def recorded_date(value: object) -> str | None:
+    """A dump date as a manifest recorded it (an ISO date string), or None for anything else: a
+    reuse store's manifest is a cache, and a damaged one never fails a build."""
+    try:
+        return dt.date.fromisoformat(value).isoformat() if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def dump_order(date: str | None, previous_date: str | None, same_input: bool) -> str | None:
     """"older" when this dump's date is before the previous build's, "same date" when the dates are
     equal but the input is another (another file of that date, or other read settings); else None

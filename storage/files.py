@@ -30,7 +30,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from storage.atomic import TMP, check_exclusive, fsync_path, is_local, write_exclusive

@@ -32,7 +32,6 @@ from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .datasets import Dataset, DatasetIncomplete, ManifestError, dataset_version, latest_version
 from .schemas import REUSE_ENTRIES
@@ -122,8 +121,10 @@ def plan_store(root: str, name: str, identity: dict, inputs: dict[str, str]) -> 
                 refused = (f"the latest {name} ({found.url}) was made by another code version or other parameters "
                            f"({_canonical(manifest.get('params'))[:300]}); this build's are {canonical[:300]}")
             else:
+                for part in found.parts():  # names, links, sizes and digests, before a key is matched
+                    found.read_metadata(part.index)
                 previous = found
-    except (DatasetIncomplete, ManifestError) as e:
+    except (DatasetIncomplete, ManifestError, OSError, pa.ArrowException) as e:  # damage: recomputed, said
         refused = str(e)
     return ReuseStore(entries, canonical, previous, refused)
 
@@ -163,7 +164,7 @@ def store_index(store: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     """(key prefix, item, part, row) of every entry of a committed store, through Dataset.parts."""
     prefixes, items, parts, rows = [], [], [], []
     for p, part in enumerate(store.parts()):
-        t = pq.read_table(part.path, columns=["key", "item"], filesystem=store.fs)
+        t = store.read_part(part.index, columns=["key", "item"])
         prefixes.append(_prefixes(t["key"]))
         items.append(t["item"].to_numpy())
         parts.append(np.full(t.num_rows, p, np.int64))
@@ -243,9 +244,9 @@ def fetch(store: ReuseStore, refs: np.ndarray, wanted: dict[int, bytes], decode:
     for p in np.unique(refs[:, 1]):
         mine = refs[refs[:, 1] == p]
         try:
-            t = pq.read_table(parts[int(p)].path, columns=["key", "digest", "value"], filesystem=store.previous.fs)
+            t = store.previous.read_part(parts[int(p)].index, columns=["key", "digest", "value"])
             t = t.take(pa.array(mine[:, 2]))
-        except (OSError, IndexError, pa.ArrowException):  # a part gone or shorter than its index said
+        except (OSError, IndexError, ManifestError, pa.ArrowException):  # a part gone, damaged, or shorter
             refused += len(mine)
             continue
         for row, key, digest, value in zip(mine[:, 0].tolist(), *(t[c].to_pylist() for c in ("key", "digest", "value"))):

@@ -39,7 +39,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import phrase_key
 from storage.datasets import Dataset, dataset_version
@@ -445,15 +444,15 @@ def positive_keys(phrases: Dataset, index: int, store: ReuseStore | None) -> Key
     return phrase_keys(phrases, index)
 
 
-def augmentation_counts(out: Dataset, files: list[str] | None = None) -> dict:
+def augmentation_counts(out: Dataset, committed: bool = True) -> dict:
     """Positives by kind and phrases with at least one, read back part by part.
 
     A phrase lives in exactly one part (parts follow the phrases buckets), so per-part
     distinct counts add up and no process holds every phrase key.
     """
     kinds, with_kind, with_any = Counter(), Counter(), 0
-    for f in files if files is not None else out.part_files():
-        t = pq.read_table(f, columns=["phrase_key", "kind"], filesystem=out.fs)
+    for part in [p.index for p in out.parts()] if committed else out.written_parts():
+        t = out.read_part(part, columns=["phrase_key", "kind"])
         pairs = set(zip(t["phrase_key"].to_pylist(), t["kind"].to_pylist()))
         kinds.update(t["kind"].to_pylist())
         with_kind.update(kind for _, kind in pairs)
@@ -467,7 +466,7 @@ def commit_augmentations(out: Dataset, phrases: Dataset, aliases: Dataset, vecto
     if out.is_complete():
         return out.reuse()
     inputs = _inputs(phrases, aliases, vectors, sentences)
-    stats = {**augmentation_counts(out, out.parts_on_disk()), "phrases_in": phrases.manifest()["rows"]}
+    stats = {**augmentation_counts(out, committed=False), "phrases_in": phrases.manifest()["rows"]}
     stats["phrases_without_positive"] = stats["phrases_in"] - stats["phrases_with_any"]
     if "context" in params.get("kinds", UNASKED_KINDS):  # the examples not written, kept with each part (resumed runs)
         stats["context"] = dict(sorted(out.metadata_totals().items()))

@@ -22,7 +22,7 @@ def compare(rows: list[dict], model: str, baseline: str) -> list[dict]:
 
 
 def comparison_markdown(lines: list[dict], model: str, baseline: str) -> str:
-    out = [f"# Trained model vs its backbone", "", f"trained: `{model}`", f"backbone: `{baseline}`", "",
+    out = ["# Trained model vs its backbone", "", f"trained: `{model}`", f"backbone: `{baseline}`", "",
            "| dataset | metric | backbone | trained | change | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
     out += [f"| {x['dataset']} | {x['metric']} | {x['backbone']:.1f} | {x['trained']:.1f} | {x['change']:+.1f} | "
             + ("" if x["low"] is None else f"[{x['low']:+.1f}, {x['high']:+.1f}]") + f" | {x['verdict']} |"

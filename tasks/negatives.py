@@ -236,13 +236,11 @@ def select_bucket(phrases: Dataset, part: int, candidates: Dataset, embeddings: 
     return {"part": part, "reused": False, **stats}
 
 
-def negative_counts(out: Dataset, phrases: Dataset, files: list[str]) -> dict:
-    """Phrases with a negative, read back part by part (a phrase lives in one part)."""
-    import pyarrow.parquet as pq
-
+def negative_counts(out: Dataset, phrases: Dataset) -> dict:
+    """Phrases with a negative, read back part by part (a phrase lives in one part): the parts written."""
     with_neg = rows = 0
-    for f in files:
-        t = pq.read_table(f, columns=["phrase_key"], filesystem=out.fs)
+    for part in out.written_parts():
+        t = out.read_part(part, columns=["phrase_key"])
         rows += t.num_rows
         with_neg += len(set(t["phrase_key"].to_pylist()))
     n = phrases.manifest()["rows"]
@@ -260,7 +258,7 @@ def commit_step(d: Dataset, phrases: Dataset, params: dict, stats: dict | None =
 def commit_negatives(outs: NegativeOutputs, phrases: Dataset, params: dict) -> dict:
     if outs.negatives.is_complete():
         return outs.negatives.reuse()
-    stats = {**negative_counts(outs.negatives, phrases, outs.negatives.parts_on_disk()),
+    stats = {**negative_counts(outs.negatives, phrases),
              **{k: v for k, v in outs.candidates.manifest()["stats"].items()}}
     return outs.negatives.commit(code_version=CODE_VERSION, params=params, inputs={"phrases": phrases.version},
                                  stats=stats)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pearl_model.phrases.mining import backends as mining_backends
 from pearl_model.phrases.mining import (
@@ -50,7 +49,7 @@ def phrase_bucket_count(sentences: int, parser: str = "spacy") -> int:
 @dataclass(frozen=True)
 class Chunk:
     index: int  # output part number
-    file: str  # sentences part file
+    part: int  # sentences part
     offset: int
     length: int
 
@@ -81,7 +80,7 @@ def plan_chunks(sentences: Dataset, sentences_per_chunk: int) -> list[Chunk]:
     for part in sentences.parts(verify=True):
         for offset in range(0, part.rows, sentences_per_chunk):
             length = min(sentences_per_chunk, part.rows - offset)
-            chunks.append(Chunk(len(chunks), part.path, offset, length))
+            chunks.append(Chunk(len(chunks), part.index, offset, length))
     return chunks
 
 
@@ -97,7 +96,7 @@ def reuse_identity(params: dict) -> dict:
 
 
 def read_chunk(sentences: Dataset, chunk: Chunk) -> tuple[list[int], list[str]]:
-    table = pq.read_table(chunk.file, columns=["sentence_id", "text"], filesystem=sentences.fs)
+    table = sentences.read_part(chunk.part, columns=["sentence_id", "text"])
     table = table.slice(chunk.offset, chunk.length)
     return table["sentence_id"].to_pylist(), table["text"].to_pylist()
 
@@ -234,8 +233,8 @@ def commit_outputs(out: OccurrenceOutputs, sentences: Dataset, params: dict, reu
 
 def mining_totals_from_parts(stats: Dataset) -> dict:
     totals: dict[str, int] = defaultdict(int)
-    for path in stats.parts_on_disk():
-        t = pq.read_table(path, filesystem=stats.fs)
+    for part in stats.written_parts():
+        t = stats.read_part(part)
         for k, v in zip(t["counter"].to_pylist(), t["value"].to_pylist()):
             totals[k] += v
     return dict(sorted(totals.items()))

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.entity_types import majority_entity_type
@@ -55,18 +54,18 @@ class TypingPlan:
     votes: Dataset
     phrases: Dataset
     starts: tuple[int, ...]  # the smallest sentence id of each group (ascending)
-    group_files: tuple[tuple[str, ...], ...]  # the sentences part files of each group
+    group_parts: tuple[tuple[int, ...], ...]  # the sentences parts of each group
     reuse: ReuseStore | None = None  # each example sentence's typing kept for the next build (None: nothing to do)
 
 
-def id_range(path: str, fs) -> tuple[int, int] | None:
+def id_range(sentences: Dataset, part: int) -> tuple[int, int] | None:
     """(min, max) sentence_id of one sentences part, from its footer when it has statistics."""
-    meta = pq.read_metadata(path, filesystem=fs)
+    meta = sentences.read_metadata(part)
     col = meta.schema.to_arrow_schema().get_field_index("sentence_id")
     stats = [meta.row_group(g).column(col).statistics for g in range(meta.num_row_groups)]
     if stats and all(s is not None and s.has_min_max for s in stats):
         return min(s.min for s in stats), max(s.max for s in stats)
-    ids = pq.read_table(path, columns=["sentence_id"], filesystem=fs)["sentence_id"]
+    ids = sentences.read_part(part, columns=["sentence_id"])["sentence_id"]
     return (pc.min(ids).as_py(), pc.max(ids).as_py()) if len(ids) else None
 
 
@@ -96,7 +95,7 @@ def plan_types(untyped: Dataset, sentences: Dataset, params: dict, buckets: int)
         return Dataset(untyped.root, name, dataset_version(name, CODE_VERSION, params, _inputs(untyped, sentences)),
                        schema)
 
-    ranges = [(f, *r) for f in sentences.part_files() if (r := id_range(f, sentences.fs)) is not None]
+    ranges = [(p.index, *r) for p in sentences.parts() if (r := id_range(sentences, p.index)) is not None]
     starts, files = group_parts(ranges, buckets)
     phrases = ds("phrases", PHRASES)
     reuse = None if phrases.is_complete() else plan_store(untyped.root, "sentence_types", reuse_identity(params),
@@ -168,23 +167,23 @@ def decode_types(value: bytes) -> SentenceTypes:
     return SentenceTypes(e["parsed"], tuple((key, et) for key, et in e["types"]))
 
 
-def group_sentences(group: int, plan: TypingPlan, fs) -> tuple[pa.Table, pa.Table]:
+def group_sentences(group: int, plan: TypingPlan, sentences: Dataset) -> tuple[pa.Table, pa.Table]:
     """One group's requests and its requested sentences (sentence_id, text), in the order the keys
     and the votes steps both read them."""
     req = plan.requests.read_bucket(group, ["sentence_id", "phrase_key", "phrase_bucket"])
     wanted_ids = pa.array(sorted(set(req["sentence_id"].to_pylist())), pa.int64())
-    pieces = [pq.read_table(f, columns=["sentence_id", "text"], filesystem=fs,
-                            filters=pc.field("sentence_id").isin(wanted_ids)) for f in plan.group_files[group]]
+    pieces = [sentences.read_part(p, ["sentence_id", "text"], pc.field("sentence_id").isin(wanted_ids))
+              for p in plan.group_parts[group]]
     sents = pa.concat_tables(pieces) if pieces else pa.table({"sentence_id": pa.array([], pa.int64()),
                                                               "text": pa.array([], pa.string())})
     return req, sents
 
 
-def sentence_keys(group: int, plan: TypingPlan, fs) -> Keys:
+def sentence_keys(group: int, plan: TypingPlan, sentences: Dataset) -> Keys:
     """The content keys of one group's requested sentences (a sentence is its text's key, its id the item)."""
     if plan.reuse is None or plan.reuse.entries.is_complete():  # nothing to type
         return keys_of((), (), ())
-    _, sents = group_sentences(group, plan, fs)
+    _, sents = group_sentences(group, plan, sentences)
     return keys_of(range(sents.num_rows), sents["sentence_id"].to_pylist(),
                    map(content_key, sents["text"].to_pylist()))
 
@@ -194,14 +193,14 @@ def plan_sentence_reuse(plan: TypingPlan, keyed: list[Keys]) -> tuple[list[np.nd
     return plan_reuse(plan.reuse, keyed)
 
 
-def write_votes(group: int, plan: TypingPlan, params: dict, fs, refs: np.ndarray | None = None) -> dict:
+def write_votes(group: int, plan: TypingPlan, params: dict, sentences: Dataset, refs: np.ndarray | None = None) -> dict:
     """Step 2: one group's requested sentences typed (reused where ``refs``, this group's entry of
     `plan_sentence_reuse`, names the previous store's typing, else parsed with NER); their votes by
     phrase bucket. The store's part is written before the votes' part, which marks the group done."""
     out = plan.votes
     if out.has_part(group):
         return {"group": group, "reused": True, **(out.part_metadata(group) or {})}
-    req, sents = group_sentences(group, plan, fs)
+    req, sents = group_sentences(group, plan, sentences)
     ids, texts = sents["sentence_id"].to_pylist(), sents["text"].to_pylist()
     position = {sid: i for i, sid in enumerate(ids)}
     wanted: list[set[str]] = [set() for _ in position]
@@ -312,7 +311,7 @@ def requests_task(untyped: Dataset, bucket: int, plan: TypingPlan) -> dict:
 
 @task(name="example-sentence-keys", task_run_name="example-sentence-keys-{group}", cache_policy=NONE, retries=1)
 def sentence_keys_task(group: int, plan: TypingPlan, sentences: Dataset) -> Keys:
-    return sentence_keys(group, plan, sentences.fs)
+    return sentence_keys(group, plan, sentences)
 
 
 @task(name="plan-sentence-type-reuse", cache_policy=NONE)
@@ -324,7 +323,7 @@ def plan_sentence_reuse_task(plan: TypingPlan, keyed: list[Keys]) -> tuple[list[
 
 @task(name="example-votes", task_run_name="example-votes-{group}", cache_policy=NONE, retries=1)
 def votes_task(group: int, plan: TypingPlan, params: dict, sentences: Dataset, refs: np.ndarray) -> dict:
-    return write_votes(group, plan, params, sentences.fs, refs)
+    return write_votes(group, plan, params, sentences, refs)
 
 
 @task(name="commit-sentence-types", cache_policy=NONE)

@@ -20,7 +20,6 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from pearl_model.phrases import labels
 from pearl_model.phrases.mining import phrase_key
@@ -70,8 +69,8 @@ def build_heldout_aliases(aliases: Dataset, out: Dataset, params: dict) -> dict:
         return out.reuse()
     stats: Counter = Counter(pairs=0, ambiguous_aliases_not_held_out=0)
     titles: set[str] = set()
-    for i, f in enumerate(aliases.part_files()):
-        table, counts = heldout_part(pq.read_table(f, filesystem=aliases.fs), params["alias_holdout_fraction"])
+    for i, part in enumerate(aliases.parts()):
+        table, counts = heldout_part(aliases.read_part(part.index), params["alias_holdout_fraction"])
         stats.update(counts)
         titles.update(table["title"].to_pylist())
         out.write_part(i, table)
@@ -144,8 +143,8 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
     if out.is_complete():
         return out.reuse()
     stats: Counter = Counter({"phrases_heldout": 0, "positives_held_out": 0})
-    for f in out.parts_on_disk():
-        t = pq.read_table(f, columns=["split", "positives", "negatives"], filesystem=out.fs)
+    for part in out.written_parts():
+        t = out.read_part(part, columns=["split", "positives", "negatives"])
         stats.update(f"phrases_{s}" for s in t["split"].to_pylist())
         stats["phrases_without_cached_positive"] += sum(1 for x in t["positives"].to_pylist() if not x)
         stats["phrases_without_negative"] += sum(1 for x in t["negatives"].to_pylist() if not x)

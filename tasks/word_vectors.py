@@ -24,7 +24,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from storage.buckets import in_share
 from storage.datasets import Dataset, dataset_version
@@ -121,8 +120,8 @@ def build_word_vectors(sentences: Dataset, out: Dataset, params: dict) -> dict:
 
 def read_vectors(vectors: Dataset) -> tuple[list[str], np.ndarray]:
     words, rows = [], []
-    for f in vectors.part_files():
-        t = pq.read_table(f, filesystem=vectors.fs)
+    for part in vectors.parts():
+        t = vectors.read_part(part.index)
         words += t["word"].to_pylist()
         rows.append(np.stack(t["vector"].to_numpy(zero_copy_only=False)) if t.num_rows else np.zeros((0, 0)))
     return words, (np.concatenate([r for r in rows if r.size]) if words else np.zeros((0, 0), np.float32))

@@ -170,3 +170,14 @@ def tiny_benchmark(root, words, turney: int = 40, bird: int = 60) -> None:
     (root / "bird").mkdir()
     (root / "bird" / "bird.txt").write_text("term1\tterm2\trelatedness score\n" + "".join(
         f"{a} {b}\t{c} {d}\t{rng.random():.3f}\n" for a, b, c, d in (rng.choice(words, 4) for _ in range(bird))))
+
+
+def part_file(d: Dataset, index: int) -> str:
+    """Where part ``index`` of ``d`` is stored: for tests that damage or inspect a file (the pipeline
+    reads parts only through the Dataset)."""
+    return f"{d.path}/{d.part_name(index)}"
+
+
+def stored_parts(d: Dataset) -> list[str]:
+    """The stored files of a committed dataset's parts, in order."""
+    return [part_file(d, p.index) for p in d.parts()]

@@ -12,6 +12,7 @@ from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, ALIASES
 from tasks.aliases import plan_aliases, reduce_bucket, write_alias_bucket
 from tasks.pages import alias_bucket
+from tests.conftest import part_file  # noqa: E402
 
 
 def mentions_dataset(root: str, parts: list[list[tuple]], n_buckets: int, version: str = "m1") -> Dataset:
@@ -161,9 +162,9 @@ def test_write_alias_bucket_reuses_an_existing_part(root):
     assert out.name == "aliases" and out.schema == ALIASES
     n = write_alias_bucket(d, 0, out)
     assert n == out.read_part(0).num_rows == 5
-    st = os.stat(out.part_path(0))
+    st = os.stat(part_file(out, 0))
     assert write_alias_bucket(d, 0, out) == -1
-    st2 = os.stat(out.part_path(0))
+    st2 = os.stat(part_file(out, 0))
     assert (st.st_ino, st.st_mtime_ns) == (st2.st_ino, st2.st_mtime_ns)
 
 

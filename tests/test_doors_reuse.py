@@ -21,6 +21,7 @@ from storage.reuse import (
 from tasks.pages import decode_extract, extract_page, extract_page_rows
 from tasks.phrase_occurrences import decode_mined, encode_mined
 from pearl_model.phrases.mining import MinedSentence
+from tests.conftest import part_file  # noqa: E402
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False) | st.text(max_size=4),
@@ -88,7 +89,7 @@ def test_an_entry_not_as_written_is_refused_and_counted(memory_root, texts, corr
     old = store_of(root, identity, values, list(range(len(texts))), keys)
     other = plan_store(root, "page_extracts", {**identity, "code_version": "2"}, {"in": "y"})  # another identity's seal
     # rewrite the committed part with some entries corrupted as generated
-    part = old.entries.part_path(0)
+    part = part_file(old.entries, 0)
     t = pq.read_table(part, filesystem=old.entries.fs).to_pylist()
     bad = set()
     for i, row in enumerate(t):
@@ -271,7 +272,7 @@ def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corrupt
     first, counts = reuse_part(old, 0, None, keys, items, lambda todo: [made[i] for i in todo], encode_json, decode)
     assert first == made and without_time(counts) == {"reused": 0, "computed": len(texts), "refused": 0}
     commit_store(old, {"in": "a"}, {})
-    part = old.entries.part_path(0)
+    part = part_file(old.entries, 0)
     rows, bad = pq.read_table(part, filesystem=old.entries.fs).to_pylist(), set()
     for i, row in enumerate(rows):
         how = corruptions[i]

@@ -29,6 +29,7 @@ from storage.registry import ModelRegistry, RegistryError, resolve_model
 from storage.schemas import SENTENCES
 from tasks import phrase_occurrences as occ_stage
 from tests.test_phrase_stages import params, sentences_dataset
+from tests.conftest import part_file  # noqa: E402
 
 _OPENED: list[str] | None = None  # the paths Python opened while a check runs
 
@@ -154,7 +155,7 @@ def _dataset_with_manifest(root: Path, edit) -> Dataset:
 
 
 def _dataset_readers(s: Dataset):
-    return [s.read, s.part_files, lambda: list(s.iter_batches()), lambda: occ_stage.plan_chunks(s, 1)]
+    return [s.read, s.parts, lambda: list(s.iter_batches()), lambda: occ_stage.plan_chunks(s, 1)]
 
 
 @given(name=_BAD_NAMES, at=st.integers(0, 2), rows=st.integers(0, 3))
@@ -177,7 +178,7 @@ def test_a_part_that_links_out_of_its_version_is_refused_unread(place, at, how):
     stays inside the version is read."""
     root, sentinel = place()
     s = _dataset_with_manifest(root, json.dumps)
-    part = Path(s.part_path(at))
+    part = Path(part_file(s, at))
     part.unlink()
     if how == "file":
         part.symlink_to(sentinel.path)
@@ -191,7 +192,7 @@ def test_a_part_that_links_out_of_its_version_is_refused_unread(place, at, how):
         part.symlink_to(Path(s.path, "hop"))
     for read in _dataset_readers(s):
         assert "a link out of the version directory" in str(refused(read, UnsafeManifest, sentinel, root))
-    inside = Path(s.part_path(1 - at))
+    inside = Path(part_file(s, 1 - at))
     part.unlink(missing_ok=True)
     part.symlink_to(inside.name)  # a link that stays in the version: the other part, read twice
     m = json.loads(Path(s.path, MANIFEST).read_text())

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from pearl_model.evaluation import data  # noqa: E402
+from tests.conftest import stored_parts  # noqa: E402
 
 BENCH = data.default_benchmark_dir()
 pytestmark = pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
@@ -47,7 +48,7 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         ds = Dataset(str(tmp_path), "eval_results", result["version"], EVAL_RESULTS)
         manifest = ds.manifest()
         rows = ds.read().to_pylist()
-        assert manifest["rows"] == len(rows) == sum(pq.read_metadata(f).num_rows for f in ds.part_files())
+        assert manifest["rows"] == len(rows) == sum(pq.read_metadata(f).num_rows for f in stored_parts(ds))
         by_model = {}
         for r in rows:
             by_model.setdefault(r["model"], set()).add(r["dataset"])

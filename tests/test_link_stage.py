@@ -21,7 +21,7 @@ from pearl_model.linking.sides import LinkInputError  # noqa: E402
 from storage.datasets import latest_version  # noqa: E402
 from storage.schemas import DEDUPED_MATCHES, MATCHES  # noqa: E402
 from tasks import matches as stage  # noqa: E402
-from tests.conftest import tiny_model_dir  # noqa: E402
+from tests.conftest import tiny_model_dir  # noqa: E402, stored_parts
 
 LETTERS = list(string.ascii_lowercase)
 # duplicates across partitions (apple, plum), blanks, and near misses
@@ -196,7 +196,7 @@ def test_names_with_nul_bytes_are_stripped_and_counted_in_the_report(model_dir, 
     assert manifest["stats"]["right"]["skipped"] == 1  # "\x00" alone is blank once stripped
     table = {r["count"]: r["value"] for r in stage.counts_table(manifest)}
     assert table["names with NUL bytes stripped (left)"] == 1 and table["names with NUL bytes stripped (right)"] == 3
-    names = pq.read_table(plan.out.part_files()[0]).to_pydict()
+    names = pq.read_table(stored_parts(plan.out)[0]).to_pydict()
     assert not any("\x00" in n for n in names["left"] + names["right"])
     assert set(names["left"]) == {"apple", "plum"}
 

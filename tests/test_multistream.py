@@ -18,6 +18,7 @@ from tasks.raw_pages.multistream import (
 )
 from tasks.raw_pages.sequential import write_raw_pages
 from tasks.raw_pages.xml_dump import SourceError, sample_dump
+from tests.conftest import part_file  # noqa: E402
 
 
 # --- a real multistream dump, built the way Wikimedia builds them -----------------------------------
@@ -304,11 +305,11 @@ def test_a_rerun_reuses_the_partitions_written(dumps, root):
     dump, index, _ = dumps["sample"]
     out = Dataset(root, "raw_pages", "v", RAW_PAGES)
     first = write_multistream(dump, index, out, pages_per_part=50)
-    before = {i: os.stat(out.part_path(i)) for i in (0, 3)}
-    os.remove(out.part_path(1))  # as if the run had died before partition 1 was written
+    before = {i: os.stat(part_file(out, i)) for i in (0, 3)}
+    os.remove(part_file(out, 1))  # as if the run had died before partition 1 was written
     assert write_multistream(dump, index, out, pages_per_part=50) == first  # counts read back from the parts
     for i in (0, 3):
-        assert os.stat(out.part_path(i)).st_mtime_ns == before[i].st_mtime_ns
+        assert os.stat(part_file(out, i)).st_mtime_ns == before[i].st_mtime_ns
     assert out.has_part(1)
 
 

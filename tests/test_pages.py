@@ -11,6 +11,7 @@ import pytest
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, RAW_PAGES, SENTENCES
 from tasks.pages import (
+from tests.conftest import part_file  # noqa: E402
     SENTENCE_ID_STRIDE,
     alias_bucket,
     commit_page_outputs,
@@ -268,12 +269,12 @@ def test_extract_part_writes_four_parts_then_reuses_them(root):
     assert summed == exp_mentions
     assert out.quarantine.read_part(0).num_rows == 0  # a part with nothing to quarantine is still written
 
-    stamps = {d.name: _stamp(d.part_path(0)) for d in out.all()}
+    stamps = {d.name: _stamp(part_file(d, 0)) for d in out.all()}
     assert extract_part(raw_ds, 0, out, NO_DUPLICATES, n_buckets=4) == {"part": 0, "reused": True}
-    assert {d.name: _stamp(d.part_path(0)) for d in out.all()} == stamps
+    assert {d.name: _stamp(part_file(d, 0)) for d in out.all()} == stamps
 
     # A part with one of its four outputs missing is done again.
-    os.remove(out.pages.part_path(0))
+    os.remove(part_file(out.pages, 0))
     again = extract_part(raw_ds, 0, out, NO_DUPLICATES, n_buckets=4)
     assert again["reused"] is False
     assert out.pages.read_part(0).to_pylist() == pages[: out.pages.read_part(0).num_rows]
@@ -317,7 +318,7 @@ def test_a_resumed_run_counts_the_reused_parts(tmp_path):
     out = plan_page_outputs(raw_ds, PARAMS)
     _extract_all(raw_ds, out, parts={0})
     extract_part(raw_ds, 1, out, NO_DUPLICATES, n_buckets=4)
-    os.remove(out.pages.part_path(1))
+    os.remove(part_file(out.pages, 1))
     _extract_all(raw_ds, out)  # the rerun: part 0 reused, part 1 redone
     manifests = commit_page_outputs(out, raw_ds, PARAMS)
     assert all(m["stats"] == clean_stats for m in manifests.values())

@@ -13,6 +13,7 @@ from storage.schemas import SENTENCES
 from tasks import phrase_occurrences as occ_stage
 from tasks import phrase_report
 from tasks import phrases as phrase_stage
+from tests.conftest import part_file  # noqa: E402
 
 SENTENCES_TEXT = [
     "The New York Times reported on Apple in 2019.",
@@ -138,7 +139,7 @@ def test_a_rerun_after_an_interruption_reuses_parts_and_counts_the_same(split_ru
     # Interrupted before the commits: the manifests are gone, and one chunk's map output too.
     for d in (out.occurrences, out.stats, phrases):
         d.fs.rm(f"{d.path}/_manifest.json")
-    out.stats.fs.rm(out.stats.part_path(1))
+    out.stats.fs.rm(part_file(out.stats, 1))
     p = params()
     results = [occ_stage.write_chunk(s, c, out, p) for c in occ_stage.plan_chunks(s, 4)]
     assert [r["reused"] for r in results] == [True, False, True, True, True]

@@ -18,7 +18,7 @@ from storage.schemas import RAW_PAGES
 from tasks.raw_pages import sequential, xml_dump
 from tasks.raw_pages.sequential import InputIncomplete, check_input_complete, plan_raw_pages, write_raw_pages
 from tasks.raw_pages.xml_dump import CODE_VERSION, SourceError, check_source, detect_format, sample_dump
-from tests.conftest import BAD_JSONL, FOOTER, HEADER, bad_jsonl, mediawiki_dump, page_xml
+from tests.conftest import BAD_JSONL, FOOTER, HEADER, bad_jsonl, mediawiki_dump, page_xml, part_file
 
 
 def _write(tmp_path, name: str, data: bytes) -> str:
@@ -75,7 +75,7 @@ def test_partitioning_into_parts_of_n_pages(tmp_path, root):
     dump = mediawiki_dump(*(page_xml(i, f"Page {i}", f"Text {i}.") for i in range(1, 24)))
     stats, rows, out = _run(_write(tmp_path, "d.xml", dump), root, pages_per_part=5)
     assert stats["parts"] == 5 and stats["pages_read"] == 23
-    assert [pq.ParquetFile(out.part_path(i)).metadata.num_rows for i in range(5)] == [5, 5, 5, 5, 3]
+    assert [pq.ParquetFile(part_file(out, i)).metadata.num_rows for i in range(5)] == [5, 5, 5, 5, 3]
     assert not out.has_part(5)
     assert [p["rows"] for p in out.manifest()["parts"]] == [5, 5, 5, 5, 3]
     assert [r["seq"] for r in rows] == list(range(23))
@@ -432,13 +432,13 @@ def test_rerun_keeps_existing_parts(tmp_path, root):
     out = Dataset(root, "raw_pages", "v1", RAW_PAGES)
     write_raw_pages(src, out, pages_per_part=4)
     first = [out.read_part(i).to_pylist() for i in range(3)]
-    before = {i: os.stat(out.part_path(i)) for i in (0, 2)}
-    os.remove(out.part_path(1))  # as if the run had died after parts 0 and 2
+    before = {i: os.stat(part_file(out, i)) for i in (0, 2)}
+    os.remove(part_file(out, 1))  # as if the run had died after parts 0 and 2
 
     stats = write_raw_pages(src, out, pages_per_part=4)
     assert stats["parts"] == 3
     for i in (0, 2):
-        after = os.stat(out.part_path(i))
+        after = os.stat(part_file(out, i))
         assert (after.st_ino, after.st_mtime_ns) == (before[i].st_ino, before[i].st_mtime_ns)
     assert [out.read_part(i).to_pylist() for i in range(3)] == first
     out.commit(code_version="t", params={}, inputs={})

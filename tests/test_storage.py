@@ -1,6 +1,7 @@
 """storage.datasets: atomic parts, schema enforcement, manifests, versions, fsspec URLs."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -15,9 +16,12 @@ from hypothesis import strategies as st
 
 from storage import datasets as ds_mod
 from storage.datasets import (
+    Damaged,
     Dataset,
     DatasetIncomplete,
+    ManifestError,
     SchemaMismatch,
+    UnsafeManifest,
     check_version,
     conform,
     dataset_version,
@@ -25,7 +29,8 @@ from storage.datasets import (
     resolve_root,
 )
 from storage.schemas import ALL, SENTENCES
-from tests.conftest import dataset
+from storage.verified import RECORDS
+from tests.conftest import dataset, part_file
 
 
 def sentences_table(page_id: int, n: int, start: int = 0) -> pa.Table:
@@ -40,7 +45,14 @@ def sentences_table(page_id: int, n: int, start: int = 0) -> pa.Table:
 
 
 def files_in(d: Dataset) -> list[str]:
-    return sorted(p.rsplit("/", 1)[-1] for p in d.fs.ls(d.path, detail=False))
+    """The version's files but the writers' records (checked by the tests that are about them)."""
+    return sorted(n for n in (p.rsplit("/", 1)[-1] for p in d.fs.ls(d.path, detail=False)) if n != RECORDS)
+
+
+def entry(d: Dataset, index: int, rows: int) -> dict:
+    """A manifest's entry for part ``index`` as it is on disk now (what its writer hashed)."""
+    data = d.fs.cat_file(part_file(d, index))
+    return {"file": d.part_name(index), "rows": rows, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 # --- writing and reading -------------------------------------------------------------------
@@ -52,7 +64,7 @@ def test_parts_round_trip_and_manifest_counts(root):
 
     assert files_in(d) == ["_manifest.json", "part-00000.parquet", "part-00001.parquet"]
     assert manifest["rows"] == 5
-    assert manifest["parts"] == [{"file": "part-00000.parquet", "rows": 3}, {"file": "part-00001.parquet", "rows": 2}]
+    assert manifest["parts"] == [entry(d, 0, 3), entry(d, 1, 2)]
     assert manifest["schema"] == [
         {"name": "sentence_id", "type": "int64", "nullable": False},
         {"name": "page_id", "type": "int64", "nullable": False},
@@ -81,14 +93,14 @@ def test_each_part_file_is_a_whole_parquet_file(root):
     for i in range(3):
         d.write_part(i, sentences_table(i + 1, 10 + i))
     for i in range(3):
-        assert pq.ParquetFile(d.part_path(i)).metadata.num_rows == 10 + i
+        assert pq.ParquetFile(part_file(d, i)).metadata.num_rows == 10 + i
 
 
 def test_write_part_puts_columns_in_schema_order(root):
     d = dataset(root, "sentences", SENTENCES)
     t = sentences_table(1, 2)
     d.write_part(0, t.select(["text", "index", "page_id", "sentence_id"]))
-    assert pq.read_schema(d.part_path(0)).names == SENTENCES.names
+    assert pq.read_schema(part_file(d, 0)).names == SENTENCES.names
     d.commit(code_version="c", params={}, inputs={})
     assert d.read().to_pylist() == t.to_pylist()
 
@@ -116,7 +128,7 @@ def test_no_temp_file_left_after_write(root):
     d.write_part(0, sentences_table(1, 4))
     d.write_part(0, sentences_table(1, 5))  # overwriting a part goes through a temp file too
     assert files_in(d) == ["part-00000.parquet"]
-    assert pq.ParquetFile(d.part_path(0)).metadata.num_rows == 5
+    assert pq.ParquetFile(part_file(d, 0)).metadata.num_rows == 5
 
 
 def test_write_failing_midway_leaves_no_part(root, monkeypatch):
@@ -139,7 +151,7 @@ def test_write_failing_midway_leaves_no_part(root, monkeypatch):
         d.write_part(0, sentences_table(1, 100))
     assert seen and "part-" not in seen[0].rsplit("/", 1)[-1]  # it wrote under a temporary name
     assert not d.has_part(0)
-    assert d.parts_on_disk() == []
+    assert d.written_parts() == []
     assert files_in(d) == []  # and the half-written temp file was removed
     monkeypatch.undo()
 
@@ -169,9 +181,9 @@ def test_killed_writer_leftovers_are_not_parts(root):
     with open(os.path.join(d.path, ".tmp-00000-deadbeef.parquet"), "wb") as fh:
         fh.write(b"PAR1 half a file")
     assert not d.has_part(0)
-    assert [p.rsplit("/", 1)[-1] for p in d.parts_on_disk()] == ["part-00001.parquet"]
+    assert d.written_parts() == [1]
     m = d.commit(code_version="c", params={}, inputs={})
-    assert m["parts"] == [{"file": "part-00001.parquet", "rows": 2}]
+    assert m["parts"] == [entry(d, 1, 2)]
     assert d.read().num_rows == 2
 
 
@@ -229,7 +241,7 @@ def test_dataset_without_manifest_is_incomplete(root):
         d.read()
     d.write_part(0, sentences_table(1, 2))
     assert not d.is_complete()  # parts alone do not make a dataset
-    for call in (d.read, d.manifest, d.part_files, lambda: list(d.iter_batches())):
+    for call in (d.read, d.manifest, d.parts, lambda: list(d.iter_batches())):
         with pytest.raises(DatasetIncomplete, match="no manifest"):
             call()
     assert issubclass(DatasetIncomplete, FileNotFoundError)
@@ -374,7 +386,7 @@ def test_local_paths_and_urls(root):
     d = dataset(root, "pages", ALL["pages"], "0123")
     assert d.path == f"{root}/pages/0123"
     assert d.url == f"{root}/pages/0123"
-    assert d.part_path(12) == f"{root}/pages/0123/part-00012.parquet"
+    assert part_file(d, 12) == f"{root}/pages/0123/part-00012.parquet"
 
 
 def test_memory_url_end_to_end(memory_root, tmp_path, monkeypatch):
@@ -425,11 +437,11 @@ def test_bucketed_parts_keep_each_bucket_in_its_own_row_group_in_order(tmp_path)
     d.write_part(0, pa.Table.from_pylist(rows, schema=ALIAS_MENTIONS))
     d.write_part(1, ALIAS_MENTIONS.empty_table())
     d.commit(code_version="t", params={}, inputs={})
-    meta = pq.read_metadata(d.part_path(0))
-    groups = [pq.ParquetFile(d.part_path(0)).read_row_group(i)["bucket"].to_pylist() for i in range(meta.num_row_groups)]
+    meta = pq.read_metadata(part_file(d, 0))
+    groups = [pq.ParquetFile(part_file(d, 0)).read_row_group(i)["bucket"].to_pylist() for i in range(meta.num_row_groups)]
     assert groups == [[0, 0], [1], [3, 3, 3], [7]]
     # the filter a reducer uses reaches only its bucket's row group, and rows keep their order
-    fragment = next(pads.dataset(d.part_path(0), format="parquet").get_fragments())
+    fragment = next(pads.dataset(part_file(d, 0), format="parquet").get_fragments())
     assert len(fragment.split_by_row_group(pads.field("bucket") == 3)) == 1
     assert d.read(["alias"], filter=pads.field("bucket") == 3)["alias"].to_pylist() == ["a0", "a2", "a5"]
     assert d.read().num_rows == len(rows)
@@ -454,14 +466,13 @@ def test_read_bucket_reads_one_bucket_from_sorted_and_unsorted_parts(tmp_path):
     sorted_ds = Dataset(str(tmp_path), "alias_mentions", "v1", ALIAS_MENTIONS)
     plain = Dataset(str(tmp_path), "alias_mentions", "v2", ALIAS_MENTIONS)  # parts as written before sorting
     for d in (sorted_ds, plain):
-        for i, part in enumerate((table.slice(0, 4), table.slice(4))):
-            if d is plain:
-                os.makedirs(d.path, exist_ok=True)
-                pq.write_table(part, d.part_path(i))
-            else:
+        with pytest.MonkeyPatch.context() as mp:
+            if d is plain:  # written whole, as before bucket-sorting
+                mp.setattr(ds_mod, "bucket_column", lambda schema: None)
+            for i, part in enumerate((table.slice(0, 4), table.slice(4))):
                 d.write_part(i, part)
         d.commit(code_version="t", params={}, inputs={})
-    assert pq.read_metadata(plain.part_path(0)).num_row_groups == 1  # the layout before bucket-sorting
+    assert pq.read_metadata(part_file(plain, 0)).num_row_groups == 1  # the layout before bucket-sorting
     for d in (sorted_ds, plain):
         assert d.read_bucket(3, ["alias"])["alias"].to_pylist() == ["a0", "a2", "a5"]  # part order, row order
         assert d.read_bucket(5).num_rows == 0 and d.read_bucket(5).schema.names == ALIAS_MENTIONS.names
@@ -521,9 +532,11 @@ def test_atomic_writes_fsync_the_file_before_the_rename_and_then_the_directory(r
     d.write_part(0, sentences_table(1, 2))
     d.commit(code_version="c", params={}, inputs={})
     names = [p.rsplit("/", 1)[-1] for p in synced]
-    # part, its directory; manifest (a temporary name: synced before the rename), its directory; _latest.json
-    assert [n.startswith(".tmp-") for n in names].count(True) == 3, synced
+    # part, its writer's record and their directories; manifest (a temporary name: synced before the
+    # rename), its directory; _latest.json
+    assert [n.startswith(".tmp-") for n in names].count(True) == 4, synced
     assert synced.count(d.path) == 2 and synced.count(os.path.dirname(d.path)) == 1, synced
+    assert synced.count(f"{d.path}/{RECORDS}") == 1, synced
 
 
 def test_a_killed_runs_old_temporary_files_are_removed_when_a_version_is_next_written(root):
@@ -567,3 +580,81 @@ def test_credentials_in_urls_are_redacted_and_urls_without_them_unchanged(tmp_pa
         hashlib.sha256(ds_mod._canonical(key).encode()).hexdigest()[:16]  # the hash as it always was
     assert dataset_version("raw_pages", "c1", {}, {"source": "ftp://u:pw@h/d.xml@1@t"}) == \
         dataset_version("raw_pages", "c1", {}, {"source": "ftp://u:other@h/d.xml@1@t"})
+
+
+# --- writers' records: what the project wrote is read back only as its writer recorded it -----------
+def test_each_part_has_its_writers_record_and_the_manifest_takes_the_records(root, monkeypatch):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 3), metadata={"kept": 3})
+    record = json.loads(open(os.path.join(d.path, RECORDS, "part-00000.parquet.json")).read())
+    assert record == {**entry(d, 0, 3), "metadata": {"kept": 3}}
+    # the commit lists what the writers recorded, never what it finds: it reads no part
+    monkeypatch.setattr(ds_mod.pq, "read_metadata", lambda *a, **k: pytest.fail("the commit read a footer"))
+    monkeypatch.setattr(ds_mod.pq, "ParquetFile", lambda *a, **k: pytest.fail("the commit read a part"))
+    assert d.commit(code_version="c", params={}, inputs={})["parts"] == [entry(d, 0, 3)]
+
+
+def test_a_part_no_writer_recorded_is_never_listed_or_read(root):
+    """A part file put into an attempt by hand (or left by code before the records) is not the
+    attempt's: has_part says no (noted as damage), the commit leaves it out, read_part refuses it."""
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(1, sentences_table(5, 2))
+    pq.write_table(sentences_table(1, 3), part_file(d, 0))
+    with pytest.raises(Damaged, match="part-00000.parquet: no writer's record"):
+        d.read_part(0)
+    assert not d.has_part(0) and d.has_part(1)
+    assert d.written_parts() == [1]
+    manifest = d.commit(code_version="c", params={}, inputs={})
+    assert [p["file"] for p in manifest["parts"]] == ["part-00001.parquet"]
+    assert manifest["stats"]["parts_recomputed"] == 1  # the damage noted by has_part, counted
+    assert d.read().num_rows == 2
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "swapped", "grown"])
+def test_a_damaged_part_of_an_attempt_is_computed_again_and_of_a_version_refused_in_one_line(root, damage):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 3))
+    d.write_part(1, sentences_table(9, 3))
+    path = part_file(d, 0)
+    data = open(path, "rb").read()
+    changed = {"truncated": data[:-7], "flipped": data[:40] + bytes([data[40] ^ 1]) + data[41:],
+               "swapped": open(part_file(d, 1), "rb").read(), "grown": data + b"\0"}[damage]
+    open(path, "wb").write(changed)
+    with pytest.raises(Damaged, match=r"part-00000.parquet: \d+ bytes, sha256 \w+; its writer recorded"):
+        d.read_part(0)
+    assert not d.has_part(0)  # an attempt's damaged part: computed again, never served
+    d.write_part(0, sentences_table(1, 3))
+    assert d.has_part(0)
+    assert d.commit(code_version="c", params={}, inputs={})["stats"] == {"parts_recomputed": 1}
+    open(path, "wb").write(changed)  # a committed version's: refused, naming the file
+    for read in (d.read, lambda: d.read_part(0), lambda: list(d.iter_batches()), lambda: d.parts(verify=True)):
+        with pytest.raises(Damaged, match="sentences/v1/part-00000.parquet: .* its writer recorded") as e:
+            read()
+        assert "\n" not in str(e.value)
+
+
+def test_a_symbolic_link_in_a_version_is_never_followed_wherever_it_points(root):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 3))
+    d.write_part(1, sentences_table(1, 3))  # the same bytes: a link to it would pass the digest
+    os.remove(part_file(d, 0))
+    os.symlink(part_file(d, 1), part_file(d, 0))  # inside the version
+    with pytest.raises(UnsafeManifest, match="part-00000.parquet is a symbolic link"):
+        d.read_part(0)
+    assert not d.has_part(0)
+
+
+def test_a_version_committed_before_the_records_is_written_again(root):
+    d = dataset(root, "sentences", SENTENCES)
+    d.write_part(0, sentences_table(1, 3))
+    d.commit(code_version="c", params={}, inputs={})
+    man_path = os.path.join(d.path, "_manifest.json")
+    old = json.load(open(man_path))
+    old.pop("part_records")
+    old["parts"] = [{"file": p["file"], "rows": p["rows"]} for p in old["parts"]]
+    json.dump(old, open(man_path, "w"))
+    assert not d.is_complete()  # the stage writes it again
+    with pytest.raises(ManifestError, match="committed before parts had writers' records.*run the stage again"):
+        d.read()
+    d.commit(code_version="c", params={}, inputs={})  # its parts kept their records
+    assert d.is_complete() and d.read().num_rows == 3

@@ -24,7 +24,7 @@ import syntok.segmenter as segmenter
 
 from storage.buckets import bucket_of, buckets_for
 from storage.datasets import Dataset
-from storage.dump_dates import dump_order, input_dump_date
+from storage.dump_dates import dump_order, input_dump_date, recorded_date
 from storage.reuse import (
     Keys, ReuseStore, commit_store, content_key, cpu_timed, encode_json, fetch, keys_of, library_versions, log_plan,
     plan_reuse, plan_store, write_entries,
@@ -380,17 +380,19 @@ def dump_check(out: PageOutputs, raw: Dataset) -> tuple[dict, str | None]:
     counts (older_dump, same_date_dump: 1 or 0) and what to warn. Either way the pages are reused
     by content, which is right in both directions; the order is said, not refused."""
     inputs = store_inputs(raw)
-    before = out.reuse.previous.manifest()["inputs"] if out.reuse is not None and out.reuse.previous is not None \
+    before = out.reuse.previous.manifest().get("inputs") if out.reuse is not None and out.reuse.previous is not None \
         else {}
-    order = dump_order(inputs["dump_date"], before.get("dump_date"), before.get("raw_pages") == raw.version)
+    before = before if isinstance(before, dict) else {}
+    before_date = recorded_date(before.get("dump_date"))
+    order = dump_order(inputs["dump_date"], before_date, before.get("raw_pages") == raw.version)
     counts = {"older_dump": int(order == "older"), "same_date_dump": int(order == "same date")}
     if order == "older":
         return counts, (f"the dump read is dated {inputs['dump_date']}, older than the one the previous build's "
-                        f"page_extracts was made from ({before['dump_date']}): pages are reused by content, the "
+                        f"page_extracts was made from ({before_date}): pages are reused by content, the "
                         "datasets are this dump's")
     if order == "same date":
         return counts, (f"the dump read is dated {inputs['dump_date']} as the previous build's was, but is another "
-                        f"input (raw_pages {raw.version}, before {before['raw_pages']}: another file of that date or "
+                        f"input (raw_pages {raw.version}, before {before.get('raw_pages')}: another file of that date or "
                         "other read settings): pages are reused by content")
     return counts, None
 

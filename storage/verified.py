@@ -1,0 +1,173 @@
+"""The one way back to a file the project wrote: the writer's record, then containment, size and
+digest checked before a parser sees a byte.
+
+A writer records a file's size and SHA-256 when it writes it (:func:`record_written`, inside the
+``atomic_path`` block, so the record exists before the file has its name: an uncommitted attempt
+and a resumed run are covered, and a file without a record is never used). A commit copies the
+records into its manifest; a reader checks the file against the manifest (committed) or the record
+(uncommitted), through :func:`verified_bytes` (the checked bytes, for a parser) or
+:func:`verified_once` (a file whose readers take only some row groups: hashed once per process,
+the verdict kept while the file's size and modification stamp stay the same).
+
+Containment: a name is a relative path inside its version (no "..", no absolute path, no scheme)
+and, on a local root, no component under the version directory is a symbolic link, wherever it
+points: the project never writes one. Records and manifests are the root of this trust and are
+checked for form only: whoever can write the storage root can replace them (docs/operating.md,
+threat model)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections import OrderedDict
+
+import fsspec
+import fsspec.implementations.local
+
+from .atomic import atomic_write_text
+
+RECORDS = "_written"  # a version's writers' records: <version>/_written/<file>.json
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_VERDICTS: OrderedDict[tuple, bool] = OrderedDict()  # files verified in this process (verified_once)
+_VERDICTS_KEPT = 4096
+
+
+class ManifestError(ValueError):
+    """A manifest or ``_latest.json`` pointer that is not what this code writes (not a JSON object,
+    a field of the wrong type, part counts that do not add up): the message names the file."""
+
+
+class UnsafeManifest(ManifestError):
+    """A manifest names a file outside its version directory (an absolute path, "..", a scheme), or
+    a symbolic link is in the way."""
+
+
+class Damaged(ManifestError):
+    """A stored file is not what its writer recorded: missing, another size or digest, or never
+    recorded. The message names the file and says what differs, in one line."""
+
+
+def _local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, fsspec.implementations.local.LocalFileSystem)
+
+
+def contained(fs: fsspec.AbstractFileSystem, base: str, name: object, where: str) -> str:
+    """The path of file ``name`` of the version at ``base``, or UnsafeManifest (``where``: the version
+    in messages): a relative path of plain segments, and on a local root no symbolic link from the
+    version directory down (not followed, wherever it points)."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or any(p in ("", ".", "..") or "\\" in p or ":" in p or not p.isprintable() for p in parts):
+        raise UnsafeManifest(f"{where}: manifest file name {name!r} is not a relative path inside the version")
+    path = f"{base}/{name}"
+    if _local(fs):
+        here = base
+        for p in parts:
+            here = f"{here}/{p}"
+            try:
+                if stat.S_ISLNK(os.lstat(here).st_mode):
+                    raise UnsafeManifest(f"{where}: {name} is a symbolic link (never followed: the project writes none)")
+            except FileNotFoundError:
+                break  # missing: the reader's own error says so
+    return path
+
+
+def sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:
+    """(size, SHA-256) of a file, read in blocks."""
+    digest, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
+
+
+def record_written(fs: fsspec.AbstractFileSystem, base: str, name: str, tmp: str, **fields) -> dict:
+    """The writer's record of file ``name`` of the version at ``base``, whose bytes are at ``tmp``
+    (not yet renamed): its size and SHA-256 (and ``fields``), written atomically before the rename."""
+    size, sha = sha256_of(fs, tmp)
+    record = {"file": name, "bytes": size, "sha256": sha, **fields}
+    atomic_write_text(fs, f"{base}/{RECORDS}/{name}.json", json.dumps(record, sort_keys=True), base.rsplit("/", 1)[0])
+    return record
+
+
+def checked_entry(entry: object, where: str) -> dict:
+    """A record or manifest entry of the form a writer makes ({file, bytes, sha256, ...}), else Damaged."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("file"), str) and type(entry.get("bytes")) is int
+            and entry["bytes"] >= 0 and isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"])):
+        raise Damaged(f"{where}: no writer's record of the form {{file, bytes, sha256}}: {str(entry)[:120]}")
+    return entry
+
+
+def read_record(fs: fsspec.AbstractFileSystem, base: str, name: str, where: str) -> dict:
+    """The writer's record of file ``name`` of the version at ``base`` (Damaged: none, or not one)."""
+    path = contained(fs, base, f"{RECORDS}/{name}.json", where)
+    try:
+        with fs.open(path, "rb") as fh:
+            record = json.loads(fh.read(1 << 16))
+    except FileNotFoundError:
+        raise Damaged(f"{where}/{name}: no writer's record (a file no writer recorded is never used)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Damaged(f"{where}/{RECORDS}/{name}.json is not a record ({e})") from None
+    entry = checked_entry(record, f"{where}/{RECORDS}/{name}.json")
+    if entry["file"] != name:
+        raise Damaged(f"{where}/{RECORDS}/{name}.json records another file ({entry['file']!r})")
+    return entry
+
+
+def recorded_names(fs: fsspec.AbstractFileSystem, base: str) -> list[str]:
+    """The names of the files with a writer's record in the version at ``base``."""
+    try:
+        found = fs.ls(f"{base}/{RECORDS}", detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(n[:-5] for n in (p.rstrip("/").rsplit("/", 1)[-1] for p in found) if n.endswith(".json"))
+
+
+def _stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple:
+    if _local(fs):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns, st.st_ino
+    info = fs.info(path)
+    return info.get("size"), str(info.get("ETag") or info.get("mtime") or info.get("LastModified") or "")
+
+
+def _check(fs, path: str, entry: dict, where: str, size: int, sha: str) -> None:
+    if size != entry["bytes"] or sha != entry["sha256"]:
+        raise Damaged(f"{where}/{entry['file']}: {size} bytes, sha256 {sha[:16]}; its writer recorded "
+                      f"{entry['bytes']} bytes, sha256 {entry['sha256'][:16]}")
+
+
+def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str) -> bytes:
+    """The bytes of the file ``entry`` names (a writer's record or a manifest's entry of it), read
+    once and checked against it (Damaged, UnsafeManifest): what a parser is handed."""
+    entry = checked_entry(entry, where)
+    path = contained(fs, base, entry["file"], where)
+    try:
+        with fs.open(path, "rb") as fh:
+            data = fh.read(entry["bytes"] + 1)
+    except FileNotFoundError:
+        raise Damaged(f"{where}/{entry['file']} is missing (its writer recorded it)") from None
+    except IsADirectoryError:
+        raise Damaged(f"{where}/{entry['file']} is a directory, not the file its writer recorded") from None
+    _check(fs, path, entry, where, len(data), hashlib.sha256(data).hexdigest())
+    return data
+
+
+def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str) -> str:
+    """The path of the file ``entry`` names, checked as :func:`verified_bytes` checks it, for a
+    parser that reads only part of it (a reducer's row groups): hashed in full the first time this
+    process reads it, then only while its size and modification stamp are those it was checked with."""
+    entry = checked_entry(entry, where)
+    path = contained(fs, base, entry["file"], where)
+    try:
+        key = (fs.protocol, path, entry["bytes"], entry["sha256"], _stamp(fs, path))
+    except FileNotFoundError:
+        raise Damaged(f"{where}/{entry['file']} is missing (its writer recorded it)") from None
+    if key not in _VERDICTS:
+        _check(fs, path, entry, where, *sha256_of(fs, path))
+        _VERDICTS[key] = True
+        while len(_VERDICTS) > _VERDICTS_KEPT:
+            _VERDICTS.popitem(last=False)
+    return path
