@@ -75,6 +75,14 @@ def store_of(root: str, identity: dict, values: list[bytes], items: list[int], k
 CORRUPTIONS = ("value", "digest", "key", "identity", "none")
 
 
+def written_again(entries, table) -> None:
+    """Part 0 of a committed store rewritten by a writer, recorded and committed again: entries a
+    writer got wrong, which the file's digest cannot see, so the door behind it is what is tested."""
+    entries.write_part(0, table)
+    m = entries.manifest()
+    entries.commit(code_version=m["code_version"], params=m["params"], inputs=m["inputs"], stats=m["stats"])
+
+
 @given(st.lists(st.text(max_size=8), min_size=1, max_size=6, unique=True),
        st.lists(st.sampled_from(CORRUPTIONS), min_size=6, max_size=6), st.data())
 def test_an_entry_not_as_written_is_refused_and_counted(memory_root, texts, corruptions, data):
@@ -104,7 +112,7 @@ def test_an_entry_not_as_written_is_refused_and_counted(memory_root, texts, corr
         elif how == "identity":
             row["digest"] = other.digest(row["key"], row["value"])
         bad |= {i} if how != "none" else set()
-    pq.write_table(pa.Table.from_pylist(t, schema=old.entries.schema), part, filesystem=old.entries.fs)
+    written_again(old.entries, pa.Table.from_pylist(t, schema=old.entries.schema))
 
     reader = plan_store(root, "page_extracts", identity, {"in": "z"})
     assert reader.previous is not None and reader.previous.version == old.entries.version
@@ -285,7 +293,7 @@ def test_reuse_part_recomputes_what_the_door_refuses(memory_root, texts, corrupt
             row["digest"] = old.digest(row["key"], row["value"]) if how == "tokens" else \
                 bytes([row["digest"][0] ^ 1]) + row["digest"][1:]
         bad |= {i} if how != "none" else set()
-    pq.write_table(pa.Table.from_pylist(rows, schema=old.entries.schema), part, filesystem=old.entries.fs)
+    written_again(old.entries, pa.Table.from_pylist(rows, schema=old.entries.schema))
 
     reader = plan_store(root, "phrase_positives", identity, {"in": "b"})
     refs, _ = match([keys_of(range(len(texts)), items, keys)], reader.previous)
@@ -349,3 +357,71 @@ def test_what_the_typing_stage_writes_the_door_gives_back(memory_root, made):
     got, counts = reuse_part(reader, 0, refs[0], keys, items, lambda todo: pytest.fail(f"recomputed {todo}"),
                              encode_types, decode_types)
     assert got == each and counts == {"reused": len(each), "computed": 0, "refused": 0, "compute_s": 0.0}
+
+
+# ---------------------------------------------------------------- a damaged store is recomputed (issue 64, defect 4)
+def _manifest_names_outside(entries) -> None:
+    m = entries.manifest()
+    m["parts"][0]["file"] = "../x.parquet"
+    entries.fs.pipe_file(f"{entries.path}/_manifest.json", json.dumps(m).encode())
+
+
+STORE_DAMAGE = {
+    "truncated": lambda e: e.fs.pipe_file(part_file(e, 0), e.fs.cat_file(part_file(e, 0))[:-9]),
+    "flipped": lambda e: e.fs.pipe_file(part_file(e, 0), bytes([e.fs.cat_file(part_file(e, 0))[0] ^ 1])
+                                        + e.fs.cat_file(part_file(e, 0))[1:]),
+    "gone": lambda e: e.fs.rm(part_file(e, 0)),
+    "outside": _manifest_names_outside,
+    "rows": lambda e: e.fs.pipe_file(f"{e.path}/_manifest.json",
+                                     json.dumps({**e.manifest(), "rows": "many"}).encode()),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(STORE_DAMAGE))
+def test_a_damaged_store_is_refused_whole_and_its_items_computed_again(memory_root, damage):
+    """A truncated or flipped store part, one gone, a manifest naming ``../x.parquet`` or counting
+    nonsense: the build goes on, the store is refused (the reason names it), nothing of it is served,
+    and every item is computed again and counted. On the old main the first two raised ArrowInvalid
+    and the fourth UnsafeManifest out of the stage."""
+    from storage.reuse import item_of, reuse_part
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    identity = {"stage": "t", "code_version": "1"}
+    texts = ["alpha", "beta", "gamma"]
+    keys, items = [content_key(t) for t in texts], [item_of(t) for t in texts]
+    old = plan_store(root, "phrase_positives", identity, {"in": "a"})
+    reuse_part(old, 0, None, keys, items, lambda todo: [{"n": i} for i in todo], encode_json, json.loads)
+    commit_store(old, {"in": "a"}, {})
+    STORE_DAMAGE[damage](old.entries)
+
+    reader = plan_store(root, "phrase_positives", identity, {"in": "b"})
+    assert reader.previous is None and old.entries.version in reader.refused
+    refs, counts = match([keys_of(range(3), items, keys)], reader.previous)
+    got, part_counts = reuse_part(reader, 0, refs[0], keys, items, lambda todo: [{"n": i} for i in todo],
+                                  encode_json, json.loads)
+    assert got == [{"n": 0}, {"n": 1}, {"n": 2}] and counts["new"] == 3 and counts["store_entries"] == 0
+    assert without_time(part_counts) == {"reused": 0, "computed": 3, "refused": 0}
+    assert commit_store(reader, {"in": "b"}, counts)["stats"]["previous_refused"] == reader.refused
+
+
+@pytest.mark.parametrize("recorded", [20240101, "2024-13-01", ["2024-01-01"], None])
+def test_a_previous_dump_date_that_is_no_date_is_unknown_not_a_failure(memory_root, recorded):
+    """A page_extracts manifest (a cache) whose dump_date is a number or no date: compared as unknown
+    (on the old main a number raised TypeError, comparing str and int, out of the pages stage)."""
+    from storage.datasets import Dataset
+    from storage.schemas import RAW_PAGES
+    from tasks.pages import PageOutputs, dump_check
+
+    root = f"{memory_root}/{uuid.uuid4().hex}"
+    raw = Dataset(root, "raw_pages", "r2", RAW_PAGES)
+    raw.write_part(0, RAW_PAGES.empty_table())
+    raw.commit(code_version="c", params={}, inputs={"source": "/dumps/enwiki-20240601-pages-articles.xml.bz2"})
+    identity = {"stage": "t", "code_version": "1"}
+    old = store_of(root, identity, [b"{}"], [1], [content_key("a")])
+    m = old.entries.manifest()
+    old.entries.fs.pipe_file(f"{old.entries.path}/_manifest.json",
+                             json.dumps({**m, "inputs": {"raw_pages": "r1", "dump_date": recorded}}).encode())
+    reuse = plan_store(root, "page_extracts", identity, {"in": "b"})
+    assert reuse.previous is not None
+    out = PageOutputs(*(Dataset(root, n, "v", RAW_PAGES) for n in ("a", "b", "c", "d")), reuse=reuse)
+    assert dump_check(out, raw) == ({"older_dump": 0, "same_date_dump": 0}, None)

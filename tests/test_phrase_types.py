@@ -33,7 +33,7 @@ def run_typed(sentences: Dataset, p: dict, min_freq: int = 2):
         phrase_types.write_requests(untyped, b, plan)
     phrase_types.commit_step(plan.requests, untyped, sentences, p)
     for g in range(len(plan.starts)):
-        phrase_types.write_votes(g, plan, p, sentences.fs)
+        phrase_types.write_votes(g, plan, p, sentences)
     phrase_types.commit_step(plan.votes, untyped, sentences, p)
     for b in range(p["phrase_buckets"]):
         phrase_types.write_types(untyped, b, plan)
