@@ -21,7 +21,7 @@ from pearl_model.linking.sides import LinkInputError  # noqa: E402
 from storage.datasets import latest_version  # noqa: E402
 from storage.schemas import DEDUPED_MATCHES, MATCHES  # noqa: E402
 from tasks import matches as stage  # noqa: E402
-from tests.conftest import tiny_model_dir  # noqa: E402, stored_parts
+from tests.conftest import stored_parts, tiny_model_dir  # noqa: E402
 
 LETTERS = list(string.ascii_lowercase)
 # duplicates across partitions (apple, plum), blanks, and near misses

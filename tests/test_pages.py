@@ -11,7 +11,6 @@ import pytest
 from storage.datasets import Dataset
 from storage.schemas import ALIAS_MENTIONS, PAGES, QUARANTINE, RAW_PAGES, SENTENCES
 from tasks.pages import (
-from tests.conftest import part_file  # noqa: E402
     SENTENCE_ID_STRIDE,
     alias_bucket,
     commit_page_outputs,
@@ -22,6 +21,7 @@ from tests.conftest import part_file  # noqa: E402
     split_sentences,
     wikitext,
 )
+from tests.conftest import part_file
 
 
 def raw(seq, page_id, title, text, *, ns=0, redirect=None, fmt="wikitext", error=None, raw_bytes=None):
