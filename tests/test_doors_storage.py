@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import sys
 import uuid
@@ -440,3 +441,54 @@ def test_an_array_beside_the_parts_is_the_one_written_or_refused(place, array, c
         assert got.dtype == written.dtype and np.array_equal(got, written)
     else:
         refused(lambda: d.read_array(entry["file"]), ManifestError, sentinel, root)
+
+
+# --- stages that read a part by index (issue 64, defects 2 and 3) ------------------------------------------
+@pytest.mark.parametrize("how", ["outside", "inside"])
+def test_the_pages_stage_never_reads_a_raw_part_that_is_a_link(place, how):
+    """A raw_pages part replaced by a symbolic link (out of the root, or to the other part: its digest
+    would not pass, but a link is refused before that): `Dataset.parts` refused the first already, and
+    the pages stage read it by index and wrote its text as sentences (on the old main). Now the one
+    reader refuses it, in one line, and the stage writes nothing."""
+    import pyarrow as pa
+
+    from storage.schemas import RAW_PAGES
+    from tasks.pages import extract_part, plan_page_outputs
+    from tests.test_pages import NO_DUPLICATES, PARAMS, _raw_dataset
+
+    root, sentinel = place()
+    raw = _raw_dataset(str(root))
+    outside = sentinel.path.with_name("raw.parquet")
+    page = {"seq": 0, "page_id": 7, "title": "Sentinel", "namespace": 0, "text_format": "wikitext",
+            "text": f"{Sentinel.TEXT} {Sentinel.TEXT}"}
+    pq.write_table(pa.Table.from_pylist([{k: page.get(k) for k in RAW_PAGES.names}], schema=RAW_PAGES), outside)
+    part = Path(part_file(raw, 0))
+    part.unlink()
+    part.symlink_to(outside if how == "outside" else Path(part_file(raw, 1)).name)
+    out = plan_page_outputs(raw, PARAMS)
+    error = refused(lambda: extract_part(raw, 0, out, NO_DUPLICATES, n_buckets=4), UnsafeManifest, sentinel, root)
+    assert "part-00000.parquet is a symbolic link" in str(error)
+    assert not any(d.written_parts() for d in out.all())
+
+
+def test_an_evaluation_attempts_part_no_writer_recorded_is_computed_not_served(tmp_path, monkeypatch):
+    """A part put by hand into an uncommitted evaluation attempt was served as scores ("reusing scores
+    from an earlier attempt", then bird 99.0) on the old main; a file without a writer's record is
+    never used: the model is scored."""
+    import pyarrow as pa
+
+    from storage.schemas import EVAL_RESULTS
+    from tasks import evaluation
+
+    out = Dataset(str(tmp_path), "eval_results", "e1", EVAL_RESULTS)
+    forged = {name: None for name in EVAL_RESULTS.names}
+    forged.update(model="m", task="similarity", dataset="bird", metric="pearson", value=99.0, std=0.0, n=1)
+    os.makedirs(out.path)
+    pq.write_table(pa.Table.from_pylist([forged], schema=EVAL_RESULTS), part_file(out, 0))
+    scored = [{**forged, "value": 41.5}]
+    monkeypatch.setattr(evaluation, "evaluate_model", lambda *a, **k: scored)
+    monkeypatch.setattr(evaluation, "get_run_logger", lambda: logging.getLogger("test"))
+    rows = evaluation.evaluate_model_task.fn("m", out, 0, str(tmp_path), None, [0], None)
+    assert [r["value"] for r in rows] == [41.5]
+    assert [r["value"] for r in out.read_part(0).to_pylist()] == [41.5]
+    assert out.commit(code_version="c", params={}, inputs={})["stats"] == {"parts_recomputed": 1}
