@@ -171,3 +171,32 @@ def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: 
         while len(_VERDICTS) > _VERDICTS_KEPT:
             _VERDICTS.popitem(last=False)
     return path
+
+
+def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) -> dict:
+    """``data`` (bytes, or a buffer: not copied) as file ``name`` of the directory at ``base``, written
+    whole under a temporary name with its writer's record, then renamed: for the files a stage keeps
+    beside its datasets (a link run's vectors and index shards)."""
+    from .atomic import atomic_path
+
+    final = contained(fs, base, name, base)
+    with atomic_path(fs, final) as tmp:
+        with fs.open(tmp, "wb") as fh:
+            fh.write(memoryview(data))
+        return record_written(fs, base, name, tmp)
+
+
+def read_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, where: str) -> bytes:
+    """The bytes of file ``name`` of the directory at ``base`` as its writer recorded them
+    (:func:`write_recorded`), or Damaged / UnsafeManifest in one line."""
+    return verified_bytes(fs, base, read_record(fs, base, name, where), where)
+
+
+def remove_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str) -> None:
+    """Remove file ``name`` of the directory at ``base`` and its writer's record (the record first:
+    a file without one is never read)."""
+    for path in (f"{base}/{RECORDS}/{name}.json", contained(fs, base, name, base)):
+        try:
+            fs.rm(path)
+        except FileNotFoundError:
+            pass

@@ -55,6 +55,7 @@ from pearl_model.linking.sides import MAX_ROW_BYTES
 from pearl_redact import redact
 from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve_root
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
+from storage.verified import read_recorded, remove_recorded, write_recorded
 
 CODE_VERSION = "matches-5"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
 # per partition (the batches a name is encoded in differ, and so may its last bits); 5: dedupe encodes
@@ -141,13 +142,13 @@ class LinkPlan:
         first = shard * self.parts_per_shard
         return range(first, min(first + self.parts_per_shard, right_parts))
 
-    def vectors_path(self, side: str, part: int) -> str:
-        """Partition ``part`` of ``side``'s vectors (:func:`encode_part`)."""
-        return f"{self.work_path}/vectors/{side}/part-{part:05d}.npy"
+    def vectors_name(self, side: str, part: int) -> str:
+        """Partition ``part`` of ``side``'s vectors (:func:`encode_part`), in the working directory."""
+        return f"vectors/{side}/part-{part:05d}.npy"
 
-    def index_path(self, shard: int, what: str) -> str:
+    def index_name(self, shard: int) -> str:
         """Index shard ``shard``'s file (one partition per shard: the partition's number)."""
-        return f"{self.work_path}/index/part-{shard:05d}.{what}"
+        return f"index/part-{shard:05d}.faiss"
 
 
 @dataclass
@@ -320,20 +321,6 @@ def load_model(spec: str):
         raise LinkModelError(f"cannot load the model {spec!r}: {e}") from e
 
 
-def _write_bytes(fs, path: str, data) -> None:
-    """``data`` (bytes, or an array's buffer: not copied) written whole, or nothing."""
-    from storage.atomic import atomic_path
-
-    with atomic_path(fs, path) as tmp:
-        with fs.open(tmp, "wb") as f:
-            f.write(memoryview(data))
-
-
-def _read_bytes(fs, path: str) -> bytes:
-    with fs.open(path, "rb") as f:
-        return f.read()
-
-
 def index_kind(plan: LinkPlan, right: SideParts) -> str:
     """exact or hnsw: ``plan.index_kind``, where auto is exact while the right side holds at most
     ``plan.exact_limit`` names (every partition gets the same kind)."""
@@ -398,7 +385,7 @@ def encode_part(plan: LinkPlan, side: str, part: int, right: SideParts) -> int:
                                       plan.batch_size).vectors if names else np.zeros((0, 0), np.float32)
     buffer = io.BytesIO()
     np.save(buffer, vectors, allow_pickle=False)
-    _write_bytes(plan.out.fs, plan.vectors_path(side, part), buffer.getvalue())
+    write_recorded(plan.out.fs, plan.work_path, plan.vectors_name(side, part), buffer.getbuffer())
     return len(names)
 
 
@@ -418,7 +405,8 @@ def _dedupe_left_vectors(plan: LinkPlan, part: int, right: SideParts, names: lis
 def _vectors(plan: LinkPlan, side: str, part: int) -> np.ndarray:
     import io
 
-    return np.load(io.BytesIO(_read_bytes(plan.out.fs, plan.vectors_path(side, part))), allow_pickle=False)
+    data = read_recorded(plan.out.fs, plan.work_path, plan.vectors_name(side, part), plan.work)
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def _shard_vectors(plan: LinkPlan, parts: range, names: int) -> np.ndarray:
@@ -468,9 +456,9 @@ def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] 
             tuned = vector_index.tune_ef_search(index, queries, plan.top_k, plan.recall_target, EF_SEARCH_STEPS,
                                                 rescore.candidate_count(plan.top_k, plan.cosine_weight))
             vector_index.set_ef_search(index, plan.ef_search)  # the saved index as built; the queries set theirs
-        _write_bytes(plan.out.fs, plan.index_path(shard, "faiss"), faiss.serialize_index(index))
+        write_recorded(plan.out.fs, plan.work_path, plan.index_name(shard), faiss.serialize_index(index))
     for j in parts:  # the index holds them now
-        plan.out.fs.rm(plan.vectors_path("right", j))
+        remove_recorded(plan.out.fs, plan.work_path, plan.vectors_name("right", j))
     return {"names": len(encoded.distinct), "tuned": [[ef, r] for ef, r in tuned]}
 
 
@@ -496,15 +484,14 @@ def _right(plan: LinkPlan, shard: int, right: SideParts):
     """(index shard ``shard``'s names and rows, its index) from the working directory: the index alone
     is read (the vectors are in it)."""
     import faiss
-    from fsspec.implementations.local import LocalFileSystem
 
     from pearl_model.linking import matches
 
-    path = plan.index_path(shard, "faiss")
-    if isinstance(plan.out.fs, LocalFileSystem):
-        index = faiss.read_index(path)  # from the file: not its bytes and then the index (twice a shard)
-    else:
-        index = faiss.deserialize_index(np.frombuffer(_read_bytes(plan.out.fs, path), np.uint8))
+    # the checked bytes, then the index: a shard is held twice for a moment (faiss reading the file
+    # itself would parse bytes no digest checked: a flipped byte changed search results silently)
+    data = read_recorded(plan.out.fs, plan.work_path, plan.index_name(shard), plan.work)
+    index = faiss.deserialize_index(np.frombuffer(data, np.uint8))
+    del data
     return matches.encoded_from_vectors(read_shard(plan, shard, right), None, index.ntotal), index
 
 
@@ -535,7 +522,7 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) 
         if len(sample):
             recall.append(vector_index.recall_against_exact(None, sample, plan.top_k, index))
     plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
-    plan.out.fs.rm(plan.vectors_path("left", part))
+    remove_recorded(plan.out.fs, plan.work_path, plan.vectors_name("left", part))
     return {"recall": recall, "queries": len(sample)}
 
 

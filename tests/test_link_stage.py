@@ -463,3 +463,38 @@ def test_the_tuning_sample_is_seeded_over_the_whole_left_side(model_dir, tables,
     assert sorted(everything) == sorted(n for n in LEFT if n)  # every partition's names are drawn from
     assert stage.tuning_sample(dataclasses.replace(plan, recall_target=None), lp, rp) == []
     assert stage.tuning_sample(dataclasses.replace(plan, index_kind="exact"), lp, rp) == []
+
+
+# --- what a link run keeps between its tasks is read back as written (issue 64, defect 5) ----------------
+@pytest.mark.parametrize("damage", ["flip", "truncate", "swap", "unrecorded"])
+def test_a_damaged_index_shard_or_vectors_file_is_refused_in_one_line(model_dir, tables, tmp_path, damage):
+    """An index shard with a byte flipped or cut, or the other shard in its place, silently changed
+    search results or raised faiss's C++ text (on the old main); each file a link run keeps between its
+    tasks has its writer's record, and a read is checked against it."""
+    from storage.verified import RECORDS, Damaged
+
+    plan = stage.plan_link(*tables, str(tmp_path / "store"), left_column="name", model=model_dir, partition_rows=2,
+                           index_rows=5, batch_size=1)
+    stage.start_work(plan)
+    rp = stage.split_side(plan, "right")
+    stage.split_side(plan, "left")
+    for j in range(rp.parts):
+        stage.encode_part(plan, "right", j, rp)
+    left_vectors = stage.encode_part(plan, "left", 0, rp)
+    [stage.index_right(plan, s, rp) for s in range(2)]
+    fs, shard = plan.out.fs, f"{plan.work_path}/{plan.index_name(0)}"
+    data = fs.cat_file(shard)
+    changed = {"flip": data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 4]) + data[len(data) // 2 + 1:],
+               "truncate": data[:-16], "swap": fs.cat_file(f"{plan.work_path}/{plan.index_name(1)}"),
+               "unrecorded": data}[damage]
+    fs.pipe_file(shard, changed)
+    if damage == "unrecorded":
+        fs.rm(f"{plan.work_path}/{RECORDS}/{plan.index_name(0)}.json")
+    with pytest.raises(Damaged, match=r"index/part-00000\.faiss") as e:
+        stage._right(plan, 0, rp)
+    assert "\n" not in str(e.value)
+    if left_vectors:  # a vectors file the same way
+        name = f"{plan.work_path}/{plan.vectors_name('left', 0)}"
+        fs.pipe_file(name, fs.cat_file(name)[:-1])
+        with pytest.raises(Damaged, match=r"vectors/left/part-00000\.npy"):
+            stage._vectors(plan, "left", 0)
