@@ -355,7 +355,7 @@ class Dataset(Versioned):
             raise ManifestError(f"{self.url}/{MANIFEST}: its parts hold {sum(p.rows for p in parts)} rows, "
                                 f"its 'rows' says {total!r}")
         for p in parts if verify else ():
-            stored = pq.read_metadata(self._checked(p.index, p), filesystem=self.fs).num_rows
+            stored = self.read_metadata(p.index, p).num_rows
             if stored != p.rows:
                 raise ManifestError(f"{self.url}/{MANIFEST}: part {p.file} holds {stored} rows, the manifest says {p.rows}")
         return parts
@@ -383,9 +383,9 @@ class Dataset(Versioned):
             return self.schema.empty_table().select(columns) if columns else self.schema.empty_table()
         return pa.concat_tables(tables)
 
-    def read_metadata(self, index: int) -> pq.FileMetaData:
+    def read_metadata(self, index: int, part: Part | None = None) -> pq.FileMetaData:
         """Part ``index``'s Parquet footer (row groups, statistics), verified as :meth:`read_part` is."""
-        return pq.read_metadata(self._checked(index), filesystem=self.fs)
+        return pq.read_metadata(self._checked(index, part), filesystem=self.fs)
 
     def read_bucket(self, bucket: int, columns: list[str] | None = None) -> pa.Table:
         """The rows of one bucket of a bucketed dataset (a reducer's input), in part order.

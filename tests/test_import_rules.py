@@ -379,3 +379,71 @@ def test_a_second_part_door_is_reported(tmp_path, source, reported):
         "class Dataset:\n    def parts(self):\n        return [self.file_path(p['file']) for p in self.manifest()['parts']]\n")
     (tmp_path / "tasks" / "s.py").write_text(source)
     assert second_part_doors(tmp_path) == reported
+
+
+# --- one reader for what the project wrote (a fast hint: the runtime check in test_verified_reads is the judge) ----
+READ_FLOORS = ("tasks", "flows", "pearl_cli", "runs", "storage")
+# the verified reader, and the functions that hand its checked path or bytes to a parser
+READ_DOORS = {"storage/verified.py": None,
+              "storage/datasets.py": {"Dataset.read_array", "Dataset.read_metadata", "Dataset.read_bucket",
+                                      "Dataset._read", "Dataset.iter_batches"}}
+_PARSERS = {("pq", "read_table"), ("pq", "ParquetFile"), ("pq", "read_metadata"), ("pq", "read_schema"),
+            ("pads", "dataset"), ("faiss", "read_index"), ("np", "load"), ("numpy", "load"), ("torch", "load")}
+_OPENERS = {"load_file", "safe_open"}
+_IN_MEMORY = {"BytesIO", "BufferReader", "frombuffer"}  # checked bytes handed over: not an open
+
+
+def stored_file_opens(root: Path = ROOT) -> list[str]:
+    """Calls under tasks/, flows/, pearl_cli/, runs/ and storage/ that open a file by its path for a
+    parser (Parquet, pyarrow datasets, FAISS, NumPy, torch, safetensors) outside the verified reader's
+    functions: every read of what the project wrote goes through `storage.verified`. A parser handed
+    bytes in memory (``np.load(io.BytesIO(data))``) opens nothing."""
+    bad = []
+    for floor in READ_FLOORS:
+        for path in sorted((root / floor).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            doors = READ_DOORS.get(rel, set())
+            if doors is None:
+                continue
+            for name, scope in _scopes(ast.parse(path.read_text(encoding="utf-8"))):
+                if name in doors:
+                    continue
+                for n in _own_nodes(scope):
+                    if not isinstance(n, ast.Call):
+                        continue
+                    f = n.func
+                    called = (f.value.id, f.attr) if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+                        else None
+                    opener = isinstance(f, ast.Name) and f.id in _OPENERS or \
+                        isinstance(f, ast.Attribute) and f.attr in _OPENERS
+                    if called not in _PARSERS and not opener:
+                        continue
+                    first = n.args[0] if n.args else None
+                    if isinstance(first, ast.Call) and (getattr(first.func, "attr", None) in _IN_MEMORY
+                                                        or getattr(first.func, "id", None) in _IN_MEMORY):
+                        continue
+                    bad.append(f"{rel}:{n.lineno} ({name or 'module'}) opens a file for {ast.unparse(f)}")
+    return bad
+
+
+def test_stored_files_are_opened_only_by_the_verified_reader():
+    bad = stored_file_opens()
+    assert not bad, "a stored file opened outside storage.verified:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, reported", [
+    ("import pyarrow.parquet as pq\ndef f(ds, i):\n    return pq.read_table(f'{ds.path}/part-{i:05d}.parquet')\n",
+     ["tasks/s.py:3 (f) opens a file for pq.read_table"]),
+    ("import faiss\nclass A:\n    def g(self, p):\n        return faiss.read_index(p)\n",
+     ["tasks/s.py:4 (A.g) opens a file for faiss.read_index"]),
+    ("from safetensors.torch import load_file\ndef h(p):\n    return load_file(p)\n",
+     ["tasks/s.py:3 (h) opens a file for load_file"]),
+    # not flagged: bytes in memory, the verified reader's own functions
+    ("import io\nimport numpy as np\ndef f(data):\n    return np.load(io.BytesIO(data))\n", []),
+])
+def test_a_stored_file_opened_outside_the_reader_is_reported(tmp_path, source, reported):
+    for floor in READ_FLOORS:
+        (tmp_path / floor).mkdir()
+    (tmp_path / "storage" / "verified.py").write_text("import numpy as np\ndef v(p):\n    return np.load(p)\n")
+    (tmp_path / "tasks" / "s.py").write_text(source)
+    assert stored_file_opens(tmp_path) == reported
