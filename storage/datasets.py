@@ -194,7 +194,7 @@ class Dataset(Versioned):
         if not fs.exists(f"{self.path}/{name}"):
             return False  # not written, or killed between its record and its rename
         try:
-            verified_once(fs, self.path, read_record(fs, self.path, name, self.url), self.url)
+            verified_once(fs, self.path, read_record(fs, self.path, name, self.url), self.url).close()
             return True
         except ManifestError as e:
             log.warning("%s: computed again: %s", self.url, e)
@@ -360,10 +360,10 @@ class Dataset(Versioned):
                 raise ManifestError(f"{self.url}/{MANIFEST}: part {p.file} holds {stored} rows, the manifest says {p.rows}")
         return parts
 
-    def _checked(self, index: int, part: Part | None = None) -> str:
-        """Where part ``index`` is, once verified (storage.verified.verified_once) against the
-        manifest of a committed version (``part``: its entry, when the caller holds it), or its
-        writer's record in an attempt still being written."""
+    def _checked(self, index: int, part: Part | None = None):
+        """Part ``index`` open for reading (a context manager), verified (storage.verified.verified_once)
+        against the manifest of a committed version (``part``: its entry, when the caller holds it), or
+        its writer's record in an attempt still being written."""
         name = self.part_name(index)
         if part is not None:
             entry = {"file": part.file, "bytes": part.bytes, "sha256": part.sha256}
@@ -385,7 +385,8 @@ class Dataset(Versioned):
 
     def read_metadata(self, index: int, part: Part | None = None) -> pq.FileMetaData:
         """Part ``index``'s Parquet footer (row groups, statistics), verified as :meth:`read_part` is."""
-        return pq.read_metadata(self._checked(index, part), filesystem=self.fs)
+        with self._checked(index, part) as fh:
+            return pq.read_metadata(fh)
 
     def read_bucket(self, bucket: int, columns: list[str] | None = None) -> pa.Table:
         """The rows of one bucket of a bucketed dataset (a reducer's input), in part order.
@@ -401,16 +402,17 @@ class Dataset(Versioned):
         wanted = columns if columns is None or key in columns else [*columns, key]
         pieces = []
         for part in self.parts():
-            f = pq.ParquetFile(self._checked(part.index, part), filesystem=self.fs)
-            col = f.schema_arrow.get_field_index(key)
-            groups = []
-            for g in range(f.metadata.num_row_groups):
-                stats = f.metadata.row_group(g).column(col).statistics
-                if stats is None or not stats.has_min_max or stats.min <= bucket <= stats.max:
-                    groups.append(g)
-            if groups:
-                t = f.read_row_groups(groups, columns=wanted)
-                pieces.append(t.filter(pc.equal(t[key], bucket)))
+            with self._checked(part.index, part) as fh:
+                f = pq.ParquetFile(fh)
+                col = f.schema_arrow.get_field_index(key)
+                groups = []
+                for g in range(f.metadata.num_row_groups):
+                    stats = f.metadata.row_group(g).column(col).statistics
+                    if stats is None or not stats.has_min_max or stats.min <= bucket <= stats.max:
+                        groups.append(g)
+                if groups:
+                    t = f.read_row_groups(groups, columns=wanted)
+                    pieces.append(t.filter(pc.equal(t[key], bucket)))
         table = pa.concat_tables(pieces) if pieces else self.schema.empty_table().select(wanted or self.schema.names)
         return (table.select(columns) if columns is not None else table).cast(
             pa.schema([self.schema.field(n) for n in (columns or self.schema.names)]))
@@ -422,13 +424,13 @@ class Dataset(Versioned):
         return self._read(index, columns, filter)
 
     def _read(self, index: int, columns: list[str] | None, filter, part: Part | None = None) -> pa.Table:
-        return pq.read_table(self._checked(index, part), columns=columns, filters=filter, filesystem=self.fs,
-                             schema=self.schema)
+        with self._checked(index, part) as fh:
+            return pq.read_table(fh, columns=columns, filters=filter, schema=self.schema)
 
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         for part in self.parts():
-            yield from pq.ParquetFile(self._checked(part.index, part), filesystem=self.fs).iter_batches(
-                batch_size=batch_size, columns=columns)
+            with self._checked(part.index, part) as fh:
+                yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
 
 
 def write_by_bucket(table: pa.Table, key: str, path: str, fs) -> None:

@@ -6,8 +6,9 @@ A writer records a file's size and SHA-256 when it writes it (:func:`record_writ
 and a resumed run are covered, and a file without a record is never used). A commit copies the
 records into its manifest; a reader checks the file against the manifest (committed) or the record
 (uncommitted), through :func:`verified_bytes` (the checked bytes, for a parser) or
-:func:`verified_once` (a file whose readers take only some row groups: hashed once per process,
-the verdict kept while the file's size and modification stamp stay the same).
+:func:`verified_once` (the checked file, open, for a parser that reads only some row groups of it:
+hashed once per process, the verdict kept while the file's size and modification stamp stay the
+same). Only these two open a stored file for reading; no path to one leaves ``storage/``.
 
 Containment: a name is a relative path inside its version (no "..", no absolute path, no scheme)
 and, on a local root, no component under the version directory is a symbolic link, wherever it
@@ -155,10 +156,11 @@ def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where:
     return data
 
 
-def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str) -> str:
-    """The path of the file ``entry`` names, checked as :func:`verified_bytes` checks it, for a
-    parser that reads only part of it (a reducer's row groups): hashed in full the first time this
-    process reads it, then only while its size and modification stamp are those it was checked with."""
+def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str):
+    """The file ``entry`` names, checked as :func:`verified_bytes` checks it, open for reading (close
+    it: a context manager), for a parser that reads only part of it (a reducer's row groups): hashed
+    in full the first time this process reads it, then only while its size and modification stamp
+    are those it was checked with. The only place a stored file is opened for a parser."""
     entry = checked_entry(entry, where)
     path = contained(fs, base, entry["file"], where)
     try:
@@ -170,7 +172,7 @@ def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: 
         _VERDICTS[key] = True
         while len(_VERDICTS) > _VERDICTS_KEPT:
             _VERDICTS.popitem(last=False)
-    return path
+    return fs.open(path, "rb")
 
 
 def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) -> dict:
