@@ -57,9 +57,10 @@ from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 from storage.verified import read_recorded, remove_recorded, write_recorded
 
-CODE_VERSION = "matches-5"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
+CODE_VERSION = "matches-6"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
 # per partition (the batches a name is encoded in differ, and so may its last bits); 5: dedupe encodes
-# each name once (its left vector is its right one, to the last bit)
+# each name once (its left vector is its right one, to the last bit); 6: dedupe tunes efSearch to the
+# recall of the nearest other names (a name finding itself made any efSearch reach the target)
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -454,12 +455,22 @@ def index_right(plan: LinkPlan, shard: int, right: SideParts, sample: list[str] 
                                           side_from_array(pa.array(list(sample), pa.string()), "sample", ""),
                                           plan.batch_size).vectors
             tuned = vector_index.tune_ef_search(index, queries, plan.top_k, plan.recall_target, EF_SEARCH_STEPS,
-                                                rescore.candidate_count(plan.top_k, plan.cosine_weight))
+                                                rescore.candidate_count(plan.top_k, plan.cosine_weight),
+                                                _self_ids(plan, sample, encoded.distinct))
             vector_index.set_ef_search(index, plan.ef_search)  # the saved index as built; the queries set theirs
         write_recorded(plan.out.fs, plan.work_path, plan.index_name(shard), faiss.serialize_index(index))
     for j in parts:  # the index holds them now
         remove_recorded(plan.out.fs, plan.work_path, plan.vectors_name("right", j))
     return {"names": len(encoded.distinct), "tuned": [[ef, r] for ef, r in tuned]}
+
+
+def _self_ids(plan: LinkPlan, names, index_names: list[str]) -> np.ndarray | None:
+    """With dedupe, each of ``names``' own id in an index of ``index_names`` (-1: not there), which the
+    recall measurements leave out (a name always finds itself); None when two tables are linked."""
+    if not plan.dedupe:
+        return None
+    at = {name: i for i, name in enumerate(index_names)}
+    return np.array([at.get(name, -1) for name in names], np.int64)
 
 
 def search_settings(plan: LinkPlan, right: SideParts, shards: list[dict]) -> dict:
@@ -520,7 +531,8 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) 
         partial = matches.top_k(left, shard, index, wanted, exclude_self=plan.dedupe).cast(MATCHES)
         found = matches.merge_top_k([found, partial], wanted).cast(MATCHES)
         if len(sample):
-            recall.append(vector_index.recall_against_exact(None, sample, plan.top_k, index))
+            recall.append(vector_index.recall_against_exact(
+                None, sample, plan.top_k, index, _self_ids(plan, left.distinct[:len(sample)], shard.distinct)))
     plan.candidates.write_part(part, rescore.best(found, plan.top_k, plan.cosine_weight).cast(MATCHES))
     remove_recorded(plan.out.fs, plan.work_path, plan.vectors_name("left", part))
     return {"recall": recall, "queries": len(sample)}

@@ -22,7 +22,8 @@ from pearl_model.linking.sides import LinkInputError
 from storage.datasets import Dataset
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.sequential import write_raw_pages
-from tasks.raw_pages.xml_dump import SourceError
+from tasks.pages import find_duplicate_pages
+from tasks.raw_pages.xml_dump import SYNTHETIC_ID_START, SourceError
 from tests.conftest import FOOTER, HEADER, page_xml
 
 BIG = 3_000_000  # a cell over two of pyarrow's 1 MiB CSV blocks
@@ -109,6 +110,51 @@ def test_a_page_id_is_ascii_digits_or_refused(tmp_path, page_id, expected):
         assert row["error"] == "malformed_record" and row["page_id"] is None and "ASCII" in row["error_detail"]
     else:
         assert row["error"] is None and row["page_id"] == expected
+
+
+# --- issue 64 item 9: an id that is not one is quarantined, a missing id cannot take a real one --------
+@pytest.mark.parametrize("given", ["bad id", " 12", "-12", "", "1 2", True, False, 1.0, -12, [1], {"n": 1}])
+def test_a_malformed_id_is_quarantined_and_never_takes_a_real_pages_id(tmp_path, given):
+    """It was given the id seq + 1 (true: 1), the real page 1 was then quarantined as its duplicate."""
+    lines = [{"id": given, "title": "Odd", "text": "Odd text."}, {"id": 1, "title": "Real", "text": "Real text."}]
+    stats, rows = _pages(tmp_path, b"".join(json.dumps(r).encode() + b"\n" for r in lines))
+    odd, real = rows
+    assert odd["error"] in ("malformed_record", "page_id_out_of_range") and odd["page_id"] is None
+    assert odd["error_detail"].startswith("line 1: 'id'") and odd["raw"] == json.dumps(lines[0]).encode() + b"\n"
+    assert (real["error"], real["page_id"]) == (None, 1)
+    assert stats["pages_read"] == 2 and stats["unreadable_by_reason"] == {odd["error"]: 1}
+    assert [x.tolist() for x in find_duplicate_pages(_committed(tmp_path))] == [[]]
+
+
+def _committed(tmp_path) -> Dataset:
+    return Dataset(str(tmp_path / "store" / "p.jsonl"), "raw_pages", "v1", RAW_PAGES)
+
+
+@pytest.mark.parametrize("real_id", [1, 2, 3, SYNTHETIC_ID_START - 1])
+def test_records_without_an_id_never_collide_with_a_given_one(tmp_path, real_id):
+    lines = [{"title": "A", "text": "A."}, {"id": None, "title": "B", "text": "B."},
+             {"id": real_id, "title": "Real", "text": "Real."}, {"title": "C", "text": "C."}]
+    _, rows = _pages(tmp_path, b"".join(json.dumps(r).encode() + b"\n" for r in lines))
+    assert [r["error"] for r in rows] == [None] * 4
+    ids = [r["page_id"] for r in rows]
+    assert ids[2] == real_id and len(set(ids)) == 4
+    assert all(i >= SYNTHETIC_ID_START for i in ids[:2] + ids[3:])
+    assert [x.tolist() for x in find_duplicate_pages(_committed(tmp_path))] == [[]]
+
+
+@pytest.mark.parametrize("given", [SYNTHETIC_ID_START, str(SYNTHETIC_ID_START + 1), 2**63 - 1])
+def test_a_given_id_in_the_block_kept_for_records_without_one_is_quarantined(tmp_path, given):
+    _, [row] = _pages(tmp_path, json.dumps({"id": given, "title": "T", "text": "x."}).encode() + b"\n")
+    assert row["error"] == "page_id_out_of_range" and str(SYNTHETIC_ID_START) in row["error_detail"]
+
+
+@pytest.mark.parametrize("pid", [-3, SYNTHETIC_ID_START + 2])
+def test_an_xml_page_id_outside_the_range_is_quarantined_too(tmp_path, pid):
+    """A dump read beside JSON lines shares their ids: its ids obey the same range."""
+    dump = HEADER + page_xml(pid, "Odd", "Odd text.") + page_xml(2, "Real", "Real text.") + FOOTER
+    stats, rows = _pages(tmp_path, dump, name="d.xml")
+    assert [(r["error"], r["page_id"]) for r in rows] == [("page_id_out_of_range", None), (None, 2)]
+    assert stats["unreadable_by_reason"] == {"page_id_out_of_range": 1}
 
 
 def test_json_nesting_over_the_limit_is_quarantined_as_too_deep(tmp_path):
@@ -231,8 +277,47 @@ def test_generated_json_lines_end_in_kept_or_quarantined_rows_that_add_up(lines,
                 assert r["error"], (given_id, r)  # digits of another script are never a page id
             if isinstance(given_id, str) and given_id.isascii() and given_id.isdigit() and not r["error"]:
                 assert r["page_id"] == int(given_id)
+            if not r["error"]:  # a given id is kept as it is, a missing one comes from the reserved block
+                assert (r["page_id"] >= SYNTHETIC_ID_START) == (given_id is None), (given_id, r)
+                if given_id is not None:
+                    assert not isinstance(given_id, bool) and r["page_id"] == int(given_id)
         assert src.read_bytes() == data and os.listdir(src.parent) == ["p.jsonl"]
         _no_temp_files(str(Path(tmp, "store")))
+
+
+GIVEN_IDS = st.one_of(st.integers(0, 30), st.integers(0, 30).map(str), ODD_IDS)
+
+
+@given(ids=st.lists(st.one_of(st.just("absent"), GIVEN_IDS), max_size=10), sources=st.integers(1, 3))
+def test_generated_ids_are_kept_quarantined_or_made_up_without_colliding(ids, sources):
+    """The id door over one or several JSON-lines sources: in = kept + quarantined, a kept record's
+    id is its own or (none given) one no given id can be, so a duplicate is only a repeated given id."""
+    with tempfile.TemporaryDirectory() as tmp:
+        records = [{"title": f"T{n}", "text": f"Text {n}."} | ({} if i == "absent" else {"id": i})
+                   for n, i in enumerate(ids)]
+        paths = []
+        for k in range(sources):  # the records dealt round the sources, read in order
+            paths.append(Path(tmp, f"s{k}.jsonl"))
+            paths[-1].write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records[k::sources]) or b"{}\n")
+        out = Dataset(str(Path(tmp, "store")), "raw_pages", "v1", RAW_PAGES)
+        stats = write_raw_pages([str(p) for p in paths], out, pages_per_part=4)
+        out.commit(code_version="t", params={}, inputs={}, stats=stats)
+        rows = out.read().to_pylist()
+        read = [r for k in range(sources) for r in records[k::sources] or [{}]]
+        assert stats["pages_read"] == len(rows) == len(read)
+        assert sum(stats["unreadable_by_reason"].values()) == sum(1 for r in rows if r["error"])
+        given = {}
+        for record, row in zip(read, rows):
+            if row["error"] or "title" not in record:
+                continue
+            i = record.get("id")
+            if i is None:
+                assert SYNTHETIC_ID_START <= row["page_id"] == SYNTHETIC_ID_START + row["seq"]
+            else:
+                assert type(i) in (int, str) and int(i) == row["page_id"] and 0 <= row["page_id"] < SYNTHETIC_ID_START
+                given.setdefault(row["page_id"], []).append(row["seq"])
+        dups = sorted(int(seq) for part in find_duplicate_pages(out) for seq in part[:, 0])
+        assert dups == sorted(seq for seqs in given.values() for seq in seqs[1:])
 
 
 # --- properties: XML dump pages ------------------------------------------------------------------------

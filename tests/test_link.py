@@ -213,6 +213,37 @@ def test_ef_search_tuning_picks_more_candidates_for_a_higher_target():
     assert [ef for ef, _ in index.tune_ef_search(hnsw, queries, 1, 1.01, (1, 2), candidates=20)] == [2]
 
 
+def test_dedupe_tuning_reaches_the_target_recall_of_the_nearest_other_item():
+    """Issue 64 item 12: a query that is in the index finds itself at any efSearch, so counting it the
+    tuning stopped at the first step while the nearest *other* items were still missed."""
+    n, target = 4000, 0.95
+    base = unit_vectors(n, 384, 5)
+    own = np.random.default_rng(6).choice(n, 300, replace=False)
+    queries = base[own]
+    hnsw = index.build_index(base, "hnsw")
+    others = base @ queries.T
+    others[own, np.arange(len(own))] = -np.inf
+    nearest_other = others.argmax(axis=0)  # by brute force, not through the index module
+
+    def recall_of_others(ef: int) -> float:
+        index.set_ef_search(hnsw, ef)
+        _, ids = index.search(hnsw, queries, 2)
+        return float(np.mean(np.where(ids[:, 0] == own, ids[:, 1], ids[:, 0]) == nearest_other))
+
+    assert recall_of_others(16) < target  # the lowest efSearch misses others: the test can tell
+    assert index.tune_ef_search(hnsw, queries, 1, target) == [(16, 1.0)]  # counting itself: stopped there
+    tried = index.tune_ef_search(hnsw, queries, 1, target, self_ids=own)
+    ef, measured, met = index.chosen_ef_search(tried, target)
+    assert met and ef > 16 and recall_of_others(ef) >= target
+    assert [r for _, r in tried] == [recall_of_others(e) for e, _ in tried]  # each step measured as it is
+    assert index.recall_against_exact(base, queries, 1, hnsw, self_ids=own) == recall_of_others(ef)
+    # a query not in the index (-1) keeps all its neighbours
+    outside = unit_vectors(50, 384, 7)
+    index.set_ef_search(hnsw, 1024)
+    assert index.recall_against_exact(base, outside, 3, hnsw, self_ids=np.full(50, -1)) == \
+        index.recall_against_exact(base, outside, 3, hnsw)
+
+
 def test_an_unreachable_recall_target_gives_the_cap_and_says_so():
     base, queries = unit_vectors(400, 64, 3), unit_vectors(200, 64, 4)
     hnsw = index.build_index(base, "hnsw")

@@ -384,13 +384,45 @@ def test_a_recall_target_tunes_efsearch_and_the_results_stay_the_unpartitioned_t
     assert rows_of(plan.out.read()) == rows_of(expected)
 
 
+@pytest.mark.parametrize("index_rows", [None, 6])
+def test_dedupe_tuning_and_recall_leave_out_each_names_own_entry(model_dir, tables, tmp_path, monkeypatch, index_rows):
+    """Issue 64 item 12: in a dedupe run a name is in the index it queries; the tuning and the check
+    are told its own id in each shard (-1 where the shard lacks it), so they measure the others."""
+    from pearl_model.linking import index as vector_index
+
+    seen = []
+    for name in ("tune_ef_search", "recall_against_exact"):
+        real = getattr(vector_index, name)
+
+        def spy(*args, real=real, name=name, **kw):
+            seen.append((name, args, kw.get("self_ids", args[6] if name == "tune_ef_search" and len(args) > 6
+                                             else args[4] if name == "recall_against_exact" and len(args) > 4 else None)))
+            return real(*args, **kw)
+        monkeypatch.setattr(vector_index, name, spy)
+    _, right = tables
+    _, manifest = run(right, None, str(tmp_path / "store"), model=model_dir, top_k=1, threshold=0.95, dedupe=True,
+                      partition_rows=3, index_rows=index_rows, index_kind="hnsw", recall_target=0.95, recall_sample=20)
+    assert {name for name, _, _ in seen} == {"tune_ef_search", "recall_against_exact"}
+    for name, args, self_ids in seen:
+        index, queries = (args[0], args[1]) if name == "tune_ef_search" else (args[3], args[1])
+        stored = vector_index.stored_vectors(index)
+        best = (queries @ stored.T).max(axis=1)
+        assert self_ids is not None and len(self_ids) == len(queries)
+        for q, own, top in zip(queries, self_ids, best):
+            if own >= 0:  # its own entry: the query's vector
+                np.testing.assert_allclose(stored[own], q, atol=1e-5)
+            else:  # not in this shard: no entry is it
+                assert top < 1 - 1e-4
+    assert manifest["stats"]["index"]["target_met"] is True
+
+
 def test_an_unreachable_recall_target_searches_at_the_cap_and_reports_it(model_dir, tables, tmp_path, monkeypatch):
     from pearl_model.linking import index as vector_index
 
     steps = stage.EF_SEARCH_STEPS
     # every shard's tuning falls short: the recall it reaches at each efSearch tried
     monkeypatch.setattr(vector_index, "tune_ef_search",
-                        lambda index, queries, k, target, steps=steps, candidates=None:
+                        lambda index, queries, k, target, steps=steps, candidates=None, self_ids=None:
                         [(ef, 0.5 + i / 100) for i, ef in enumerate(steps)])
     used = []
     real = vector_index.set_ef_search

@@ -17,7 +17,9 @@ from storage.datasets import Dataset, dataset_version
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages import sequential, xml_dump
 from tasks.raw_pages.sequential import InputIncomplete, check_input_complete, plan_raw_pages, write_raw_pages
-from tasks.raw_pages.xml_dump import CODE_VERSION, SourceError, check_source, detect_format, sample_dump
+from tasks.raw_pages.xml_dump import (
+    CODE_VERSION, SYNTHETIC_ID_START, SourceError, check_source, detect_format, sample_dump,
+)
 from tests.conftest import BAD_JSONL, FOOTER, HEADER, bad_jsonl, mediawiki_dump, page_xml, part_file
 
 
@@ -520,7 +522,7 @@ def test_bad_jsonl_records_are_quarantined_with_their_line_and_the_read_goes_on(
     assert stats["unreadable_by_reason"] == {"invalid_utf8": 1, "malformed_json": 2, "malformed_record": 3,
                                              "page_id_out_of_range": 1}
     kept = [r for r in rows if not r["error"]]
-    assert [(r["page_id"], r["title"]) for r in kept] == [(1, "Alpha"), (7, "Beta")]
+    assert [(r["page_id"], r["title"]) for r in kept] == [(SYNTHETIC_ID_START, "Alpha"), (7, "Beta")]
     by_line = {int(r["error_detail"].split(":")[0][5:]): r for r in rows if r["error"]}
     assert "RecursionError" in by_line[2]["error_detail"]
     assert "99999999999999999999" in by_line[3]["error_detail"]
@@ -580,11 +582,11 @@ def test_several_sources_make_one_dataset(tmp_path, root):
     assert sum(s["pages_read"] for s in per) == stats["pages_read"]
     assert per[1]["unreadable_by_reason"] == {"empty_page": 1} and per[0]["unreadable_by_reason"] == {}
     assert out.manifest()["stats"]["sources"] == per
-    # Records without an id get ids clear of real page ids and of the other sources'.
+    # Records without an id get ids from the block no given id can have, by their seq in the build.
     ids = [r["page_id"] for r in rows if r["error"] is None]
     assert len(set(ids)) == len(ids)
     assert ids[:3] == [10, 12, 13] and ids[-1] == 99
-    assert [r["page_id"] for r in rows[3:6]] == [2 * 10**9 + 1, None, 2 * 10**9 + 3]
+    assert [r["page_id"] for r in rows[3:6]] == [SYNTHETIC_ID_START + 3, None, SYNTHETIC_ID_START + 5]
 
 
 def test_several_sources_with_the_sample_and_max_pages(tmp_path, root):
@@ -639,10 +641,10 @@ def test_one_source_stats_are_unchanged_but_list_the_source(tmp_path, root):
     assert stats["format"] == "mediawiki-xml" and stats["pages_read"] == 3
     assert stats["sources"] == [{"source": xml, "format": "mediawiki-xml", "first_seq": 0, "pages_read": 3,
                                  "input_complete": True, "input_error": None, "unreadable_by_reason": {}}]
-    # a JSON-lines source alone keeps its ids (seq + 1) as before
+    # a JSON-lines source alone: the same ids as when it is read after others, by seq
     _, jsonl = _two_sources(tmp_path)
     _, rows, _ = _run(jsonl, root, version="v2")
-    assert [r["page_id"] for r in rows] == [1, None, 3, 99]
+    assert [r["page_id"] for r in rows] == [SYNTHETIC_ID_START, None, SYNTHETIC_ID_START + 2, 99]
 
 
 def test_progress_over_several_sources(tmp_path, root):

@@ -36,7 +36,7 @@ def test_values_and_tables_render_from_the_file(results):
                          '{{ value("run.json", ["dotted", "0.5"]) }}')
     assert out == "a 12.3 b 2 7"
     table = results.render('{{ table("run.json", "rows", {"k": "_key", "s": ("speed", ".0f"), "n": "name"}) }}')
-    assert "| a | 12 | x\\|y |" in table and "| b | 3 | z |" in table
+    assert "| a | 12 | x&#124;y |" in table and "| b | 3 | z |" in table  # a "|" splits no cell
     only = results.render('{{ table("run.json", "list", {"e": "engine"}, where={"v": 2}) }}')
     assert "torch" in only and "onnx" not in only
 
@@ -67,9 +67,70 @@ def test_html_in_a_results_file_reaches_the_page_escaped(results):
                           '{{ table("evil.json", "rows", {"n": "name", "d": "note.deep"}) }}\n'
                           '{{ table("evil.json", "keys", {"k": "_key", "v": "_value"}) }}')
     assert "<script" not in page and "<img" not in page and "</script" not in page
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;img src=x onerror=" in page
-    assert "a &amp; b" in page and "](" not in page  # nor a Markdown link
-    assert "| 1 |" in page and page.count("&lt;script&gt;") == 3  # numbers as they were
+    tags, text = _site_html(page)
+    assert {t for t, _ in tags} <= {"p", "table", "thead", "tbody", "tr", "th", "td"} and not any(a for _, a in tags)
+    assert all(e in text for e in evil)  # shown as text
+    assert "| 1 |" in page and page.count("&#60;script&#62;") == 3  # numbers as they were
+
+
+def _site_html(markdown_text: str) -> tuple[list[tuple[str, list]], str]:
+    """The HTML the site makes of a page (mkdocs.yml's extensions that touch inline text), as its
+    tags with their attributes, and its text."""
+    import html.parser
+
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["attr_list", "md_in_html", "tables", "admonition", "toc",
+                                                        "pymdownx.inlinehilite", "pymdownx.superfences"])
+
+    class Parser(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.tags, self.text = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append((tag, attrs))
+
+        def handle_data(self, data):
+            self.text.append(data)
+
+    parser = Parser()
+    parser.feed(body)
+    return parser.tags, "".join(parser.text)
+
+
+# Issue 64 item 10: attr_list read "{: ...}" after a value as the attributes of the element before it.
+ATTRS = ["*0.93*{: onclick=alert(document.domain) }", "0.93\n{: onclick=alert(1) }",
+         "0.93\n\n# Title {: onclick=alert(1) }", "0.93\n{: #x .y onmouseover=alert(1) }", "_0.9_{: onclick=a }",
+         "`0.9`{: onclick=a }", "0.9\n\n<div onclick=a>x</div>", "![a](x.png){: onerror=alert(1) }"]
+
+
+@pytest.mark.parametrize("evil", ATTRS)
+def test_a_results_value_cannot_add_an_element_or_an_attribute(results, evil):
+    (results.RESULTS / "attrs.json").write_text(json.dumps({"v": evil, "rows": [{"n": evil, "m": 1.5}]}))
+    page = results.render('Score {{ value("attrs.json", "v") }}\n\n'  # in a paragraph
+                          '{{ table("attrs.json", "rows", {"N": "n", "M": ("m", ".1f")}) }}\n\n'  # in a table cell
+                          '## Heading {{ value("attrs.json", "v") }}\n\n'  # in a heading
+                          '{{ value("attrs.json", "v") }}\n\n'  # alone on a line
+                          '- item `{{ value("attrs.json", "v") }}`\n')  # as code
+    tags, text = _site_html(page)
+    assert [t for t, _ in tags] == ["p", "table", "thead", "tr", "th", "th", "tbody", "tr", "td", "td", "h2", "p",
+                                    "ul", "li", "code"]
+    assert [(t, [n for n, _ in a]) for t, a in tags if a] == [("h2", ["id"])]  # the heading's anchor, only
+    assert text.count(evil) == 5  # shown as it is, each time
+
+
+@pytest.mark.parametrize("inside, ok", [("`w = {{ value('attrs.json', 'v') }} s`", False),
+                                        ("`w = {{ value('attrs.json', 'n') }} s`", True),
+                                        ("`{{ table('attrs.json', 'rows', {'N': 'n'}) }}`", False)])
+def test_a_value_in_a_longer_code_span_is_its_text_or_an_error(results, inside, ok):
+    (results.RESULTS / "attrs.json").write_text(json.dumps({"v": "0.9`{: onclick=a }", "n": -0.5, "rows": [{"n": 1}]}))
+    if ok:
+        tags, text = _site_html(results.render(inside))
+        assert tags == [("p", []), ("code", [])] and text == "w = -0.5 s"
+    else:
+        with pytest.raises(results.ResultsError, match="code span"):
+            results.render(inside)
 
 
 def test_fenced_code_shows_markers_as_written(results):

@@ -14,8 +14,9 @@ and from the shell to check a page:
     python docs/hooks/results.py check docs/research/recipe-averaging.md
 
 Markers are arguments as Python literals, parsed with `ast.literal_eval` and never evaluated,
-so a page cannot run code; every value a results file gives is HTML-escaped (`fmt`), so a
-results file cannot put markup into a page. Fenced code blocks are left as they are (a page may show the syntax).
+so a page cannot run code; every character of a value a results file gives, but letters, digits,
+`.` and `,`, is written as a character reference (`fmt`), so a results file cannot put HTML or
+Markdown (an `attr_list` `{: onclick=... }`, a newline and a heading) into a page. Fenced code blocks are left as they are (a page may show the syntax).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
-MARKER = re.compile(r"\{\{\s*((?:value|table)\s*\(.*?\))\s*\}\}", re.S)
+# a marker, with the backticks of a code span that is only the marker (`{{ value(...) }}`)
+MARKER = re.compile(r"(`?)\{\{\s*((?:value|table)\s*\(.*?\))\s*\}\}(`?)", re.S)
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
 SELECT = re.compile(r"^\[(?P<key>[^=\]]+)=(?P<value>[^\]]*)\]$")
 MISSING = object()
@@ -90,14 +92,22 @@ def resolve(doc: Any, path: str | list | tuple, default: Any = MISSING) -> Any:
 
 
 def fmt(value: Any, spec: str | None = None) -> str:
-    """``value`` as page text: every value a results file gives a page passes here, HTML-escaped
-    and with its brackets as entities (a results file is data: its ``<script>`` or
-    ``[x](javascript:...)`` is shown, never run or linked)."""
+    """``value`` as page text: every value a results file gives a page passes here. A results file
+    is data: its ``<script>``, ``[x](javascript:...)`` or ``*0.93*{: onclick=... }`` is shown, never
+    run, linked or made an attribute."""
     if value is None:
         return "–"
     if spec and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = format(value, spec)
-    return html.escape(str(value)).replace("[", "&#91;").replace("]", "&#93;")
+    return as_text(str(value))
+
+
+def as_text(s: str) -> str:
+    """``s`` with every character but a letter, a digit, ``.`` and ``,`` as a numeric character
+    reference: Markdown and HTML show a reference as its character and never read it as markup.
+    Escaping only what one parser treats as syntax (HTML's ``<&``, Markdown's ``*_[{|`` and line
+    starts, each extension's own) leaves whatever the list forgot; numbers stay as they were."""
+    return "".join(c if c.isalnum() or c in ".," else f"&#{ord(c)};" for c in s)
 
 
 def value(file: str, path: str | list, spec: str | None = None) -> str:
@@ -126,7 +136,7 @@ def table(file: str, path: str | list, columns: dict, where: dict | None = None,
         cells = []
         for header, (colpath, *rest) in specs.items():
             cell = resolve(row, colpath, rest[1]) if len(rest) > 1 else resolve(row, colpath)
-            cells.append(fmt(cell, rest[0] if rest else None).replace("|", "\\|"))
+            cells.append(fmt(cell, rest[0] if rest else None))  # a "|" in it is a reference
         lines.append("| " + " | ".join(cells) + " |")
     return "\n" + "\n".join(lines) + "\n"
 
@@ -155,7 +165,21 @@ def render(text: str, source: str = "<text>") -> str:
 
     def one(match: re.Match) -> str:
         try:
-            return call(match.group(1))
+            out = call(match.group(2))
+            line_so_far = match.string[match.string.rfind("\n", 0, match.start()) + 1:match.start()]
+            opened = line_so_far.count("`") % 2 == 1  # the marker is inside a longer code span
+            if not (opened or match.group(1)):
+                return out + match.group(3)
+            if not match.group(2).startswith("value"):
+                raise ResultsError("a table(...) marker cannot be inside a code span")
+            if match.group(1) and match.group(3) and not opened:
+                # a code span shows references as typed: a span of the marker alone is written as HTML
+                return f"<code>{out}</code>"
+            # in a longer span Markdown shows the text as it is; only a backtick or a line break ends it
+            raw = html.unescape(out)
+            if "`" in raw or "\n" in raw or "\r" in raw:
+                raise ResultsError(f"a value in a code span holds a backtick or a line break: {out[:80]}")
+            return match.group(1) + raw + match.group(3)
         except ResultsError as e:
             line = text.count("\n", 0, match.start()) + 1
             errors.append(f"{source}:{line}: {e}\n    {match.group(0)[:200]}")

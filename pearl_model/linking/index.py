@@ -100,32 +100,52 @@ def exact_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.n
                      k, metric=faiss.METRIC_INNER_PRODUCT)
 
 
-def recall_against_exact(vectors: np.ndarray | None, queries: np.ndarray, k: int, index) -> float:
+def recall_against_exact(vectors: np.ndarray | None, queries: np.ndarray, k: int, index,
+                         self_ids: np.ndarray | None = None) -> float:
     """The share of the exact top ``k`` ids of ``queries`` that ``index`` (built on ``vectors``; None:
-    the vectors ``index`` holds) finds."""
+    the vectors ``index`` holds) finds. ``self_ids``: see :func:`tune_ef_search`."""
     vectors = stored_vectors(index) if vectors is None else vectors
-    _, exact = exact_search(vectors, queries, k)
-    _, found = search(index, queries, k)
-    return recall(exact, found)
+    extra = 0 if self_ids is None else 1
+    _, exact = exact_search(vectors, queries, k + extra)
+    _, found = search(index, queries, k + extra)
+    return recall(others(exact, self_ids, k), others(found, self_ids, k))
 
 
 def tune_ef_search(index, queries: np.ndarray, k: int, target: float, steps=EF_SEARCH_STEPS,
-                   candidates: int | None = None) -> list[tuple[int, float]]:
+                   candidates: int | None = None, self_ids: np.ndarray | None = None) -> list[tuple[int, float]]:
     """[(efSearch, recall@k against exact)] of ``queries`` on the HNSW ``index`` at each of ``steps`` in
     turn, up to the first that reaches ``target`` (all of them when none does: the last is the cap).
     ``candidates`` (default ``k``): the hits a query asks for, as the caller will search; recall counts
     the first ``k`` of them. A step below ``candidates`` is not tried: FAISS searches with
     max(efSearch, hits asked for), so it would repeat the search at ``candidates``. The index is
-    left at the last efSearch tried."""
-    candidates = max(candidates or k, k)
-    _, exact = exact_search(stored_vectors(index), queries, k)
+    left at the last efSearch tried.
+
+    ``self_ids`` (dedupe: a table linked with itself): each query's own id in ``index``, -1 where it
+    holds none. A query finds itself at any efSearch, so its own id is left out of the exact and the
+    found neighbours alike, one more hit asked for, as a dedupe query does: recall is that of the
+    nearest *other* items."""
+    extra = 0 if self_ids is None else 1
+    candidates = max(candidates or k, k) + extra
+    _, exact = exact_search(stored_vectors(index), queries, k + extra)
+    exact = others(exact, self_ids, k)
     tried = []
     for ef in [ef for ef in steps if ef >= candidates] or [max(steps)]:
         set_ef_search(index, ef)
-        tried.append((ef, recall(exact, search(index, queries, candidates)[1][:, :k])))
+        tried.append((ef, recall(exact, others(search(index, queries, candidates)[1], self_ids, k))))
         if tried[-1][1] >= target:
             break
     return tried
+
+
+def others(ids: np.ndarray, self_ids: np.ndarray | None, k: int) -> np.ndarray:
+    """The first ``k`` ids of each row of ``ids`` (queries x hits) but the row's own (``self_ids``; None:
+    no query has one), in order; -1 pads a row with fewer."""
+    if self_ids is None:
+        return ids[:, :k]
+    kept = np.where(ids == np.asarray(self_ids, np.int64)[:, None], -1, ids)
+    order = np.argsort(kept < 0, axis=1, kind="stable")  # the ids kept first, as they were ordered
+    out = np.take_along_axis(kept, order, axis=1)[:, :k]
+    return np.pad(out, ((0, 0), (0, k - out.shape[1])), constant_values=-1)
 
 
 def chosen_ef_search(tried: list[tuple[int, float]], target: float) -> tuple[int, float, bool]:
@@ -138,6 +158,8 @@ def chosen_ef_search(tried: list[tuple[int, float]], target: float) -> tuple[int
 
 
 def recall(exact: np.ndarray, found: np.ndarray) -> float:
-    """The share of the ids in ``exact`` (queries x k) that ``found`` holds on the same row (-1: no hit)."""
-    hits = sum(len(np.intersect1d(e, f[f >= 0])) for e, f in zip(exact, found))
-    return hits / exact.size if exact.size else 1.0
+    """The share of the ids in ``exact`` (queries x k; -1: none, an index with fewer items) that
+    ``found`` holds on the same row (-1: no hit)."""
+    hits = sum(len(np.intersect1d(e[e >= 0], f[f >= 0])) for e, f in zip(exact, found))
+    total = int((exact >= 0).sum())
+    return hits / total if total else 1.0

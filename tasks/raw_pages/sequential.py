@@ -21,9 +21,9 @@ from storage.datasets import Dataset
 from pearl_redact import redact
 from storage.schemas import RAW_PAGES
 from tasks.raw_pages.xml_dump import (
-    CODE_VERSION, COMPRESSED_RE, READ_ERRORS, ReadStats, Reached, Source, SourceError, check_source, cut_pages,
-    decompressor, ended_early, namespace_map, resolve_source, retry_unless_source_error, segment_row, source_list,
-    split_header,
+    CODE_VERSION, COMPRESSED_RE, READ_ERRORS, SYNTHETIC_ID_START, ReadStats, Reached, Source, SourceError,
+    check_source, cut_pages, decompressor, ended_early, namespace_map, page_id_problem, resolve_source,
+    retry_unless_source_error, segment_row, source_list, split_header,
 )
 
 log = logging.getLogger(__name__)
@@ -33,10 +33,6 @@ _LINE_LIMIT = 1 << 20
 # A JSON record nested deeper than this (the record itself is depth 1) is quarantined as too_deep;
 # the read setting max_json_depth changes it (json.loads itself stops near 1000 levels).
 MAX_JSON_DEPTH = 64
-# With several sources, a JSON record without an id gets page_id = (i + 1) * this + its
-# line number in source i, clear of real page ids (enwiki's are < 10^8) and of the other
-# sources' (sentence ids, page_id * 10^6 + index, stay within int64 up to ~9000 sources).
-SYNTHETIC_ID_BASE = 10**9
 
 
 class InputIncomplete(RuntimeError):
@@ -75,9 +71,10 @@ def iter_xml_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats) -> I
 _INT64 = range(-(2**63), 2**63)
 
 
-def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id_base: int = 0,
+def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, first_seq: int = 0,
                      max_json_depth: int = MAX_JSON_DEPTH) -> Iterator[dict]:
-    """Records of a JSON-lines input; one without an id gets page_id ``id_base + seq + 1``.
+    """Records of a JSON-lines input whose first row is the build's ``first_seq``; a record without
+    an id (or with ``"id": null``) gets page_id ``SYNTHETIC_ID_START + its seq in the build``.
 
     A blank line is no record; any other line is one row, and a line that is not a usable
     record is a quarantine row whose ``error_detail`` starts with its line number (1-based,
@@ -106,7 +103,7 @@ def iter_jsonl_pages(stream: BinaryIO, max_page_bytes: int, stats: ReadStats, id
                 continue
             if not line.strip():
                 continue
-            row = _json_record(seq, line, id_base, max_json_depth)
+            row = _json_record(seq, line, SYNTHETIC_ID_START + first_seq + seq, max_json_depth)
             if row["error"]:
                 row["error_detail"] = f"line {line_no}: {row['error_detail']}"[:500]
             yield row
@@ -123,7 +120,7 @@ def _json_unreadable(seq: int, line: bytes, reason: str, detail: str) -> dict:
     }
 
 
-def _json_record(seq: int, line: bytes, id_base: int = 0, max_json_depth: int = MAX_JSON_DEPTH) -> dict:
+def _json_record(seq: int, line: bytes, synthetic_id: int, max_json_depth: int = MAX_JSON_DEPTH) -> dict:
     try:
         record = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -146,22 +143,26 @@ def _json_record(seq: int, line: bytes, id_base: int = 0, max_json_depth: int = 
     if not (_encodable(title) and _encodable(text)):  # a lone surrogate escape such as "\\ud800"
         return bad("malformed_record", "'title' or 'text' holds a lone surrogate, which is not text")
     page_id = record.get("id")
-    # One rule: an id is a JSON integer or a string of ASCII digits; a numeral of another script
-    # ("٣", "²") is refused, as Python reads some of them as numbers and not others.
-    if isinstance(page_id, str) and page_id.isnumeric():
-        try:
-            if not (page_id.isascii() and page_id.isdigit()):
-                raise ValueError
-            page_id = int(page_id)
-        except ValueError:  # also over int()'s 4300 digits
-            return bad("malformed_record", f"'id' {page_id[:50]!r} is not an integer in ASCII digits 0-9")
-    if not isinstance(page_id, int):  # none, or not a number: a page id of its own
-        page_id = id_base + seq + 1
-    elif page_id not in _INT64:
-        return bad("page_id_out_of_range", f"'id' {page_id} does not fit a 64-bit page id")
+    # One rule: an id is a JSON integer or a string of ASCII digits ("٣" and "²" are refused: Python
+    # reads some numerals of other scripts as numbers and not others), from 0 up to the ids kept for
+    # records without one. Anything else given as an id is quarantined, never replaced: a made-up id
+    # would hide the record's own and could take a real page's.
+    if page_id is None:  # no id, or null: one of its own, which no given id can be
+        page_id = synthetic_id
+    else:
+        if isinstance(page_id, str) and page_id.isascii() and page_id.isdigit():
+            try:
+                page_id = int(page_id)
+            except ValueError:  # over int()'s 4300 digits
+                return bad("page_id_out_of_range", f"'id' of {len(page_id)} digits does not fit a 64-bit page id")
+        elif isinstance(page_id, bool) or not isinstance(page_id, int):  # JSON true is a Python int
+            shown = repr(page_id[:50]) if isinstance(page_id, str) else json.dumps(page_id)[:50]
+            return bad("malformed_record", f"'id' {shown} is not an integer in ASCII digits 0-9")
+        if (problem := page_id_problem(page_id)) is not None:
+            return bad("page_id_out_of_range", f"'id': {problem}")
     return {
         "seq": seq,
-        "page_id": int(page_id),  # a JSON true is an int: 1, as before
+        "page_id": page_id,
         "title": title.strip(),
         "namespace": 0,
         "redirect_target": None,
@@ -247,7 +248,6 @@ def write_raw_pages(
     if pages_per_part < 1:
         raise ValueError("pages_per_part must be >= 1")
     infos = check_sources(source, input_format)
-    several = len(infos) > 1
     sizes = [info["size"] for info in infos]
     total_size = sum(sizes) if all(isinstance(n, int) for n in sizes) else None
     stats = ReadStats()
@@ -277,8 +277,7 @@ def write_raw_pages(
             if info["format"] == "mediawiki-xml":
                 rows = iter_xml_pages(stream, max_page_bytes, src)
             else:
-                rows = iter_jsonl_pages(stream, max_page_bytes, src, (i + 1) * SYNTHETIC_ID_BASE if several else 0,
-                                        max_json_depth)
+                rows = iter_jsonl_pages(stream, max_page_bytes, src, stats.pages_read, max_json_depth)
             try:
                 for row in rows:
                     row["seq"] = stats.pages_read  # runs on across sources

@@ -28,7 +28,9 @@ from pearl_redact import redact
 
 # raw_pages' version for the sequential reading, here since the multistream reading's extends it:
 # a change to this module or to sequential.py bumps it.
-CODE_VERSION = "raw_pages-4"  # 3: pages cut by tag, not by line; 4: one id rule (ASCII digits), a JSON depth limit
+# 3: pages cut by tag, not by line; 4: one id rule (ASCII digits), a JSON depth limit; 5: a malformed
+# JSON id is quarantined, a record without one gets an id from the reserved block below
+CODE_VERSION = "raw_pages-5"
 
 # Reading stops at these: a truncated (EOFError) or corrupt (OSError, zlib.error, LZMAError)
 # compressed stream, or an I/O error; what was read before is kept.
@@ -36,6 +38,21 @@ READ_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
 COMPRESSED_RE = re.compile(r"\.(bz2|gz|xz)$")
 _TITLE_RE = re.compile(rb"<title>(.*?)</title>", re.S)
 _ID_RE = re.compile(rb"<id>(\d+)</id>")
+
+# Page ids from SYNTHETIC_ID_START up are given to records that carry none (a JSON line without an
+# "id"): SYNTHETIC_ID_START + the record's seq, unique in the build. Both readers refuse a given id
+# there or below 0, so a given id never collides with a synthetic one. The block ends where
+# page_id * 10^6 (the pages stage's sentence ids) leaves int64: 2.2 * 10^11 records, enwiki has 6 * 10^7.
+SYNTHETIC_ID_START = 9 * 10**12
+
+
+def page_id_problem(page_id: int) -> str | None:
+    """Why a page id given by an input cannot be one (a one-line detail), or None for a good id."""
+    if page_id < 0:
+        return f"page id {page_id} is negative"
+    if page_id >= SYNTHETIC_ID_START:
+        return f"page id {page_id} is not below {SYNTHETIC_ID_START}, the first id given to records without one"
+    return None
 
 Source = Union[str, Sequence[str]]  # one input, or several read in order
 
@@ -183,6 +200,8 @@ def _parse_page(seq: int, block: bytes, namespaces: dict, max_page_bytes: int, s
         return unreadable(seq, block, "malformed_xml", f"{type(exc).__name__}: {exc}")
     if page.id is None or page.title is None:
         return unreadable(seq, block, "malformed_xml", "page without <id> or <title>")
+    if (problem := page_id_problem(page.id)) is not None:
+        return {**unreadable(seq, block, "page_id_out_of_range", problem), "page_id": None}
     wikitext = revisions[-1].text if revisions else None
     if not wikitext or not wikitext.strip():
         row = unreadable(seq, block, "empty_page", "page has no revision text")
