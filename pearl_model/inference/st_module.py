@@ -22,7 +22,8 @@ explicit ``prompt=`` given to ``encode`` is put before that prefix, for the back
 the character branch always reads the phrase's own words.
 
 This file imports only torch, sentence-transformers and ``.network`` (and, where it is installed,
-``pearl_model``'s model directory door, which checks the directory before it is loaded); saving with
+``pearl_model``'s model directory door, which checks the directory before it is loaded; without it,
+``.network`` checks the export's ``checksums.sha256``); saving with
 ``model.save()`` writes the files from the weights where ``pearl_model`` is installed, else
 copies the directory the model was loaded from.
 """
@@ -35,7 +36,7 @@ from typing import Any
 import torch
 from sentence_transformers.base.modules.input_module import InputModule
 
-from .network import PearlNetwork, collate, load_network
+from .network import PearlNetwork, collate, load_network, verify_export
 
 __all__ = ["PearlSTModule"]
 
@@ -119,10 +120,14 @@ class PearlSTModule(InputModule):
 
 def _check(path: str) -> None:
     """The model directory door's checks (links, checksums.sha256, a half export) where pearl_model is
-    installed. This file is the directory's own copy: it catches a damaged or half-copied export, not
-    one whose code was rewritten (``pearl verify DIR`` before loading does)."""
+    installed, else the export's ``checksums.sha256`` alone (required: every export has one). This
+    file is the directory's own copy: it catches a damaged or half-copied export, not one whose code
+    was rewritten (``pearl verify DIR`` before loading does). It runs only when sentence-transformers
+    reads the export's own ``modules.json``: without it, nothing of the export's code runs
+    (docs/using-the-model.md, "What checks a model")."""
     try:
         from pearl_model.inference.model_dirs import inspect_model_dir
-    except ImportError:  # a machine without this project: the files are loaded as they are
+    except ImportError:  # a machine without this project: the checksums, with the export's own code
+        verify_export(path)
         return
     inspect_model_dir(path)
