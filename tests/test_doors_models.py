@@ -4,10 +4,11 @@
 One tiny random-weight export is written per module; each example copies it and damages the copy
 (flipped bytes, files deleted or added, some under names that are not UTF-8, `pearl_model.json` gone
 or edited, garbled `checksums.sha256` lines with `..` and absolute paths, links out of the directory,
-an empty directory, `checksums.sha256` deleted). Each example ends in a load of an undamaged
-directory with the untouched vectors, or in one line of a documented error type; a directory that
-still holds its `checksums.sha256` never loads damaged, an export without it never loads (issue 64),
-and nothing outside the directory is opened."""
+an empty directory), starting from the export, from the export with its `checksums.sha256` deleted, or
+from an export as made before checksums. Each example ends in a load of an undamaged directory with
+the untouched vectors, or in one line of a documented error type; a directory that still holds its
+`checksums.sha256` never loads damaged, an export whose `pearl_model.json` names a `checksums.sha256`
+that is gone never loads (issue 64), and nothing outside the directory is opened."""
 from __future__ import annotations
 
 import json
@@ -31,18 +32,11 @@ from pearl_model.inference.checksums import CHECKSUMS  # noqa: E402
 from pearl_model.inference.export import PearlExportError, export_pearl  # noqa: E402
 from pearl_model.inference.loading import load_encoder  # noqa: E402
 from pearl_model.inference.model_dirs import EXPORT_ONLY  # noqa: E402
+from pearl_model.inference.network import read_config, ships_checksums  # noqa: E402
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
 
 DOCUMENTED = (PearlExportError, BackboneError)  # ChecksumError is a PearlExportError
 CONTENT = ("flip", "delete", "extra", "metadata", "link_out", "empty")  # what changes the model's files
-
-def _utf8(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
-
 
 # Opens of paths under an example's "outside" directory (an audit hook cannot be removed: it only
 # records while a list is set).
@@ -83,8 +77,9 @@ name = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=
 extra_name = st.tuples(st.sampled_from(["", "char_encoder/", "1_Normalize/"]), name).map("".join).filter(
     lambda n: n.rsplit("/", 1)[-1] not in (".", "..") and len(n.encode()) < 200)
 # a name the file system hands over as bytes that are not UTF-8 (os gives them as surrogates)
-bytes_name = st.binary(min_size=1, max_size=10).filter(
-    lambda b: b"/" not in b and b"\0" not in b and b not in (b".", b"..") and not _utf8(b)).map(os.fsdecode)
+bytes_name = st.tuples(st.binary(max_size=8), st.binary(max_size=3)).map(
+    lambda t: os.fsdecode(t[0].replace(b"/", b"_").replace(b"\0", b"_") + b"\xff" + t[1].replace(b"/", b"_")
+                          .replace(b"\0", b"_")))  # \xff is never UTF-8
 hex64 = st.text("0123456789abcdefABCDEF", min_size=64, max_size=64)
 listed_path = st.one_of(st.sampled_from(EXPORT_FILES), extra_name,
                         st.sampled_from(["../outside/secret", "/outside/secret", "./config.json", "a//b",
@@ -174,8 +169,19 @@ def _changed(copy: Path, shipped: Path) -> bool:
     return files(copy) != files(shipped)
 
 
-@given(legacy=st.booleans(), steps=st.lists(mutation, max_size=3))
-def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, steps):
+ORIGINS = ("export", "checksums deleted", "before checksums")
+
+
+def _before_checksums(root: Path) -> None:
+    """As an export from before checksums: no checksums.sha256, and a pearl_model.json that names none."""
+    (root / CHECKSUMS).unlink()
+    config = json.loads((root / "pearl_model.json").read_text())
+    del config["checksums"]
+    (root / "pearl_model.json").write_text(json.dumps(config))
+
+
+@given(origin=st.sampled_from(ORIGINS), steps=st.lists(mutation, max_size=3))
+def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, origin, steps):
     export, reference = shipped
     base = Path(tempfile.mkdtemp(prefix="door-"))
     try:
@@ -183,10 +189,11 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
         shutil.copytree(export, copy)
         outside.mkdir()
         (outside / "secret").write_text("outside the model directory\n")
-        if legacy:  # checksums.sha256 deleted: every export writes one, so such an export is refused
-            (copy / CHECKSUMS).unlink()
+        if origin != "export":  # the loaders meet the damage themselves; the reference changed alike
             export = base / "shipped"
-            shutil.copytree(shipped[0], export, ignore=shutil.ignore_patterns(CHECKSUMS))
+            shutil.copytree(shipped[0], export)
+            for root in (copy, export):
+                (root / CHECKSUMS).unlink() if origin == "checksums deleted" else _before_checksums(root)
         for step in steps:
             _damage(copy, outside, step)
         changed = _changed(copy, export)
@@ -203,7 +210,7 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
         finally:
             opened, _watch["opened"] = _watch["opened"], None
         verify = CliRunner().invoke(app, ["verify", str(copy)])
-        event(f"{'legacy' if legacy else 'checksummed'}: {type(error).__name__ if error else 'loaded'}")
+        event(f"{origin}: {type(error).__name__ if error else 'loaded'}")
 
         assert not opened, f"read outside the model directory: {opened}"
         assert "Traceback" not in verify.output and len(verify.output.strip().splitlines()) == 1, verify.output
@@ -212,10 +219,11 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
             assert message and "\n" not in message and "\r" not in message, repr(message)
             assert verify.exit_code in (1, 2)
         metadata_ok = (copy / "pearl_model.json").is_file() and not (copy / "pearl_model.json").is_symlink()
-        if metadata_ok and not os.path.lexists(copy / CHECKSUMS):  # an export with its checksums gone
-            assert error is not None, f"an export without {CHECKSUMS} loaded: {steps}"
-        if not changed and not legacy:
-            assert loaded is not None and verify.exit_code == 0, (error, verify.output)
+        if ships_checksums(read_config(copy)) and not os.path.lexists(copy / CHECKSUMS):  # issue 64
+            assert error is not None, f"an export without the {CHECKSUMS} it names loaded: {steps}"
+            assert verify.exit_code == 1, verify.output
+        if not changed and origin != "checksums deleted":
+            assert loaded is not None and verify.exit_code == (0 if origin == "export" else 2), (error, verify.output)
             np.testing.assert_allclose(loaded.encode(PHRASES), reference, atol=1e-6)
             return
         if links_out:
@@ -228,7 +236,7 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
             assert error is not None, f"half an export loaded: {steps}"
         if checksums_edited:
             assert error is not None, f"loaded with an edited {CHECKSUMS}: {steps}"
-        # Left: what loads is a directory with neither checksums.sha256 nor any file only an export has
-        # (nor a valid pearl_model.json): a plain backbone, unchecked as every backbone is.
+        # Left: a changed directory without checksums.sha256 whose pearl_model.json names none (an
+        # export from before checksums) loads unchecked, as a backbone does.
     finally:
         shutil.rmtree(base, ignore_errors=True)

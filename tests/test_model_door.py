@@ -114,7 +114,7 @@ def test_sentence_transformers_without_pearl_model_checks_the_exports_checksums(
         st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
     shutil.copyfile(shipped / "model.safetensors", copy / "model.safetensors")
     (copy / "checksums.sha256").unlink()
-    with pytest.raises(ValueError, match=r"without checksums\.sha256"):
+    with pytest.raises(ValueError, match=r"without its checksums\.sha256"):
         st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
 
 
@@ -154,14 +154,21 @@ def test_an_export_whose_checksums_were_deleted_is_refused_by_every_way_in(shipp
 
     copy = _copy(shipped, tmp_path)
     (copy / "checksums.sha256").unlink()
-    with pytest.raises(PearlExportError, match=r"without checksums\.sha256"):
+    with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
         load_encoder(str(copy))
     _one_line_refusal(CliRunner().invoke(app, ["encode", "a red car", "--model", str(copy)]),
-                      "without checksums.sha256")
-    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "without checksums.sha256")
+                      "without its checksums.sha256")
+    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "without its checksums.sha256")
     st = pytest.importorskip("sentence_transformers")
-    with pytest.raises(PearlExportError, match=r"without checksums\.sha256"):
+    with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
         st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+    # An export from before checksums names none in its pearl_model.json: it loads, and verify says so.
+    config = json.loads((copy / "pearl_model.json").read_text())
+    assert config.pop("checksums") == "checksums.sha256"
+    (copy / "pearl_model.json").write_text(json.dumps(config))
+    assert load_encoder(str(copy), device="cpu").encode(PHRASES[:1]).shape[0] == 1
+    r = CliRunner().invoke(app, ["verify", str(copy)])
+    assert r.exit_code == 2 and "no checksums.sha256" in r.output, r.output
 
 
 def test_a_file_name_that_is_not_utf8_is_answered_in_one_line(shipped, tmp_path):

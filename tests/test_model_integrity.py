@@ -68,7 +68,7 @@ def test_pearl_verify_exit_codes(shipped, tmp_path):
     assert r.exit_code == 1 and "st_module.py: missing" in r.output
     (copy / "checksums.sha256").unlink()  # every export writes one: its absence is damage
     r = CliRunner().invoke(app, ["verify", str(copy)])
-    assert r.exit_code == 1 and "without checksums.sha256" in r.output
+    assert r.exit_code == 1 and "without its checksums.sha256" in r.output
     r = CliRunner().invoke(app, ["verify", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "not a directory" in r.output
 

@@ -11,7 +11,8 @@ keyed by its path and every file's size and mtime: a second load only stats the 
 rewritten with the same size and its mtime set back passes the marker; ``pearl verify`` and
 ``use_marker=False`` hash every file.) A directory without the file (a backbone, a static model)
 loads unchecked; which directories load at all is :mod:`pearl_model.inference.model_dirs`' rule
-(a half export does not, nor an export without its ``checksums.sha256``).
+(a half export does not, nor an export whose ``pearl_model.json`` names a ``checksums.sha256``
+that is gone: :func:`~.network.ships_checksums`).
 
 The parsing and comparing live in :mod:`.network` (re-exported here): an export's own copy of it
 checks the export where this project is not installed (``st_module.py``).

@@ -12,7 +12,8 @@ the character encoder, its projection and the type head are written as trained.
       pearl_backbone.json                pooling/prefix, so `--backbone path` alone is the backbone
       char_encoder/config.json, char_encoder/model.safetensors   (pearl_model.inference.network.save_char_encoder)
       pearl_head.safetensors             char_proj.{weight,bias}, type_head.{weight,bias}
-      pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata
+      pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata, and
+                                         "checksums": "checksums.sha256" (so that its loss is seen)
       modules.json, config_sentence_transformers.json, sentence_bert_config.json
                                          sentence-transformers: PearlSTModule (whole model) -> Normalize
       network.py, st_module.py           the code those need, so that no pearl_model is needed to load
@@ -50,7 +51,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from pearl_model.inference.checksums import verify_checksums, write_checksums
+from pearl_model.inference.checksums import CHECKSUMS, verify_checksums, write_checksums
 from pearl_model.inference.encoder import _check_phrases, cosine_matrix
 from pearl_model.inference.model import PearlModel
 from pearl_model.inference.model_card import model_card
@@ -143,13 +144,18 @@ def head_state(model: PearlModel, char_scale: float = 1.0) -> dict[str, torch.Te
 
 
 def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = None,
-                averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0) -> None:
-    """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl)."""
+                averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0,
+                checksummed: bool = False) -> None:
+    """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl).
+    ``checksummed``: ``pearl_model.json`` says that a ``checksums.sha256`` comes with it (the caller
+    writes it last), so that the door refuses the directory once that file is gone."""
     if model.batcher is None:
         raise ValueError("export needs the model's tokenizer and char vocabulary: "
                          "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
     metadata = dict(metadata or {})
     config = _pearl_config(model, averaged_with, metadata) | {"char_scale": float(char_scale)}
+    if checksummed:
+        config["checksums"] = CHECKSUMS
     text = json.dumps(config, ensure_ascii=False, indent=2)  # fails early on unserialisable metadata
     state = backbone_state if backbone_state is not None else model.backbone.state_dict()
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
@@ -217,7 +223,7 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata,
-                    char_scale=char_scale)
+                    char_scale=char_scale, checksummed=True)
         for name, text in (extra_files or {}).items():
             if "/" in name or name in ("", ".", "..") or (tmp / name).exists():
                 raise ValueError(f"extra file {name!r}: not a new file name in the export's top directory")

@@ -108,18 +108,28 @@ def check_listed(root: Path, listed: dict[str, str], present: list[str]) -> None
                             f"directories you trust): " + "; ".join(problems))
 
 
+def ships_checksums(config: dict | None) -> bool:
+    """Whether a ``pearl_model.json`` says its directory ships ``checksums.sha256``: an export's does
+    (``export_pearl`` writes both); one from before checksums, or re-saved by sentence-transformers
+    (whose own files come after the module's, so no listing can be written), does not."""
+    return isinstance(config, dict) and config.get("checksums") == CHECKSUMS
+
+
 def no_checksums(root: Path) -> ChecksumError:
-    """The refusal of an export without its ``checksums.sha256``: every export writes one."""
-    return ChecksumError(f"{root}: a PEARL export without {CHECKSUMS} (every export writes one: it was removed, or "
-                         f"the directory copied without it): refused; copy the whole export again")
+    """The refusal of an export whose ``checksums.sha256`` is gone (its pearl_model.json names it)."""
+    return ChecksumError(f"{root}: a PEARL export without its {CHECKSUMS} ({CONFIG_FILE} says the export ships one: "
+                         f"it was removed, or the directory copied without it): refused; copy the whole export again")
 
 
-def verify_export(root: str | os.PathLike) -> int:
-    """Check the export at ``root`` against its ``checksums.sha256`` (required): the number of files."""
+def verify_export(root: str | os.PathLike) -> int | None:
+    """Check the export at ``root`` against its ``checksums.sha256``: the number of files; None for an
+    export that ships none (:func:`ships_checksums`). Raises :class:`ChecksumError` naming what is wrong."""
     root = Path(root)
     listed = read_checksums(root)
     if listed is None:
-        raise no_checksums(root)
+        if ships_checksums(read_config(root)):
+            raise no_checksums(root)
+        return None
     check_listed(root, listed, listed_files(root))
     return len(listed)
 
