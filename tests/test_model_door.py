@@ -152,10 +152,13 @@ def test_an_export_whose_checksums_were_deleted_is_refused_by_every_way_in(shipp
     """Every export writes checksums.sha256: without it the directory is damaged, not old (issue 64, 7)."""
     from pearl_model.inference.loading import load_encoder
 
+    from pearl_model.inference.export import load_pearl
+
     copy = _copy(shipped, tmp_path)
     (copy / "checksums.sha256").unlink()
-    with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
-        load_encoder(str(copy))
+    for load in (load_encoder, load_pearl):  # load_pearl: the explicit way docs/using-the-model.md names
+        with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
+            load(str(copy))
     _one_line_refusal(CliRunner().invoke(app, ["encode", "a red car", "--model", str(copy)]),
                       "without its checksums.sha256")
     _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "without its checksums.sha256")

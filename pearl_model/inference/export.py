@@ -51,12 +51,12 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from pearl_model.inference.checksums import CHECKSUMS, verify_checksums, write_checksums
+from pearl_model.inference.checksums import CHECKSUMS, no_checksums, verify_checksums, write_checksums
 from pearl_model.inference.encoder import _check_phrases, cosine_matrix
 from pearl_model.inference.model import PearlModel
 from pearl_model.inference.model_card import model_card
 from pearl_model.inference.network import (CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, PearlExportError, load_network,
-                                           read_config, save_char_encoder)
+                                           read_config, save_char_encoder, ships_checksums)
 from pearl_model.inference.onnx_backend import onnxruntime_available
 from pearl_model.phrases.labels import LABELS
 
@@ -229,7 +229,8 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
                 raise ValueError(f"extra file {name!r}: not a new file name in the export's top directory")
             (tmp / name).write_text(text, encoding="utf-8")
         if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
-            load_pearl(tmp, device="cpu").exported_graph("onnx", graph_dir=tmp / "onnx")
+            # the files just written, before their checksums.sha256 (which load_pearl would require)
+            load_network(tmp, device="cpu", cls=PearlModel).exported_graph("onnx", graph_dir=tmp / "onnx")
         write_checksums(tmp)
         if path.exists():  # overwrite: move the old one aside first, drop it after the rename
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
@@ -258,11 +259,12 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
     """The :class:`PearlModel` saved at ``path``, in eval mode, with its batcher and ``.name`` set.
 
     ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only, after
-    checking them against the export's ``checksums.sha256`` where it has one
-    (:func:`~pearl_model.inference.checksums.verify_checksums`: a :class:`ChecksumError` names the file).
+    checking them against the export's ``checksums.sha256``
+    (:func:`~pearl_model.inference.checksums.verify_checksums`: a :class:`ChecksumError` names the file),
+    which is required where its ``pearl_model.json`` names it (every export's does).
     """
-    if Path(path).is_dir():
-        verify_checksums(path)
+    if Path(path).is_dir() and verify_checksums(path) is None and ships_checksums(read_config(Path(path))):
+        raise no_checksums(Path(path))
     model = load_network(path, device, cls=PearlModel)
     model.name = str(path)
     model.backend = backend
