@@ -150,9 +150,8 @@ def test_sentence_transformers_without_the_exports_modules_json_runs_none_of_its
 
 def test_an_export_whose_checksums_were_deleted_is_refused_by_every_way_in(shipped, tmp_path):
     """Every export writes checksums.sha256: without it the directory is damaged, not old (issue 64, 7)."""
-    from pearl_model.inference.loading import load_encoder
-
     from pearl_model.inference.export import load_pearl
+    from pearl_model.inference.loading import load_encoder
 
     copy = _copy(shipped, tmp_path)
     (copy / "checksums.sha256").unlink()
