@@ -208,17 +208,23 @@ TEXT_ROWS = 256  # vectors formatted at a time: astype(str) holds 32 times their
 def _write(stream: BinaryIO, fmt: Format, total: int, batches) -> tuple[int, int]:
     """Write ``batches`` ((phrases, vectors) in input order, ``total`` phrases in all) as they come:
     npy (the header for ``total`` first, then each batch's float32 rows: the bytes of np.save), or
-    one line per phrase: JSON {"phrase", "vector"} or TSV phrase<TAB>values. Returns (rows, dim).
+    one line per phrase: JSON {"phrase", "vector"} or TSV phrase<TAB>values (a phrase a spreadsheet
+    would run as a formula with a leading ', as in `pearl link`'s CSV). Returns (rows, dim).
 
     Text values are each float32's shortest decimal that reads back to the same float32.
     """
     import numpy as np
 
-    n, dim = 0, 0
+    n, dim, escaped = 0, 0, 0
     text = None if fmt is Format.npy else io.TextIOWrapper(stream, encoding="utf-8", newline="", write_through=True)
     writer = csv.writer(text, dialect="excel-tab", lineterminator="\n") if fmt is Format.tsv else None
     try:
         for phrases, vectors in batches:
+            if writer is not None:  # a TSV opens in a spreadsheet: as `pearl link`'s CSV, no formula runs
+                import pyarrow as pa
+
+                cells, changed = _formula_safe(pa.array(phrases, pa.string()))
+                phrases, escaped = cells.to_pylist(), escaped + changed
             if fmt is Format.npy:
                 if n == 0:
                     header = np.lib.format.header_data_from_array_1_0(vectors)
@@ -236,6 +242,8 @@ def _write(stream: BinaryIO, fmt: Format, total: int, batches) -> tuple[int, int
             n, dim = n + len(phrases), vectors.shape[1]
         if text is not None:
             text.flush()
+        if escaped:
+            typer.echo(FORMULA_NOTE.format(escaped, "phrases"), err=True)
     finally:
         if text is not None:
             text.detach()  # leave the underlying stream open for the caller
@@ -243,21 +251,32 @@ def _write(stream: BinaryIO, fmt: Format, total: int, batches) -> tuple[int, int
 
 
 def _save(out: str, write) -> tuple[int, int]:
-    """Write --out with ``write(stream)``. A new or regular file is written beside and renamed over, so a
-    failure leaves any old file whole; a symlink, device or pipe (/dev/null, /dev/stdout) is written in place."""
+    """Write --out with ``write(stream)``. A new or regular file is written beside and renamed over
+    (storage.atomic), so a failure leaves any old file whole, after the temporary files of killed
+    earlier writes there are removed (their writer is gone); a symlink, device or pipe (/dev/null,
+    /dev/stdout) is written in place."""
     path = Path(out).expanduser()
     try:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             with open(path, "wb") as f:
                 return write(f)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "xb") as f:
-                shape = write(f)
-            os.replace(tmp, path)
-            return shape
-        finally:
-            tmp.unlink(missing_ok=True)
+            from storage import atomic
+        except ImportError:  # installed from the wheel, which has no storage/: beside, renamed, not swept
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "xb") as f:
+                    shape = write(f)
+                os.replace(tmp, path)
+                return shape
+            finally:
+                tmp.unlink(missing_ok=True)
+        import fsspec
+
+        fs, final = fsspec.filesystem("file"), str(path.resolve())
+        atomic.clean_leftovers(fs, final.rsplit("/", 1)[0], dead_writers=True)
+        with atomic.atomic_path(fs, final) as tmp, open(tmp, "xb") as f:
+            return write(f)
     except OSError as e:
         typer.secho(f"cannot write {out}: {e}", fg="red", err=True)
         raise typer.Exit(1)
@@ -330,7 +349,9 @@ def encode(
                                       help="the file to write; - or none: standard output"),
     fmt: Optional[Format] = typer.Option(None, "--format",
                                          help="npy, jsonl ({\"phrase\", \"vector\"} a line) or tsv (phrase, then "
-                                              "the values); default: from --out's suffix, npy for other "
+                                              "the values; a phrase starting with =, +, -, @, a tab or a "
+                                              "carriage return gets a leading ' so that a spreadsheet "
+                                              "shows it as text); default: from --out's suffix, npy for other "
                                               "files, tsv on standard output"),
     backbone: str = BACKBONE,
     batch_size: int = typer.Option(128, min=1, help="phrases per forward pass"),
@@ -404,19 +425,30 @@ def similar(
 FORMULA_START = r"^([=+\-@\t\r])"
 
 
-def _spreadsheet_safe(table):
-    """``table`` with each text cell that starts with =, +, -, @, a tab or a carriage return given a
-    leading ' (OWASP's advice: the spreadsheet shows it as text), and how many cells were."""
-    import pyarrow as pa
+def _formula_safe(texts):
+    """``texts`` (a pyarrow string array or column) with each value that starts with =, +, -, @, a tab
+    or a carriage return given a leading ' (OWASP's advice: the spreadsheet shows it as text), and
+    how many were."""
     import pyarrow.compute as pc
+
+    changed = pc.sum(pc.match_substring_regex(texts, FORMULA_START)).as_py() or 0
+    return pc.replace_substring_regex(texts, FORMULA_START, "'\\1"), changed
+
+
+def _spreadsheet_safe(table):
+    """``table`` with every text cell made :func:`_formula_safe`, and how many cells were changed."""
+    import pyarrow as pa
 
     changed = 0
     for i, field in enumerate(table.schema):
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-            column = table.column(i)
-            changed += pc.sum(pc.match_substring_regex(column, FORMULA_START)).as_py() or 0
-            table = table.set_column(i, field, pc.replace_substring_regex(column, FORMULA_START, "'\\1"))
+            column, n = _formula_safe(table.column(i))
+            table, changed = table.set_column(i, field, column), changed + n
     return table, changed
+
+
+FORMULA_NOTE = ("{} {} that start with =, +, -, @, a tab or a carriage return are written with a leading ' "
+                "(a spreadsheet would run them as formulas)")
 
 
 def _write_table(out: str, table) -> None:
@@ -441,8 +473,7 @@ def _write_table(out: str, table) -> None:
                 with fs.open(tmp, "wb") as f:
                     pacsv.write_csv(table, f)
                 if escaped:
-                    typer.echo(f"{escaped} names (cells) that start with =, +, -, @, a tab or a carriage return are "
-                               "written with a leading ' (a spreadsheet would run them as formulas)", err=True)
+                    typer.echo(FORMULA_NOTE.format(escaped, "names (cells)"), err=True)
             else:
                 pq.write_table(table, tmp, filesystem=fs, compression="zstd")
     except (OSError, ImportError, ValueError) as e:  # ImportError: the URL's filesystem driver is not installed

@@ -203,6 +203,21 @@ def test_encode_writes_full_vectors_to_stdout_as_jsonl_tsv_or_npy(model_dir, tmp
     assert (tmp_path / "v.vec").read_text().startswith("new york\t")
 
 
+def test_encode_tsv_neutralises_formula_cells_as_link_csv_does(model_dir, tmp_path):
+    """A TSV opens in a spreadsheet: a phrase it would run as a formula gets a leading ' (issue 64, 11)."""
+    import csv
+    import io
+
+    phrases = ["=1+1", "+york", "-times", "@post", "\tnew", "new = york", "banana"]  # (csv leaves a \r unquoted)
+    r = CliRunner().invoke(app, ["encode", "--backbone", str(model_dir), "--format", "tsv", "--", *phrases])
+    assert r.exit_code == 0, r.output
+    cells = [row[0] for row in csv.reader(io.StringIO(r.stdout, newline=""), dialect="excel-tab")]
+    assert cells == ["'" + p for p in phrases[:5]] + phrases[5:]
+    assert "5 phrases that start with =" in r.stderr
+    jsonl = CliRunner().invoke(app, ["encode", "--backbone", str(model_dir), "--format", "jsonl", "--", *phrases])
+    assert [json.loads(line)["phrase"] for line in jsonl.stdout.splitlines()] == phrases  # JSON keeps them exact
+
+
 def test_npy_is_not_written_to_a_terminal(model_dir):
     import os
     import pty

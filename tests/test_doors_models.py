@@ -2,11 +2,13 @@
 (pearl_model.inference.model_dirs) as `load_encoder` and `pearl verify` use it (issue 54).
 
 One tiny random-weight export is written per module; each example copies it and damages the copy
-(flipped bytes, files deleted or added, `pearl_model.json` gone or edited, garbled `checksums.sha256`
-lines with `..` and absolute paths, links out of the directory, an empty directory). Each example
-ends in a load of an undamaged directory with the untouched vectors, or in one line of a documented
-error type; a directory that still holds its `checksums.sha256` never loads damaged, and nothing
-outside the directory is opened."""
+(flipped bytes, files deleted or added, some under names that are not UTF-8, `pearl_model.json` gone
+or edited, garbled `checksums.sha256` lines with `..` and absolute paths, links out of the directory,
+an empty directory), starting from the export, from the export with its `checksums.sha256` deleted, or
+from an export as made before checksums. Each example ends in a load of an undamaged directory with
+the untouched vectors, or in one line of a documented error type; a directory that still holds its
+`checksums.sha256` never loads damaged, an export whose `pearl_model.json` names a `checksums.sha256`
+that is gone never loads (issue 64), and nothing outside the directory is opened."""
 from __future__ import annotations
 
 import json
@@ -30,6 +32,7 @@ from pearl_model.inference.checksums import CHECKSUMS  # noqa: E402
 from pearl_model.inference.export import PearlExportError, export_pearl  # noqa: E402
 from pearl_model.inference.loading import load_encoder  # noqa: E402
 from pearl_model.inference.model_dirs import EXPORT_ONLY  # noqa: E402
+from pearl_model.inference.network import read_config, ships_checksums  # noqa: E402
 from tests.test_export import PHRASES, model, original, tok  # noqa: E402,F401  (fixtures)
 
 DOCUMENTED = (PearlExportError, BackboneError)  # ChecksumError is a PearlExportError
@@ -73,6 +76,10 @@ EXPORT_FILES = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer
 name = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"), min_size=1, max_size=10)
 extra_name = st.tuples(st.sampled_from(["", "char_encoder/", "1_Normalize/"]), name).map("".join).filter(
     lambda n: n.rsplit("/", 1)[-1] not in (".", "..") and len(n.encode()) < 200)
+# a name the file system hands over as bytes that are not UTF-8 (os gives them as surrogates)
+bytes_name = st.tuples(st.binary(max_size=8), st.binary(max_size=3)).map(
+    lambda t: os.fsdecode(t[0].replace(b"/", b"_").replace(b"\0", b"_") + b"\xff" + t[1].replace(b"/", b"_")
+                          .replace(b"\0", b"_")))  # \xff is never UTF-8
 hex64 = st.text("0123456789abcdefABCDEF", min_size=64, max_size=64)
 listed_path = st.one_of(st.sampled_from(EXPORT_FILES), extra_name,
                         st.sampled_from(["../outside/secret", "/outside/secret", "./config.json", "a//b",
@@ -84,7 +91,7 @@ checksum_line = st.one_of(
 mutation = st.one_of(
     st.tuples(st.just("flip"), st.sampled_from(EXPORT_FILES), st.integers(0, 1 << 30)),
     st.tuples(st.just("delete"), st.sampled_from(EXPORT_FILES + ["char_encoder"])),
-    st.tuples(st.just("extra"), extra_name, st.binary(max_size=32)),
+    st.tuples(st.just("extra"), st.one_of(extra_name, bytes_name), st.binary(max_size=32)),
     st.tuples(st.just("metadata"), st.sampled_from(["gone", "format", "not json", "a list", "a directory"])),
     st.tuples(st.just("link_out"), st.sampled_from(EXPORT_FILES + ["char_encoder", CHECKSUMS])),
     st.tuples(st.just("empty")),
@@ -162,8 +169,19 @@ def _changed(copy: Path, shipped: Path) -> bool:
     return files(copy) != files(shipped)
 
 
-@given(legacy=st.booleans(), steps=st.lists(mutation, max_size=3))
-def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, steps):
+ORIGINS = ("export", "checksums deleted", "before checksums")
+
+
+def _before_checksums(root: Path) -> None:
+    """As an export from before checksums: no checksums.sha256, and a pearl_model.json that names none."""
+    (root / CHECKSUMS).unlink()
+    config = json.loads((root / "pearl_model.json").read_text())
+    del config["checksums"]
+    (root / "pearl_model.json").write_text(json.dumps(config))
+
+
+@given(origin=st.sampled_from(ORIGINS), steps=st.lists(mutation, max_size=3))
+def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, origin, steps):
     export, reference = shipped
     base = Path(tempfile.mkdtemp(prefix="door-"))
     try:
@@ -171,10 +189,11 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
         shutil.copytree(export, copy)
         outside.mkdir()
         (outside / "secret").write_text("outside the model directory\n")
-        if legacy:  # as an export from before checksums: the loaders meet the damage themselves
-            (copy / CHECKSUMS).unlink()
+        if origin != "export":  # the loaders meet the damage themselves; the reference changed alike
             export = base / "shipped"
-            shutil.copytree(shipped[0], export, ignore=shutil.ignore_patterns(CHECKSUMS))
+            shutil.copytree(shipped[0], export)
+            for root in (copy, export):
+                (root / CHECKSUMS).unlink() if origin == "checksums deleted" else _before_checksums(root)
         for step in steps:
             _damage(copy, outside, step)
         changed = _changed(copy, export)
@@ -191,7 +210,7 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
         finally:
             opened, _watch["opened"] = _watch["opened"], None
         verify = CliRunner().invoke(app, ["verify", str(copy)])
-        event(f"{'legacy' if legacy else 'checksummed'}: {type(error).__name__ if error else 'loaded'}")
+        event(f"{origin}: {type(error).__name__ if error else 'loaded'}")
 
         assert not opened, f"read outside the model directory: {opened}"
         assert "Traceback" not in verify.output and len(verify.output.strip().splitlines()) == 1, verify.output
@@ -199,8 +218,12 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
             message = str(error)
             assert message and "\n" not in message and "\r" not in message, repr(message)
             assert verify.exit_code in (1, 2)
-        if not changed:
-            assert loaded is not None and verify.exit_code == (2 if legacy else 0), (error, verify.output)
+        metadata_ok = (copy / "pearl_model.json").is_file() and not (copy / "pearl_model.json").is_symlink()
+        if ships_checksums(read_config(copy)) and not os.path.lexists(copy / CHECKSUMS):  # issue 64
+            assert error is not None, f"an export without the {CHECKSUMS} it names loaded: {steps}"
+            assert verify.exit_code == 1, verify.output
+        if not changed and origin != "checksums deleted":
+            assert loaded is not None and verify.exit_code == (0 if origin == "export" else 2), (error, verify.output)
             np.testing.assert_allclose(loaded.encode(PHRASES), reference, atol=1e-6)
             return
         if links_out:
@@ -209,11 +232,11 @@ def test_a_damaged_model_directory_never_loads_damaged(shipped, cache, legacy, s
             assert error is not None, f"loaded a changed directory that holds {CHECKSUMS}: {steps}"
             assert verify.exit_code == 1, verify.output
         pieces = [p for p in EXPORT_ONLY if os.path.lexists(copy / p)]
-        metadata_ok = (copy / "pearl_model.json").is_file() and not (copy / "pearl_model.json").is_symlink()
         if pieces and not metadata_ok:  # half an export
             assert error is not None, f"half an export loaded: {steps}"
         if checksums_edited:
             assert error is not None, f"loaded with an edited {CHECKSUMS}: {steps}"
-        # Left: a changed export without checksums.sha256 (as one from before them) loads unchecked.
+        # Left: a changed directory without checksums.sha256 whose pearl_model.json names none (an
+        # export from before checksums) loads unchecked, as a backbone does.
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -242,6 +242,7 @@ def test_sentence_transformers_gives_the_same_vectors(exported, request):
     resaved = exported.parent / "resaved"
     m.save(str(resaved))
     assert np.abs(load_pearl(resaved, device="cpu").encode(PHRASES) - ours).max() < 1e-6
+    assert "checksums" not in json.loads((resaved / "pearl_model.json").read_text())
     assert np.abs(st.SentenceTransformer(str(resaved), device="cpu", trust_remote_code=True).encode(PHRASES)
                   - ours).max() < 1e-5
 
@@ -341,6 +342,11 @@ def test_the_export_loads_where_pearl_model_cannot_be_imported(exported, tmp_pat
     ours = load_pearl(exported, device="cpu").encode(PHRASES, backend="torch")
     assert np.abs(np.load(out) - ours).max() < 1e-5
     assert np.abs(load_pearl(resaved, device="cpu").encode(PHRASES, backend="torch") - ours).max() < 1e-6
+    # a re-save lists no checksums (sentence-transformers writes files after the module): it says so, and loads
+    from pearl_model.inference.loading import load_encoder
+
+    assert "checksums" not in json.loads((resaved / "pearl_model.json").read_text())
+    assert load_encoder(str(resaved), device="cpu").dim == ours.shape[1]
 
 
 def test_the_export_carries_a_model_card_and_its_onnx_graph(exported):

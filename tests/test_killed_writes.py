@@ -70,6 +70,32 @@ def test_a_killed_pearl_link_leaves_no_temporary_file_after_the_rerun(tmp_path):
     assert pacsv.read_csv(out_dir / "matches.csv").num_rows == 3
 
 
+def test_a_killed_pearl_encode_leaves_no_temporary_file_after_the_rerun(tmp_path):
+    """`pearl encode --out` killed while it writes: the rerun removes what it left (issue 64, 11)."""
+    pytest.importorskip("torch")
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from pearl_cli.main import app
+    from tests.conftest import tiny_model_dir
+
+    (tmp_path / "model").mkdir()
+    model = tiny_model_dir(tmp_path / "model", ["plum", "kiwi", "pear"])
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = ["encode", "plum", "kiwi", "--out", str(out_dir / "v.npy"), "--model", str(model), "--backend", "torch"]
+    code = ("import os, signal, pearl_cli.main as m\n"
+            "def dying(stream, *a, **kw):\n    stream.write(b'\\x93NUMPY half'); stream.flush()\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"m._write = dying\nm.app({args!r})\n")
+    killed(code, out_dir)
+    assert len(list(out_dir.iterdir())) == 1  # the killed write's temporary file, whatever its name
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out_dir.iterdir()) == ["v.npy"]
+    assert np.load(out_dir / "v.npy").shape[0] == 2
+
+
 def test_a_live_writers_temporary_file_and_a_users_files_are_kept(tmp_path):
     from storage.atomic import atomic_path, clean_leftovers
 

@@ -102,6 +102,95 @@ def test_sentence_transformers_loads_only_a_verified_export(shipped, tmp_path):
         st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
 
 
+def test_sentence_transformers_without_pearl_model_checks_the_exports_checksums(shipped, tmp_path, monkeypatch):
+    """Where this project is not installed, the export's own code checks its checksums.sha256 (issue 64, 6)."""
+    import sys
+
+    st = pytest.importorskip("sentence_transformers")
+    monkeypatch.setitem(sys.modules, "pearl_model.inference.model_dirs", None)  # `import` raises ImportError
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors: sha256 differs"):
+        st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+    shutil.copyfile(shipped / "model.safetensors", copy / "model.safetensors")
+    (copy / "checksums.sha256").unlink()
+    with pytest.raises(ValueError, match=r"without its checksums\.sha256"):
+        st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+
+
+def _plain_modules(copy: Path) -> None:  # what sentence-transformers writes for a plain backbone
+    (copy / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (copy / "1_Pooling").mkdir()
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                "pooling_mode_mean_tokens": True}))
+
+
+@pytest.mark.parametrize("edit", [lambda copy: (copy / "modules.json").unlink(), _plain_modules],
+                         ids=["modules.json deleted", "modules.json replaced"])
+def test_sentence_transformers_without_the_exports_modules_json_runs_none_of_its_code(shipped, tmp_path, edit):
+    """The limit docs/using-the-model.md states: without the export's modules.json, sentence-transformers
+    builds a plain backbone (not the PEARL model) and runs nothing of the export, so nothing can
+    refuse the damage there; every other way in, and `pearl verify`, names it (issue 64, 6)."""
+    from pearl_model.inference.loading import load_encoder
+
+    st = pytest.importorskip("sentence_transformers")
+    copy = _copy(shipped, tmp_path)
+    flip_byte(copy / "model.safetensors")
+    edit(copy)
+    plain = st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+    assert type(plain[0]).__name__ == "Transformer"  # not st_module.PearlSTModule: no check could run
+    assert plain.get_embedding_dimension() != load_encoder(str(shipped), device="cpu").dim
+    with pytest.raises(PearlExportError, match=r"modules\.json: (missing|sha256 differs)"):
+        load_encoder(str(copy))
+    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "model.safetensors: sha256 differs",
+                      "modules.json")
+
+
+def test_an_export_whose_checksums_were_deleted_is_refused_by_every_way_in(shipped, tmp_path):
+    """Every export writes checksums.sha256: without it the directory is damaged, not old (issue 64, 7)."""
+    from pearl_model.inference.export import load_pearl
+    from pearl_model.inference.loading import load_encoder
+
+    copy = _copy(shipped, tmp_path)
+    (copy / "checksums.sha256").unlink()
+    for load in (load_encoder, load_pearl):  # load_pearl: the explicit way docs/using-the-model.md names
+        with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
+            load(str(copy))
+    _one_line_refusal(CliRunner().invoke(app, ["encode", "a red car", "--model", str(copy)]),
+                      "without its checksums.sha256")
+    _one_line_refusal(CliRunner().invoke(app, ["verify", str(copy)]), "without its checksums.sha256")
+    st = pytest.importorskip("sentence_transformers")
+    with pytest.raises(PearlExportError, match=r"without its checksums\.sha256"):
+        st.SentenceTransformer(str(copy), device="cpu", trust_remote_code=True)
+    # An export from before checksums names none in its pearl_model.json: it loads, and verify says so.
+    config = json.loads((copy / "pearl_model.json").read_text())
+    assert config.pop("checksums") == "checksums.sha256"
+    (copy / "pearl_model.json").write_text(json.dumps(config))
+    assert load_encoder(str(copy), device="cpu").encode(PHRASES[:1]).shape[0] == 1
+    r = CliRunner().invoke(app, ["verify", str(copy)])
+    assert r.exit_code == 2 and "no checksums.sha256" in r.output, r.output
+
+
+def test_a_file_name_that_is_not_utf8_is_answered_in_one_line(shipped, tmp_path):
+    """A name the file system gives as bytes that are not UTF-8 (issue 64, 8): named, escaped, in one line."""
+    import os
+
+    from pearl_model.inference.loading import load_encoder
+
+    copy = _copy(shipped, tmp_path)
+    try:
+        (copy / os.fsdecode(b"notes-\xff.txt")).write_bytes(b"x")
+    except (OSError, UnicodeError):
+        pytest.skip("the file system takes UTF-8 names only")
+    with pytest.raises(PearlExportError, match=r"notes-\\udcff\.txt: not listed"):
+        load_encoder(str(copy))
+    for args in (["encode", "a red car", "--model", str(copy)], ["similar", "a", "b", "--model", str(copy)],
+                 ["verify", str(copy)]):
+        _one_line_refusal(CliRunner().invoke(app, args), "not listed")
+
+
 def test_what_is_neither_an_export_nor_a_model_is_refused(shipped, tmp_path):
     from pearl_model.inference.loading import load_encoder
 

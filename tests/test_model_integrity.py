@@ -66,9 +66,9 @@ def test_pearl_verify_exit_codes(shipped, tmp_path):
     (copy / "st_module.py").unlink()
     r = CliRunner().invoke(app, ["verify", str(copy)])
     assert r.exit_code == 1 and "st_module.py: missing" in r.output
-    (copy / "checksums.sha256").unlink()
+    (copy / "checksums.sha256").unlink()  # every export writes one: its absence is damage
     r = CliRunner().invoke(app, ["verify", str(copy)])
-    assert r.exit_code == 2 and "no checksums.sha256" in r.output
+    assert r.exit_code == 1 and "without its checksums.sha256" in r.output
     r = CliRunner().invoke(app, ["verify", str(tmp_path / "nothing")])
     assert r.exit_code == 2 and "not a directory" in r.output
 
@@ -90,8 +90,8 @@ def test_a_tampered_weight_file_is_refused_on_load(shipped, tmp_path, cache):
     assert len(r.output.strip().splitlines()) == 1
 
 
-def test_a_second_load_only_stats_the_files_and_older_exports_load_unchecked(shipped, tmp_path, monkeypatch):
-    from pearl_model.inference import checksums
+def test_a_second_load_only_stats_the_files(shipped, tmp_path, monkeypatch):
+    from pearl_model.inference import network
 
     copy = tmp_path / "copy"
     shutil.copytree(shipped, copy)
@@ -99,11 +99,11 @@ def test_a_second_load_only_stats_the_files_and_older_exports_load_unchecked(shi
 
     def no_hashing(path):
         raise AssertionError(f"hashed {path} again")
-    monkeypatch.setattr(checksums, "sha256_file", no_hashing)
+    monkeypatch.setattr(network, "sha256_file", no_hashing)  # where checksums.py's comparison hashes
     load_pearl(copy, device="cpu")  # the marker: (path, size, mtime) unchanged
-    (copy / "checksums.sha256").unlink()  # an export from before checksums
-    flip_byte(copy / "pearl_head.safetensors", at=-4)
-    load_pearl(copy, device="cpu")
+    flip_byte(copy / "pearl_head.safetensors", at=-4)  # a new mtime: hashed again, so seen
+    with pytest.raises(AssertionError, match="hashed"):
+        load_pearl(copy, device="cpu")
 
 
 def test_local_copy_checks_the_manifests_sha256(root, memory_root, tmp_path, monkeypatch):

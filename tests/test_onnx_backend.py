@@ -66,6 +66,14 @@ def test_pearl_model_onnx_gives_torchs_vectors_char_branch_included(model, tmp_p
     assert np.abs(fast[:, char_part]).max() > 1e-3  # the character branch is in the graph
 
 
+def as_before_checksums(path) -> None:
+    """Make ``path`` an export as written before checksums: no listing, and none named."""
+    (path / "checksums.sha256").unlink()
+    config = json.loads((path / "pearl_model.json").read_text())
+    del config["checksums"]
+    (path / "pearl_model.json").write_text(json.dumps(config))
+
+
 def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path, monkeypatch):
     monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
     path = export_pearl(model, tmp_path / "m")
@@ -74,7 +82,7 @@ def test_corrupt_graph_names_its_file_and_stale_graph_is_rebuilt(model, tmp_path
     graph.write_bytes(b"not a graph")
     with pytest.raises(ChecksumError, match=r"onnx/model\.onnx: sha256 differs"):
         load_pearl(path, device="cpu")
-    (path / "checksums.sha256").unlink()  # an export from before checksums: the engine names the file
+    as_before_checksums(path)  # the check out of the way: the engine names the file
     with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable ONNX graph"):
         load_pearl(path, device="cpu").encode(PHRASES)
     graph.write_bytes(good)
@@ -124,7 +132,7 @@ def test_openvino_gives_torchs_vectors_from_the_same_cached_graph(model, tmp_pat
     bf16 = loaded.encode(PHRASES + [""], batch_size=3, normalize=False, backend="openvino-bf16")
     assert cosines(bf16, ref).min() > 0.9
     graph = path / "onnx" / "model.onnx"
-    (path / "checksums.sha256").unlink()  # an export from before checksums: the engine names the file
+    as_before_checksums(path)  # the check out of the way: the engine names the file
     graph.write_bytes(b"not a graph")
     json.loads((path / "onnx" / "graph.json").read_text())  # still current: the corrupt file is used
     with pytest.raises(OnnxGraphError, match=r"onnx/model\.onnx is not a usable graph for OpenVINO"):

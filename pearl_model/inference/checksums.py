@@ -9,44 +9,26 @@ as weights: sentence-transformers imports the export's ``st_module.py``. Hashing
 about a second per GB, so a verified directory leaves a marker in ``$PEARL_CACHE/verified/``
 keyed by its path and every file's size and mtime: a second load only stats the files. (A file
 rewritten with the same size and its mtime set back passes the marker; ``pearl verify`` and
-``use_marker=False`` hash every file.) A directory without the file (an export from before it,
-a backbone, a static model) loads unchecked; which directories load at all is
-:mod:`pearl_model.inference.model_dirs`' rule (a half-export does not).
+``use_marker=False`` hash every file.) A directory without the file (a backbone, a static model)
+loads unchecked; which directories load at all is :mod:`pearl_model.inference.model_dirs`' rule
+(a half export does not, nor an export whose ``pearl_model.json`` names a ``checksums.sha256``
+that is gone: :func:`~.network.ships_checksums`).
+
+The parsing and comparing live in :mod:`.network` (re-exported here): an export's own copy of it
+checks the export where this project is not installed (``st_module.py``).
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import string
 from pathlib import Path
 
 from .backbones import cache_root
-from .network import PearlExportError
+from .network import (CHECKSUMS, NOT_LISTED, ChecksumError, check_listed, listed_files, no_checksums,  # noqa: F401
+                      read_checksums, sha256_file, shown)
 
 __all__ = ["CHECKSUMS", "ChecksumError", "sha256_file", "directory_digest", "write_checksums", "verify_checksums",
-           "shown"]
-
-CHECKSUMS = "checksums.sha256"
-# A storage root keeps its own manifest beside a model version's files (storage.files.FileSet);
-# it is not part of the export and carries its own sha256 list.
-NOT_LISTED = frozenset({CHECKSUMS, "_manifest.json"})
-
-
-class ChecksumError(PearlExportError):
-    """A file of a model directory that does not match the directory's ``checksums.sha256``."""
-
-
-def shown(name: str) -> str:
-    """``name`` with control characters escaped: a file name cannot break an error's one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+           "shown", "no_checksums"]
 
 
 def directory_digest(root: str | os.PathLike) -> str:
@@ -58,44 +40,22 @@ def directory_digest(root: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _files(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                  if p.is_file() and p.relative_to(root).as_posix() not in NOT_LISTED)
-
-
 def write_checksums(root: str | os.PathLike) -> Path:
     """Write ``root/checksums.sha256`` listing every file under ``root`` (call it last)."""
     root = Path(root)
-    lines = [f"{sha256_file(root / rel)}  {rel}\n" for rel in _files(root)]
+    lines = [f"{sha256_file(root / rel)}  {rel}\n" for rel in listed_files(root)]
     out = root / CHECKSUMS
     out.write_text("".join(lines), encoding="utf-8")
     return out
 
 
-def _read(root: Path) -> dict[str, str]:
-    listed = {}
-    try:
-        text = (root / CHECKSUMS).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ChecksumError(f"{root / CHECKSUMS}: not UTF-8 text") from e
-    for n, line in enumerate(text.splitlines(), 1):
-        digest, sep, rel = line.partition("  ")
-        parts = rel.split("/")
-        if (not sep or len(digest) != 64 or digest.strip(string.hexdigits)
-                or any(p in ("", ".", "..") for p in parts)):
-            raise ChecksumError(f"{root / CHECKSUMS}: line {n} is not '<sha256>  <relative path>'")
-        if rel in listed:
-            raise ChecksumError(f"{root / CHECKSUMS}: line {n} lists {shown(rel)} again")
-        listed[rel] = digest.lower()
-    return listed
-
-
 def _marker(root: Path, present: list[str]) -> Path:
     """The marker file for the directory as it is now: its path, and every file's name, size and mtime."""
-    h = hashlib.sha256(str(root.resolve()).encode())
+    # surrogateescape: a file name that is not UTF-8 (os gives its bytes as surrogates) keys the marker too
+    h = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape"))
     for rel in present + [CHECKSUMS]:
         st = (root / rel).stat()
-        h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        h.update(f"\0{rel}\0{st.st_size}\0{st.st_mtime_ns}".encode("utf-8", "surrogateescape"))
     return cache_root() / "verified" / h.hexdigest()
 
 
@@ -104,21 +64,14 @@ def verify_checksums(root: str | os.PathLike, *, use_marker: bool = True) -> int
     None when the directory has no such file. Raises :class:`ChecksumError` naming the files
     that are missing, changed or not listed."""
     root = Path(root)
-    if not os.path.lexists(root / CHECKSUMS):
+    listed = read_checksums(root)
+    if listed is None:
         return None
-    if not (root / CHECKSUMS).is_file():  # a directory or a dangling link must not pass for "no checksums"
-        raise ChecksumError(f"{root}/{CHECKSUMS} is not a file")
-    listed, present = _read(root), _files(root)
+    present = listed_files(root)
     marker = _marker(root, present) if use_marker else None
     if marker is not None and marker.exists():
         return len(listed)
-    problems = [f"{shown(rel)}: missing" for rel in listed if rel not in present]
-    problems += [f"{shown(rel)}: not listed" for rel in present if rel not in listed]
-    problems += [f"{shown(rel)}: sha256 differs" for rel in present
-                 if rel in listed and sha256_file(root / rel) != listed[rel]]
-    if problems:
-        raise ChecksumError(f"{root}: does not match its {CHECKSUMS} (changed since export; load only "
-                            f"directories you trust): " + "; ".join(problems))
+    check_listed(root, listed, present)
     if marker is not None:
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ the character encoder, its projection and the type head are written as trained.
       pearl_backbone.json                pooling/prefix, so `--backbone path` alone is the backbone
       char_encoder/config.json, char_encoder/model.safetensors   (pearl_model.inference.network.save_char_encoder)
       pearl_head.safetensors             char_proj.{weight,bias}, type_head.{weight,bias}
-      pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata
+      pearl_model.json                   format tag, dims, labels, prefix, limits, averaging, metadata, and
+                                         "checksums": "checksums.sha256" (so that its loss is seen)
       modules.json, config_sentence_transformers.json, sentence_bert_config.json
                                          sentence-transformers: PearlSTModule (whole model) -> Normalize
       network.py, st_module.py           the code those need, so that no pearl_model is needed to load
@@ -50,12 +51,12 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from pearl_model.inference.checksums import verify_checksums, write_checksums
+from pearl_model.inference.checksums import CHECKSUMS, no_checksums, verify_checksums, write_checksums
 from pearl_model.inference.encoder import _check_phrases, cosine_matrix
 from pearl_model.inference.model import PearlModel
 from pearl_model.inference.model_card import model_card
 from pearl_model.inference.network import (CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, PearlExportError, load_network,
-                                           read_config, save_char_encoder)
+                                           read_config, save_char_encoder, ships_checksums)
 from pearl_model.inference.onnx_backend import onnxruntime_available
 from pearl_model.phrases.labels import LABELS
 
@@ -143,13 +144,18 @@ def head_state(model: PearlModel, char_scale: float = 1.0) -> dict[str, torch.Te
 
 
 def write_files(model: PearlModel, out: Path, *, backbone_state: dict | None = None,
-                averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0) -> None:
-    """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl)."""
+                averaged_with: float | None = None, metadata: dict | None = None, char_scale: float = 1.0,
+                checksummed: bool = False) -> None:
+    """Write every file of an export into the existing directory ``out`` (not atomic: see export_pearl).
+    ``checksummed``: ``pearl_model.json`` says that a ``checksums.sha256`` comes with it (the caller
+    writes it last), so that the door refuses the directory once that file is gone."""
     if model.batcher is None:
         raise ValueError("export needs the model's tokenizer and char vocabulary: "
                          "PearlModel.from_parts(..., tokenizer=..., char_vocab=...)")
     metadata = dict(metadata or {})
     config = _pearl_config(model, averaged_with, metadata) | {"char_scale": float(char_scale)}
+    if checksummed:
+        config["checksums"] = CHECKSUMS
     text = json.dumps(config, ensure_ascii=False, indent=2)  # fails early on unserialisable metadata
     state = backbone_state if backbone_state is not None else model.backbone.state_dict()
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
@@ -217,13 +223,14 @@ def export_pearl(model: PearlModel, path: str | os.PathLike, *, original_backbon
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         write_files(model, tmp, backbone_state=state, averaged_with=averaged_with, metadata=metadata,
-                    char_scale=char_scale)
+                    char_scale=char_scale, checksummed=True)
         for name, text in (extra_files or {}).items():
             if "/" in name or name in ("", ".", "..") or (tmp / name).exists():
                 raise ValueError(f"extra file {name!r}: not a new file name in the export's top directory")
             (tmp / name).write_text(text, encoding="utf-8")
         if fast_backend and onnxruntime_available():  # the ONNX graph travels with the model
-            load_pearl(tmp, device="cpu").exported_graph("onnx", graph_dir=tmp / "onnx")
+            # the files just written, before their checksums.sha256 (which load_pearl would require)
+            load_network(tmp, device="cpu", cls=PearlModel).exported_graph("onnx", graph_dir=tmp / "onnx")
         write_checksums(tmp)
         if path.exists():  # overwrite: move the old one aside first, drop it after the rename
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
@@ -252,11 +259,12 @@ def load_pearl(path: str | os.PathLike, device: str | torch.device | None = None
     """The :class:`PearlModel` saved at ``path``, in eval mode, with its batcher and ``.name`` set.
 
     ``device``: default CUDA when available, else CPU. Reads safetensors and JSON only, after
-    checking them against the export's ``checksums.sha256`` where it has one
-    (:func:`~pearl_model.inference.checksums.verify_checksums`: a :class:`ChecksumError` names the file).
+    checking them against the export's ``checksums.sha256``
+    (:func:`~pearl_model.inference.checksums.verify_checksums`: a :class:`ChecksumError` names the file),
+    which is required where its ``pearl_model.json`` names it (every export's does).
     """
-    if Path(path).is_dir():
-        verify_checksums(path)
+    if Path(path).is_dir() and verify_checksums(path) is None and ships_checksums(read_config(Path(path))):
+        raise no_checksums(Path(path))
     model = load_network(path, device, cls=PearlModel)
     model.name = str(path)
     model.backend = backend

@@ -10,8 +10,12 @@ resolved by :mod:`pearl_model.inference.backbones`. A local directory is, in thi
    the hashing): nothing outside the directory is read;
 2. verified against its ``checksums.sha256`` when it holds one (:mod:`.checksums`), whatever else
    it holds: a mismatch names every file missing, changed or not listed;
-3. a **PEARL export** when its ``pearl_model.json`` is of this format and every file the loader
-   needs is there. ``checksums.sha256``, ``pearl_head.safetensors``, ``char_encoder/``,
+3. a **PEARL export** when its ``pearl_model.json`` is of this format, every file the loader
+   needs is there and, where its ``pearl_model.json`` says it ships ``checksums.sha256`` (every
+   ``export_pearl`` does), so is that file: one gone is damage or a half copy, refused rather than
+   loaded unchecked (an export from before checksums, or a sentence-transformers re-save, says
+   nothing and loads unchecked, as a backbone does).
+   ``checksums.sha256``, ``pearl_head.safetensors``, ``char_encoder/``,
    ``network.py`` and ``st_module.py`` are written by an export only: a directory holding any of
    them without a valid ``pearl_model.json`` is half an export and refused (what is left of it
    would otherwise load as a plain backbone);
@@ -31,10 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .backbones import BackboneError
-from .checksums import CHECKSUMS, shown, verify_checksums
+from .checksums import CHECKSUMS, no_checksums, shown, verify_checksums
 from .encoder import PhraseEncoder
 from .export import PearlEncoder, load_pearl
-from .network import CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, REQUIRED, PearlExportError, read_config
+from .network import (CHAR_DIR, CONFIG_FILE, FORMAT, HEAD_FILE, REQUIRED, PearlExportError, read_config,
+                      ships_checksums)
 from .static import StaticEncoder, is_static_model
 
 __all__ = ["KINDS", "EXPORT_ONLY", "ModelDir", "inspect_model_dir", "open_model"]
@@ -105,7 +110,10 @@ def inspect_model_dir(spec: str | os.PathLike, *, use_marker: bool = True) -> Mo
     try:
         _refuse_links_out(root)
         checked = verify_checksums(root, use_marker=use_marker)
-        return ModelDir(str(spec), root, _kind(root), checked)
+        kind = _kind(root)
+        if kind == "pearl" and checked is None and ships_checksums(read_config(root)):
+            raise no_checksums(root)
+        return ModelDir(str(spec), root, kind, checked)
     except OSError as e:
         raise PearlExportError(f"{root}: cannot read the model directory: {shown(str(e))}") from e
 

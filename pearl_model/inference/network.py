@@ -9,8 +9,10 @@ on it: :mod:`pearl_model.inference.model` adds ``encode``, :mod:`pearl_model.tra
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import string
 from pathlib import Path
 from typing import Sequence
 
@@ -38,6 +40,98 @@ N_TYPES = 95  # pearl_model.phrases.labels.LABELS (a test keeps them equal)
 
 class PearlExportError(ValueError):
     """A directory that is not a (complete) PEARL export; the message names the path and what is wrong."""
+
+
+# --- checksums.sha256: here, not in pearl_model.inference.checksums, so that an export's own copy of
+# this file checks it where pearl_model is not installed (st_module.py); checksums.py builds on it.
+CHECKSUMS = "checksums.sha256"
+# A storage root keeps its own manifest beside a model version's files (storage.files.FileSet);
+# it is not part of the export and carries its own sha256 list.
+NOT_LISTED = frozenset({CHECKSUMS, "_manifest.json"})
+
+
+class ChecksumError(PearlExportError):
+    """A file of a model directory that does not match the directory's ``checksums.sha256``."""
+
+
+def shown(name: str) -> str:
+    """``name`` with control characters (and a non-UTF-8 name's escaped bytes) escaped: a file name
+    cannot break an error's one line, nor fail to print."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def listed_files(root: Path) -> list[str]:
+    """Every file under ``root`` that ``checksums.sha256`` lists, relative, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and p.relative_to(root).as_posix() not in NOT_LISTED)
+
+
+def read_checksums(root: Path) -> dict[str, str] | None:
+    """``root/checksums.sha256`` as {relative path: sha256}; None when there is none."""
+    if not os.path.lexists(root / CHECKSUMS):
+        return None
+    if not (root / CHECKSUMS).is_file():  # a directory or a dangling link must not pass for "no checksums"
+        raise ChecksumError(f"{root}/{CHECKSUMS} is not a file")
+    listed = {}
+    try:
+        text = (root / CHECKSUMS).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ChecksumError(f"{root / CHECKSUMS}: not UTF-8 text") from e
+    for n, line in enumerate(text.splitlines(), 1):
+        digest, sep, rel = line.partition("  ")
+        parts = rel.split("/")
+        if (not sep or len(digest) != 64 or digest.strip(string.hexdigits)
+                or any(p in ("", ".", "..") for p in parts)):
+            raise ChecksumError(f"{root / CHECKSUMS}: line {n} is not '<sha256>  <relative path>'")
+        if rel in listed:
+            raise ChecksumError(f"{root / CHECKSUMS}: line {n} lists {shown(rel)} again")
+        listed[rel] = digest.lower()
+    return listed
+
+
+def check_listed(root: Path, listed: dict[str, str], present: list[str]) -> None:
+    """Hash every file: raise :class:`ChecksumError` naming each one missing, changed or not listed."""
+    problems = [f"{shown(rel)}: missing" for rel in listed if rel not in present]
+    problems += [f"{shown(rel)}: not listed" for rel in present if rel not in listed]
+    problems += [f"{shown(rel)}: sha256 differs" for rel in present
+                 if rel in listed and sha256_file(root / rel) != listed[rel]]
+    if problems:
+        raise ChecksumError(f"{root}: does not match its {CHECKSUMS} (changed since export; load only "
+                            f"directories you trust): " + "; ".join(problems))
+
+
+def ships_checksums(config: dict | None) -> bool:
+    """Whether a ``pearl_model.json`` says its directory ships ``checksums.sha256``: an export's does
+    (``export_pearl`` writes both); one from before checksums, or re-saved by sentence-transformers
+    (whose own files come after the module's, so no listing can be written), does not."""
+    return isinstance(config, dict) and config.get("checksums") == CHECKSUMS
+
+
+def no_checksums(root: Path) -> ChecksumError:
+    """The refusal of an export whose ``checksums.sha256`` is gone (its pearl_model.json names it)."""
+    return ChecksumError(f"{root}: a PEARL export without its {CHECKSUMS} ({CONFIG_FILE} says the export ships one: "
+                         f"it was removed, or the directory copied without it): refused; copy the whole export again")
+
+
+def verify_export(root: str | os.PathLike) -> int | None:
+    """Check the export at ``root`` against its ``checksums.sha256``: the number of files; None for an
+    export that ships none (:func:`ships_checksums`). Raises :class:`ChecksumError` naming what is wrong."""
+    root = Path(root)
+    listed = read_checksums(root)
+    if listed is None:
+        if ships_checksums(read_config(root)):
+            raise no_checksums(root)
+        return None
+    check_listed(root, listed, listed_files(root))
+    return len(listed)
 
 
 def check_words(words: object, name: str = "words") -> list[str]:

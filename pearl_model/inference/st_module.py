@@ -22,12 +22,14 @@ explicit ``prompt=`` given to ``encode`` is put before that prefix, for the back
 the character branch always reads the phrase's own words.
 
 This file imports only torch, sentence-transformers and ``.network`` (and, where it is installed,
-``pearl_model``'s model directory door, which checks the directory before it is loaded); saving with
+``pearl_model``'s model directory door, which checks the directory before it is loaded; without it,
+``.network`` checks the export's ``checksums.sha256``); saving with
 ``model.save()`` writes the files from the weights where ``pearl_model`` is installed, else
 copies the directory the model was loaded from.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 from sentence_transformers.base.modules.input_module import InputModule
 
-from .network import PearlNetwork, collate, load_network
+from .network import CHECKSUMS, CONFIG_FILE, PearlNetwork, collate, load_network, read_config, verify_export
 
 __all__ = ["PearlSTModule"]
 
@@ -99,7 +101,12 @@ class PearlSTModule(InputModule):
                                    "directory") from None
             shutil.copytree(self.source, output_path, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("onnx", "1_Normalize", "__pycache__",
-                                                          "checksums.sha256"))  # saved anew: not the export's
+                                                          CHECKSUMS))  # saved anew: not the export's
+            config = read_config(Path(output_path))
+            if config is not None:  # sentence-transformers writes files after this: no listing can follow
+                config.pop("checksums", None)
+                (Path(output_path) / CONFIG_FILE).write_text(json.dumps(config, ensure_ascii=False, indent=2) + "\n",
+                                                             encoding="utf-8")
             return
         write_files(self.pearl, Path(output_path), averaged_with=config.get("average_weight"),
                     metadata=config.get("metadata"))
@@ -119,10 +126,15 @@ class PearlSTModule(InputModule):
 
 def _check(path: str) -> None:
     """The model directory door's checks (links, checksums.sha256, a half export) where pearl_model is
-    installed. This file is the directory's own copy: it catches a damaged or half-copied export, not
-    one whose code was rewritten (``pearl verify DIR`` before loading does)."""
+    installed, else the export's ``checksums.sha256`` alone (required where its pearl_model.json says
+    it ships one, as every export's does). This
+    file is the directory's own copy: it catches a damaged or half-copied export, not one whose code
+    was rewritten (``pearl verify DIR`` before loading does). It runs only when sentence-transformers
+    reads the export's own ``modules.json``: without it, nothing of the export's code runs
+    (docs/using-the-model.md, "What checks a model")."""
     try:
         from pearl_model.inference.model_dirs import inspect_model_dir
-    except ImportError:  # a machine without this project: the files are loaded as they are
+    except ImportError:  # a machine without this project: the checksums, with the export's own code
+        verify_export(path)
         return
     inspect_model_dir(path)
