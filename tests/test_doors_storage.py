@@ -492,3 +492,62 @@ def test_an_evaluation_attempts_part_no_writer_recorded_is_computed_not_served(t
     assert [r["value"] for r in rows] == [41.5]
     assert [r["value"] for r in out.read_part(0).to_pylist()] == [41.5]
     assert out.commit(code_version="c", params={}, inputs={})["stats"] == {"parts_recomputed": 1}
+
+
+# --- the verified reader over every kind of file the project writes (issue 64) -------------------------
+def _kinds(root: Path):
+    """(name, what reads it, its path, another file of its kind) for each kind of stored file."""
+    import numpy as np
+
+    from storage.verified import read_recorded, write_recorded
+
+    s = sentences_dataset(str(root), [["The capital of France is Paris."], ["Paris is in France.", "So it is."]])
+    arrays = Dataset(str(root), "word_vectors", "w1", SENTENCES)
+    entries = [arrays.write_array(n, np.arange(12, dtype=np.float32).reshape(3, 4) + k) for k, n in
+               enumerate(("a.npy", "b.npy"))]
+    arrays.commit(code_version="t", params={}, inputs={}, extra={"files": entries})
+    attempt = Dataset(str(root), "sentences", "s2", SENTENCES)
+    for i in range(2):
+        attempt.write_part(i, s.read_part(i))
+    work = f"{root}/link_work/w1"
+    for k in range(2):
+        write_recorded(s.fs, work, f"index/part-{k:05d}.faiss", bytes(range(k, 200 + k)))
+    return [
+        ("committed part", lambda: s.read_part(0), part_file(s, 0), part_file(s, 1)),
+        ("committed part, streamed", lambda: list(s.iter_batches()), part_file(s, 0), part_file(s, 1)),
+        ("attempt's part", lambda: attempt.read_part(0), part_file(attempt, 0), part_file(attempt, 1)),
+        (".npy array", lambda: arrays.read_array("a.npy"), f"{arrays.path}/a.npy", f"{arrays.path}/b.npy"),
+        ("link work file", lambda: read_recorded(s.fs, work, "index/part-00000.faiss", work),
+         f"{work}/index/part-00000.faiss", f"{work}/index/part-00001.faiss"),
+    ]
+
+
+@given(kind=st.integers(0, 4), damage=st.sampled_from(["truncate", "flip", "swap", "link", "grow"]),
+       at=st.floats(0, 1, exclude_max=True))
+def test_the_verified_reader_refuses_every_kind_of_damage_in_one_line(place, kind, damage, at):
+    """Every kind of file the project writes, truncated, a byte flipped, swapped for another of its kind,
+    replaced by a link (to the other file: its bytes could pass another's digest) or grown: the read
+    is refused in one line that names the file, nothing outside the root is opened, and nothing
+    under it changes."""
+    root, sentinel = place()
+    name, read, path, other = _kinds(root)[kind]
+    data = Path(path).read_bytes()
+    cut = int(at * len(data))
+    Path(path).unlink()
+    if damage == "link":
+        Path(path).symlink_to(other)
+    else:
+        Path(path).write_bytes({"truncate": data[:cut], "flip": data[:cut] + bytes([data[cut] ^ 0x10]) + data[cut + 1:],
+                                "swap": Path(other).read_bytes(), "grow": data + data[:1 + cut]}[damage])
+    error = refused(read, ManifestError, sentinel, root)
+    assert Path(path).name in str(error), (name, str(error))
+
+
+@given(wrong=st.integers(-3, 3).filter(bool))
+def test_a_manifest_that_lists_a_wrong_size_refuses_the_part(place, wrong):
+    root, sentinel = place()
+    s = _dataset_with_manifest(root, json.dumps)
+    m = json.loads(Path(s.path, MANIFEST).read_text())
+    m["parts"][0]["bytes"] += wrong
+    Path(s.path, MANIFEST).write_text(json.dumps(m))
+    assert "its writer recorded" in str(refused(lambda: s.read_part(0), ManifestError, sentinel, root))
