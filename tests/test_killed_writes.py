@@ -129,7 +129,8 @@ def test_a_part_write_killed_midway_leaves_nothing_in_the_committed_version(tmp_
     d = Dataset(root, "names", "v1", LINK_NAMES)
     d.write_part(0, part)  # the rerun
     d.commit(code_version="c", params={}, inputs={})
-    assert sorted(os.listdir(d.path)) == ["_manifest.json", "part-00000.parquet"]  # the version: whole, alone
+    assert sorted(os.listdir(d.path)) == ["_manifest.json", "_written", "part-00000.parquet"]  # whole, alone
+    assert os.listdir(f"{d.path}/_written") == ["part-00000.parquet.json"]  # its writer's record
     (leftover,) = [p for p in Path(root).rglob(".tmp-*")]
     assert leftover.parent == Path(d.path).parent  # where each publish of the dataset sweeps
     os.utime(leftover, (1_000_000_000, 1_000_000_000))  # six hours on
