@@ -6,6 +6,8 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pearl_redact import no_userinfo_schema
+
 PositiveFloat = Annotated[float, Field(gt=0)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
 
@@ -81,7 +83,8 @@ class TrainConfig(BaseModel):
     restarts: int = Field(1, ge=1, description="seeds tried at most: another only while no kept checkpoint is at "
                                                "or above the backbone on every dev signal (needs select_every)")
     seed: int = Field(0, description="data order, augmentation draws and the new layers' init")
-    device: str = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N")
+    device: str = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N",
+                        json_schema_extra=no_userinfo_schema())  # a flow parameter's string: flows/parameters.py
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
     cpu_bf16: bool = Field(False, description="bf16 autocast on a CPU that runs bf16 natively (AVX512-BF16 or "
                                               "AMX; fp32 on any other): twice the anchors/s of fp32 on this "
