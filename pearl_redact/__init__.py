@@ -15,7 +15,7 @@ and the rule resolves every ambiguity towards "this is userinfo":
 
 1. an ``@`` before the first ``/``, ``?``, ``#`` or whitespace: the userinfo runs to the last such
    ``@`` (``ftp://alice:p@ss@host/x``);
-2. else, a first segment ``user:rest`` whose ``rest`` is not a port (digits, possibly none) before
+2. else, a first segment ``user:rest`` whose ``rest`` is not a port (one digit or more) before
    that first ``/``, ``?``, ``#`` or whitespace, with an ``@`` after it on the same line: a host
    holds no ``:`` but its port's, so this is ``user:password`` with a password that the ``/``, ``?``,
    ``#`` or space cut; the userinfo runs to the last ``@`` of the line
@@ -39,7 +39,7 @@ REDACTED = "***"
 # rule 2 first (it runs further); Python's and ECMAScript's regex syntax alike: a JSON schema carries it
 USERINFO = re.compile(
     r"\b([A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?:[^/?#\s:@\[\]]*:(?![0-9]*(?:[/?#\s]|$))[^\n]*"  # 2: user:rest, rest no port, to the line's last @
+    r"(?:[^/?#\s:@\[\]]*:(?![0-9]+(?:[/?#\s]|$))[^\n]*"  # 2: user:rest, rest no port, to the line's last @
     r"|[^/?#\s]*)@")  # 1: to the last @ before the first / ? # or whitespace
 
 def no_userinfo_schema(depth: int = 0) -> dict:
