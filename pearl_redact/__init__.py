@@ -15,17 +15,21 @@ and the rule resolves every ambiguity towards "this is userinfo":
 
 1. an ``@`` before the first ``/``, ``?``, ``#`` or whitespace: the userinfo runs to the last such
    ``@`` (``ftp://alice:p@ss@host/x``);
-2. else, a first segment ``user:rest`` whose ``rest`` is not a port (one digit or more) before
-   that first ``/``, ``?``, ``#`` or whitespace, with an ``@`` after it on the same line: a host
-   holds no ``:`` but its port's, so this is ``user:password`` with a password that the ``/``, ``?``,
-   ``#`` or space cut; the userinfo runs to the last ``@`` of the line
-   (``s3://KEY:SECRET/with/slashes@bucket/x.csv``, ``ftp://alice:pa ss@host/x``).
+2. else (no ``@`` there), a first segment ``user:rest`` whose ``rest`` is not a port (one digit
+   or more), with an ``@`` after it on the same line: a host holds no ``:`` but its port's, so this
+   is ``user:password`` with a password that the ``/``, ``?``, ``#`` or space cut; the userinfo runs
+   to the last ``@`` of the line (``s3://KEY:SECRET/with/slashes@bucket/x.csv``,
+   ``ftp://alice:pa ss@host/x``), whatever else that hides of a message.
 
 Anything else has no userinfo: ``s3://bucket/k@v/x.csv`` (an ``@`` in the path),
 ``http://host:9000/k@v`` (a port), ``http://[::1]:9000/k@v`` (an IPv6 host), a local path. What the
 rule cannot tell apart, and reads as a port: a password whose part before its first ``/`` is all
-digits (``s3://KEY:123/rest@bucket``); that part of it stays visible in a redacted message, and the
-door accepts it. A user name alone (no ``:``) that holds whitespace is read as ending there.
+digits (``s3://KEY:123/rest@bucket``): the door accepts it, and a redacted message shows it. What
+it reads as rule 1: a password with an ``@`` before its first ``/``, ``?``, ``#`` or space
+(``ftp://u:a@b/c@host``, as ``memory://u:p@host/x: /u:p@host/x`` must be); the door refuses it, and a
+redacted message shows what follows that ``@`` (``b/c``). Neither occurs in the base64 secret keys of
+S3, GCS and Azure (``A-Za-z0-9+/=``). A user name alone (no ``:``) that holds whitespace is read as
+ending there.
 
 The floor below both the library (``pearl_model``) and ``storage``, which may not import each
 other: both name URLs in their errors. It imports nothing of the project.
@@ -39,7 +43,7 @@ REDACTED = "***"
 # rule 2 first (it runs further); Python's and ECMAScript's regex syntax alike: a JSON schema carries it
 USERINFO = re.compile(
     r"\b([A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?:[^/?#\s:@\[\]]*:(?![0-9]+(?:[/?#\s]|$))[^\n]*"  # 2: user:rest, rest no port, to the line's last @
+    r"(?:[^/?#\s:@\[\]]*:(?![0-9]+(?:[/?#\s]|$))[^/?#\s@]*[/?#\s][^\n]*"  # 2: user:rest, rest no port, cut; to the line's last @
     r"|[^/?#\s]*)@")  # 1: to the last @ before the first / ? # or whitespace
 
 def no_userinfo_schema(depth: int = 0) -> dict:
