@@ -40,10 +40,13 @@ import re
 from typing import Any
 
 REDACTED = "***"
-# rule 2 first (it runs further); Python's and ECMAScript's regex syntax alike: a JSON schema carries it
+# rule 2 first (it runs further); Python's and ECMAScript's regex syntax alike: a JSON schema carries it.
+# `prefect deployment run` prints the server's refusal, schema included, as rich markup: no "[" may follow
+# a backslash or come before a lowercase letter, "/", "#" or "@" (a tag; "[/..." fails), so "[" and "]"
+# inside a class are written \x5b and \x5d.
 USERINFO = re.compile(
     r"\b([A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?:[^/?#\s:@\[\]]*:(?![0-9]+(?:[/?#\s]|$))[^/?#\s@]*[/?#\s][^\n]*"  # 2: user:rest, rest no port, cut; to the line's last @
+    r"(?:[^/?#\s:@\x5b\x5d]*:(?![0-9]+(?:[?/#\s]|$))[^/?#\s@]*[?/#\s][^\n]*"  # 2: user:rest, rest no port, cut; to the line's last @
     r"|[^/?#\s]*)@")  # 1: to the last @ before the first / ? # or whitespace
 
 def no_userinfo_schema(depth: int = 0) -> dict:

@@ -178,6 +178,15 @@ def test_the_servers_schema_check_refuses_a_credentialed_parameter(url, field):
 FLOWS = deployed_flows()
 
 
+def test_the_schema_survives_the_prefect_clis_markup():
+    """`prefect deployment run` prints the server's refusal, the schema quoted in it, as rich markup."""
+    from rich.markup import render
+
+    from pearl_redact import no_userinfo_schema
+
+    assert render(repr(no_userinfo_schema(4))).plain == repr(no_userinfo_schema(4))
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_deployment_run_with_a_credentialed_parameter_is_refused_by_the_server(stack, tmp_path):
