@@ -7,7 +7,7 @@ validation, so the refusal comes before the run is stored, in the one rule of
 - a deployment run: the server checks the parameters against the deployment's JSON schema before
   it creates the run; every parameter that is a string or holds strings is annotated `Text`
   or `Settings` (or, in a settings model, carries `no_userinfo_schema()`), whose schema says that no
-  string in it has userinfo (tests/test_credentials.py walks each deployed flow's schema);
+  string in it has userinfo (tests/test_doors_urls.py walks each deployed flow's schema);
 - a call in this process (a flow from Python, or a subflow): `flow` below makes flows whose call
   checks its parameters as Prefect would store them, before Prefect creates the run;
 - a deployment run that a client asked the server not to check (`enforce_parameter_schema=False`):
