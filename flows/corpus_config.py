@@ -13,6 +13,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flows.parameters import Settings, Text
+
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -32,7 +34,7 @@ class ReadConfig(_Stage):
     allow_incomplete_input: bool = Field(
         False, description="go on with the pages read from an input that ended early or is corrupt; by default "
                            "such a run fails once extraction has committed them")
-    multistream_index: Optional[str] = Field(
+    multistream_index: Optional[Text] = Field(
         "auto", description="the index of a multistream dump, read in parallel (runs of whole bz2 streams; a "
                             "damaged stream's pages quarantined as bad_stream); auto: the "
                             "X-multistream-index.txt.bz2 beside a single X-multistream.xml.bz2 source; "
@@ -73,12 +75,12 @@ class PhrasesConfig(_Stage):
                            "kept when their normalised PMI reaches pmi_min_npmi; spaCy's tagger and NER only), "
                            "constituents from spaCy's dependency parse (spacy), or the Berkeley Neural Parser "
                            "(benepar: needs benepar_en3 or a model path)")
-    parser_options: Optional[dict] = Field(None, description='passed to the parser, e.g. {"model": "/models/benepar_en3"} '
+    parser_options: Optional[Settings] = Field(None, description='passed to the parser, e.g. {"model": "/models/benepar_en3"} '
                                                  'or {"batch_size": 256}')
     ner: Literal["spacy", "transformers", "none"] = Field(
         "spacy", description="OntoNotes types from spaCy's NER in the parser's pass, a transformers "
                              'token-classification model (ner_options={"model": ...}), or none (all OTHER)')
-    ner_options: Optional[dict] = Field(None, description="passed to the NER backend")
+    ner_options: Optional[Settings] = Field(None, description="passed to the NER backend")
     ner_scope: Literal["all", "examples"] = Field(
         "examples", description="examples (the default): the mining pass runs no NER (about half its time) and "
                                 "each kept phrase is typed by the majority over its example sentences "
@@ -156,7 +158,7 @@ class PositivesConfig(_Stage):
                                                              "there at least this often ...")
     alias_min_anchor_share: Fraction = Field(0.5, description="... and in at least this share of its links "
                                                               "(redirects and titles always name it)")
-    paraphrase_options: Optional[dict] = Field(
+    paraphrase_options: Optional[Settings] = Field(
         None, description='a paraphrase model for phrase-level positives, e.g. {"model": '
                           '"/models/parrot_paraphraser_on_T5"}; none skips paraphrases')
     context_window: int = Field(6, ge=1, description="context kind: words either side of the phrase in its "

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from prefect import flow, unmapped
+from prefect import unmapped
 
 from flows.dask_runner import dask_run_records, dask_task_runner
+from flows.parameters import Text, flow
 from tasks.eval_report import entity_map_task, eval_report_task
 from tasks.evaluation import (
     commit_results_task, default_benchmark_dir, evaluate_model_task, plan_results_task, resolve_models_task,
@@ -42,15 +43,15 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
 
 @flow(name="evaluate")
 def evaluate(
-    models: list[str] = DEFAULT_MODELS,
-    benchmark_dir: Optional[str] = None,
-    datasets: Optional[list[str]] = None,
+    models: list[Text] = DEFAULT_MODELS,
+    benchmark_dir: Optional[Text] = None,
+    datasets: Optional[list[Text]] = None,
     seeds: list[int] = [0, 1, 2],
     draws: int = 10,
-    storage_root: str = "data",
-    cache_dir: Optional[str] = None,
-    map_model: Optional[str] = "current",
-    dask_address: Optional[str] = None,
+    storage_root: Text = "data",
+    cache_dir: Optional[Text] = None,
+    map_model: Optional[Text] = "current",
+    dask_address: Optional[Text] = None,
     dask_workers: int = 2,
     lexical_diversity: bool = True,
     reuse_scores: bool = True,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from prefect import flow, unmapped
+from prefect import unmapped
 from pydantic import Field
 
 from flows.dask_runner import dask_run_records, dask_task_runner
+from flows.parameters import Text, flow
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
     EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
@@ -47,18 +48,18 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
 
 @flow(name="link")
 def link(
-    left: str,
-    right: Optional[str] = None,
-    left_column: str = "title",
-    right_column: str = "title",
-    model: str = "current",
+    left: Text,
+    right: Optional[Text] = None,
+    left_column: Text = "title",
+    right_column: Text = "title",
+    model: Text = "current",
     top_k: Annotated[int, Field(ge=1)] = 1,
     threshold: Optional[float] = None,
     cosine_weight: Annotated[float, Field(ge=0.0, le=1.0)] = COSINE_WEIGHT,
-    labels: Optional[str] = None,
+    labels: Optional[Text] = None,
     precision: Annotated[float, Field(ge=0.0, le=1.0)] = 0.9,
     dedupe: bool = False,
-    storage_root: str = "data",
+    storage_root: Text = "data",
     partition_rows: Annotated[int, Field(ge=1)] = PARTITION_ROWS,
     index_rows: Optional[Annotated[int, Field(ge=1)]] = None,
     index_kind: Literal["auto", "exact", "hnsw"] = "auto",
@@ -68,7 +69,7 @@ def link(
     recall_target: Optional[Annotated[float, Field(gt=0.0, le=1.0)]] = None,
     batch_size: Optional[Annotated[int, Field(ge=1)]] = None,
     max_row_bytes: Annotated[int, Field(ge=1)] = MAX_ROW_BYTES,
-    dask_address: Optional[str] = None,
+    dask_address: Optional[Text] = None,
     dask_workers: Annotated[int, Field(ge=1)] = 2,
 ) -> dict:
     """Match the names of a column of LEFT to their closest names in RIGHT (or of one table against

@@ -15,12 +15,12 @@ from __future__ import annotations
 import inspect
 from typing import Annotated, Optional, Union
 
-from prefect import flow
 from pydantic import Field
 
 from flows.build_corpus import build_corpus
 from flows.corpus_config import STAGES, group_settings
 from flows.evaluate import evaluate
+from flows.parameters import Settings, Text, flow
 from flows.train import train
 from pearl_model.training.config import TrainConfig
 from tasks.promotion import StageTracker, current_model_task, dataset_links_task, gate_task
@@ -44,19 +44,19 @@ def _nest(options: dict, fn, groups: dict, what: str) -> dict:
 
 @flow(name="retrain")
 def retrain(
-    source: Union[str, list[str]] = "sample",
-    storage_root: str = "data",
-    corpus: Optional[dict] = None,
-    training: Optional[dict] = None,
-    train_deployment: Optional[str] = None,
+    source: Union[Text, list[Text]] = "sample",
+    storage_root: Text = "data",
+    corpus: Optional[Settings] = None,
+    training: Optional[Settings] = None,
+    train_deployment: Optional[Text] = None,
     train_timeout_hours: float = 24.0,
-    benchmark_datasets: Optional[list[str]] = None,
-    benchmark_dir: Optional[str] = None,
+    benchmark_datasets: Optional[list[Text]] = None,
+    benchmark_dir: Optional[Text] = None,
     eval_seeds: list[int] = [0, 1, 2],
     average_tolerance: float = 0.5,
     dataset_tolerance: float = 3.0,
     alias_tolerance: Optional[Annotated[float, Field(ge=0)]] = None,
-    dask_address: Optional[str] = None,
+    dask_address: Optional[Text] = None,
     dask_workers: int = 2,
 ) -> dict:
     """Rebuild the corpus if its input changed, train, evaluate, and promote the new model only

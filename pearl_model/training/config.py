@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+
+from pearl_redact import no_userinfo_schema
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 UnitFloat = Annotated[float, Field(ge=0, le=1)]
+# a string of the train flow's parameters: its JSON schema refuses a URL with credentials (flows/parameters.py)
+Name = Annotated[str, WithJsonSchema({"type": "string", **no_userinfo_schema()})]
 
 
 class TrainConfig(BaseModel):
@@ -40,7 +44,7 @@ class TrainConfig(BaseModel):
                                 "chemicals and diseases together); all: the 95 labels (the paper)")
     type_input: Literal["raw", "unit"] = Field(
         "raw", description="the type head reads the raw vector (the paper) or the unit vector")
-    positive_kinds: Optional[tuple[str, ...]] = Field(
+    positive_kinds: Optional[tuple[Name, ...]] = Field(
         None, min_length=1, description="the positive kinds drawn (char, swap_tokens, change_case, wordnet, "
                                         "fasttext, alias, paraphrase, context); none: all that apply")
     freeze_embeddings: bool = Field(True, description="keep the backbone's embedding matrix as it is")
@@ -81,7 +85,7 @@ class TrainConfig(BaseModel):
     restarts: int = Field(1, ge=1, description="seeds tried at most: another only while no kept checkpoint is at "
                                                "or above the backbone on every dev signal (needs select_every)")
     seed: int = Field(0, description="data order, augmentation draws and the new layers' init")
-    device: str = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N")
+    device: Name = Field("auto", description="auto (CUDA when present), cpu, cuda or cuda:N")
     bf16: bool = Field(True, description="bf16 autocast on CUDA (ignored on CPU)")
     cpu_bf16: bool = Field(False, description="bf16 autocast on a CPU that runs bf16 natively (AVX512-BF16 or "
                                               "AMX; fp32 on any other): twice the anchors/s of fp32 on this "
