@@ -10,6 +10,7 @@ import pytest
 
 from storage.datasets import MANIFEST, Dataset
 from storage.schemas import SENTENCES, WORD_VECTORS_NGRAMS
+from storage.verified import RECORDS
 from tasks.word_vectors import (
     SentenceCorpus, build_word_vectors, ngram_buckets, plan_word_vectors, read_vectors, word_tokens,
 )
@@ -86,12 +87,14 @@ def test_stored_files_are_listed_whole_and_hold_no_pickle(any_root):
     man = build_word_vectors(sentences, out, PARAMS)
     fs = out.fs
     names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(out.path, detail=False))
-    assert names == sorted([MANIFEST, WORD_VECTORS_NGRAMS] + [p["file"] for p in man["parts"]])  # no temp file left
+    assert names == sorted([MANIFEST, RECORDS, WORD_VECTORS_NGRAMS] + [p["file"] for p in man["parts"]])  # no temp file
+    recorded = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(f"{out.path}/{RECORDS}", detail=False))
+    assert recorded == sorted(f"{n}.json" for n in [WORD_VECTORS_NGRAMS] + [p["file"] for p in man["parts"]])
     [entry] = man["extra"]["files"]
     data = fs.cat_file(f"{out.path}/{WORD_VECTORS_NGRAMS}")
     assert entry == {"file": WORD_VECTORS_NGRAMS, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert data.startswith(b"\x93NUMPY")
-    for p in fs.ls(out.path, detail=False):  # no pickle (protocol 2+ starts with its PROTO opcode)
+    for p in fs.find(out.path):  # no pickle (protocol 2+ starts with its PROTO opcode)
         assert fs.cat_file(p, start=0, end=1) != b"\x80", p
 
 
