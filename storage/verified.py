@@ -25,9 +25,8 @@ import stat
 from collections import OrderedDict
 
 import fsspec
-import fsspec.implementations.local
 
-from .atomic import atomic_write_text
+from .atomic import atomic_write_text, is_local
 
 RECORDS = "_written"  # a version's writers' records: <version>/_written/<file>.json
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -50,10 +49,6 @@ class Damaged(ManifestError):
     recorded. The message names the file and says what differs, in one line."""
 
 
-def _local(fs: fsspec.AbstractFileSystem) -> bool:
-    return isinstance(fs, fsspec.implementations.local.LocalFileSystem)
-
-
 def contained(fs: fsspec.AbstractFileSystem, base: str, name: object, where: str) -> str:
     """The path of file ``name`` of the version at ``base``, or UnsafeManifest (``where``: the version
     in messages): a relative path of plain segments, and on a local root no symbolic link from the
@@ -62,7 +57,7 @@ def contained(fs: fsspec.AbstractFileSystem, base: str, name: object, where: str
     if not parts or any(p in ("", ".", "..") or "\\" in p or ":" in p or not p.isprintable() for p in parts):
         raise UnsafeManifest(f"{where}: manifest file name {name!r} is not a relative path inside the version")
     path = f"{base}/{name}"
-    if _local(fs):
+    if is_local(fs):
         here = base
         for p in parts:
             here = f"{here}/{p}"
@@ -127,14 +122,24 @@ def recorded_names(fs: fsspec.AbstractFileSystem, base: str) -> list[str]:
 
 
 def _stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple:
-    if _local(fs):
+    if is_local(fs):
         st = os.stat(path)
         return st.st_size, st.st_mtime_ns, st.st_ino
     info = fs.info(path)
     return info.get("size"), str(info.get("ETag") or info.get("mtime") or info.get("LastModified") or "")
 
 
-def _check(fs, path: str, entry: dict, where: str, size: int, sha: str) -> None:
+def _located(fs: fsspec.AbstractFileSystem, base: str, entry: object, where: str) -> tuple[dict, str]:
+    """(the entry, checked for form; the contained path of the file it names)."""
+    entry = checked_entry(entry, where)
+    return entry, contained(fs, base, entry["file"], where)
+
+
+def _missing(entry: dict, where: str) -> Damaged:
+    return Damaged(f"{where}/{entry['file']} is missing (its writer recorded it)")
+
+
+def _check(entry: dict, where: str, size: int, sha: str) -> None:
     if size != entry["bytes"] or sha != entry["sha256"]:
         raise Damaged(f"{where}/{entry['file']}: {size} bytes, sha256 {sha[:16]}; its writer recorded "
                       f"{entry['bytes']} bytes, sha256 {entry['sha256'][:16]}")
@@ -143,16 +148,15 @@ def _check(fs, path: str, entry: dict, where: str, size: int, sha: str) -> None:
 def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str) -> bytes:
     """The bytes of the file ``entry`` names (a writer's record or a manifest's entry of it), read
     once and checked against it (Damaged, UnsafeManifest): what a parser is handed."""
-    entry = checked_entry(entry, where)
-    path = contained(fs, base, entry["file"], where)
+    entry, path = _located(fs, base, entry, where)
     try:
         with fs.open(path, "rb") as fh:
             data = fh.read(entry["bytes"] + 1)
     except FileNotFoundError:
-        raise Damaged(f"{where}/{entry['file']} is missing (its writer recorded it)") from None
+        raise _missing(entry, where) from None
     except IsADirectoryError:
         raise Damaged(f"{where}/{entry['file']} is a directory, not the file its writer recorded") from None
-    _check(fs, path, entry, where, len(data), hashlib.sha256(data).hexdigest())
+    _check(entry, where, len(data), hashlib.sha256(data).hexdigest())
     return data
 
 
@@ -161,14 +165,13 @@ def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: 
     it: a context manager), for a parser that reads only part of it (a reducer's row groups): hashed
     in full the first time this process reads it, then only while its size and modification stamp
     are those it was checked with. The only place a stored file is opened for a parser."""
-    entry = checked_entry(entry, where)
-    path = contained(fs, base, entry["file"], where)
+    entry, path = _located(fs, base, entry, where)
     try:
         key = (fs.protocol, path, entry["bytes"], entry["sha256"], _stamp(fs, path))
     except FileNotFoundError:
-        raise Damaged(f"{where}/{entry['file']} is missing (its writer recorded it)") from None
+        raise _missing(entry, where) from None
     if key not in _VERDICTS:
-        _check(fs, path, entry, where, *sha256_of(fs, path))
+        _check(entry, where, *sha256_of(fs, path))
         _VERDICTS[key] = True
         while len(_VERDICTS) > _VERDICTS_KEPT:
             _VERDICTS.popitem(last=False)

@@ -115,8 +115,8 @@ def test_every_read_of_a_link_run_goes_through_the_verified_reader(audited, tmp_
 def test_the_check_catches_a_raw_read_put_back(audited, dump, monkeypatch):
     """The positive control: the pages stage's read of a raw_pages part by index, put back as it was
     before the verified reader (a path handed to pyarrow), is found."""
-    from tests.test_incremental_corpus import STEPS, ReadConfig
-    from flows.corpus_config import PagesConfig
+    from flows.corpus_config import PagesConfig, ReadConfig
+    from tests.test_incremental_corpus import STEPS
     from tasks.pages import pages_stage
     from tasks.raw_pages import raw_pages_stage
 
