@@ -100,8 +100,7 @@ def test_reupload_of_a_complete_version_is_a_no_op(any_root, tmp_path):
     (other / "model.bin").write_bytes(b"different")
     again = upload(f, other)
     assert again == first  # the existing manifest, untouched
-    with f.open("model.bin") as fh:
-        assert fh.read() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert f.read_bytes("model.bin") == (tmp_path / "model" / "model.bin").read_bytes()
     assert not f.fs.exists(f.stored_path("other"))
 
 

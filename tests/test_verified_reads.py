@@ -25,42 +25,50 @@ from storage.datasets import Dataset
 TRUST_ROOTS = ("_manifest.json", "_latest.json")
 TRUST_DIRS = ("/_written/", "/_damaged/")
 READER = os.path.join("storage", "verified.py")
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class AuditedFileSystem(MemoryFileSystem):
     """An in-memory store of its own (nothing of it is on the local disk) that records each read:
-    (path, whether storage/verified.py is on the caller's stack)."""
+    (path, whether storage/verified.py is on the caller's stack, the nearest caller of the project)."""
 
     protocol = ("audited",)
     store: dict = {}
     pseudo_dirs = [""]
-    reads: list[tuple[str, bool]] = []
+    reads: list[tuple[str, bool, str]] = []
 
     @staticmethod
-    def _through_reader() -> bool:
-        frame = sys._getframe(2)
+    def _caller() -> tuple[bool, str]:
+        frame, nearest = sys._getframe(2), ""
         while frame is not None:
-            if frame.f_code.co_filename.endswith(READER):
-                return True
+            name = frame.f_code.co_filename
+            if name.endswith(READER):
+                return True, ""
+            if not nearest and name.startswith(PROJECT) and "site-packages" not in name and name != __file__:
+                nearest = f"{os.path.relpath(name, PROJECT)}:{frame.f_lineno}"
             frame = frame.f_back
-        return False
+        return False, nearest
+
+    def _record(self, path) -> None:
+        self.reads.append((self._strip_protocol(path), *self._caller()))
 
     def _open(self, path, mode="rb", **kwargs):
         if "r" in mode:
-            self.reads.append((self._strip_protocol(path), self._through_reader()))
+            self._record(path)
         return super()._open(path, mode, **kwargs)
 
     def cat_file(self, path, start=None, end=None, **kwargs):
-        self.reads.append((self._strip_protocol(path), self._through_reader()))
+        self._record(path)
         return super().cat_file(path, start, end, **kwargs)
 
 
 fsspec.register_implementation("audited", AuditedFileSystem, clobber=True)
 
 
-def walked_around(reads: list[tuple[str, bool]]) -> list[str]:
-    """The reads of files the project wrote that did not go through storage.verified."""
-    return sorted({path for path, checked in reads if not checked
+def walked_around(reads: list[tuple[str, bool, str]]) -> list[str]:
+    """The reads of files the project wrote that did not go through storage.verified, each with
+    the nearest caller of the project's code that made it."""
+    return sorted({f"{path} ({caller})" for path, checked, caller in reads if not checked
                    and path.rsplit("/", 1)[-1] not in TRUST_ROOTS and not any(d in path for d in TRUST_DIRS)})
 
 
@@ -88,7 +96,7 @@ def test_every_read_of_a_build_goes_through_the_verified_reader(audited, dump):
     root, reads = audited
     built = build(dump, root)
     build_below(root, built)
-    read_parts = {p for p, checked in reads if checked}
+    read_parts = {p for p, checked, _ in reads if checked}
     assert any("/raw_pages/" in p for p in read_parts) and any("/sentences/" in p for p in read_parts)
     assert not os.path.exists(root.split("://", 1)[1])  # nothing of the root is on the local disk
     assert walked_around(reads) == []
@@ -108,7 +116,7 @@ def test_every_read_of_a_link_run_goes_through_the_verified_reader(audited, tmp_
     pq.write_table(pa.table({"name": pa.array(LEFT, pa.string())}), tmp_path / "left.parquet")
     run(str(tmp_path / "left.parquet"), str(tmp_path / "right.parquet"), root, left_column="name", model=model,
         partition_rows=2, index_rows=5)
-    assert any(p.endswith(".faiss") for p, checked in reads if checked)
+    assert any(p.endswith(".faiss") for p, checked, _ in reads if checked)
     assert walked_around(reads) == []
 
 
@@ -134,4 +142,62 @@ def test_the_check_catches_a_raw_read_put_back(audited, dump, monkeypatch):
                              steps=STEPS)
     pages_stage(raw, PagesConfig().params(2), steps=STEPS)
     found = walked_around(reads)
-    assert found and all("/raw_pages/" in p and p.endswith(".parquet") for p in found), found
+    assert found and all("/raw_pages/" in p and ".parquet (" in p for p in found), found
+
+
+@pytest.fixture
+def exclusive_audited(audited, monkeypatch):
+    """The audited root as an object store with a conditional write (a file set's commit needs one):
+    its memory store's create-if-absent is atomic, as the memory protocol's is."""
+    import storage.atomic
+
+    monkeypatch.setattr(storage.atomic, "EXCLUSIVE_PROTOCOLS", storage.atomic.EXCLUSIVE_PROTOCOLS | {"audited"})
+    return audited
+
+
+def test_every_read_of_a_training_and_an_evaluation_goes_through_the_verified_reader(exclusive_audited, tmp_path,
+                                                                                     monkeypatch):
+    """A short training (character encoder, then the model, with a checkpoint) and an evaluation of the
+    stored model on the audited root: the training set, the character encoder's files, the model's files
+    and training log, and the scores are read through storage.verified, and nothing else is read there."""
+    pytest.importorskip("torch")
+    from pearl_model.training.config import TrainConfig
+    from tasks.char_encoder import run_char_encoder
+    from tasks.evaluation import evaluate_model, kept_rows_dir
+    from tasks.training import (model_directory_task, plan_model, resolve_training_set, train_model, training_log,
+                                word_vectors_of)
+    from tests.conftest import tiny_benchmark
+    from tests.test_train_flow import WORDS, tiny_corpus
+
+    root, reads = exclusive_audited
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))  # local copies and checkpoints of a remote root
+    backbone = tiny_model_dir_for(tmp_path / "backbone", WORDS)
+    tiny_corpus(root)
+    ts = resolve_training_set(root)
+    char = run_char_encoder(root, {"target": "word_vectors", "epochs": 1, "max_words": 0, "seed": 0},
+                            word_vectors_of(ts))["fileset"]
+    cfg = TrainConfig(char_proj_dim=4, batch_size=8, epochs=1, lr=1e-3, checkpoint_every=3, select_every=0,
+                      device="cpu")
+    out = plan_model(ts, char, backbone, cfg)
+    train_model(ts, char, out, backbone, cfg, alias_holdout_pairs=0)
+    assert training_log(out)["history"]
+    bench = tmp_path / "bench"
+    tiny_benchmark(bench, WORDS, turney=10, bird=12)
+    model = model_directory_task(out)
+    for _ in range(2):  # the second time, the scores are read back from where they were kept
+        rows = evaluate_model(model, str(bench), ["turney", "bird"], [0], draws=2, rows_dir=kept_rows_dir(root))
+    assert rows
+    found = walked_around(reads)
+    assert found == [], "\n".join(found)
+    checked = {p for p, ok, _ in reads if ok}
+    assert any("/training_set/" in p for p in checked) and any("/models/" in p for p in checked)
+    assert any("/char_encoder/" in p for p in checked)
+    assert not os.path.exists(root.split("://", 1)[1])
+    assert walked_around(reads) == []
+
+
+def tiny_model_dir_for(d, words):
+    from tests.conftest import tiny_model_dir
+
+    d.mkdir()
+    return str(tiny_model_dir(d, words))
