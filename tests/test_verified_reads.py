@@ -183,7 +183,7 @@ def test_every_read_of_a_training_and_an_evaluation_goes_through_the_verified_re
     assert training_log(out)["history"]
     bench = tmp_path / "bench"
     tiny_benchmark(bench, WORDS, turney=10, bird=12)
-    model = model_directory_task(out)
+    model = model_directory_task.fn(out)  # the task's code, without a Prefect server
     for _ in range(2):  # the second time, the scores are read back from where they were kept
         rows = evaluate_model(model, str(bench), ["turney", "bird"], [0], draws=2, rows_dir=kept_rows_dir(root))
     assert rows
