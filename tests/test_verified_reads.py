@@ -201,3 +201,34 @@ def tiny_model_dir_for(d, words):
 
     d.mkdir()
     return str(tiny_model_dir(d, words))
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_parts_read_by_index_parse_the_manifest_once_until_it_is_written_again(where, tmp_path, memory_root,
+                                                                               monkeypatch):
+    """A committed manifest never changes, so a reader of parts by index parses it once per process;
+    one written again (here with a part's digest edited) has another stamp, is read again and refuses
+    the part."""
+    import json
+
+    import pyarrow as pa
+
+    from storage.datasets import Damaged, Versioned
+
+    root = str(tmp_path / "store") if where == "local" else memory_root
+    ds = Dataset(root, "numbers", "v1", pa.schema([("n", pa.int64())]))
+    for i in range(3):
+        ds.write_part(i, pa.table({"n": [i]}))
+    ds.commit(code_version="t", params={}, inputs={})
+    parsed, manifest = [], Versioned.manifest
+    monkeypatch.setattr(Versioned, "manifest", lambda self: parsed.append(self.version) or manifest(self))
+    assert [ds.read_part(i)["n"][0].as_py() for i in (0, 1, 2, 0)] == [0, 1, 2, 0]
+    assert parsed == ["v1"]
+    edited = manifest(ds)
+    edited["parts"][1]["sha256"] = "0" * 64
+    with ds.fs.open(f"{ds.path}/_manifest.json.new", "w") as fh:
+        json.dump(edited, fh)
+    ds.fs.mv(f"{ds.path}/_manifest.json.new", f"{ds.path}/_manifest.json")
+    with pytest.raises(Damaged, match="part-00001.parquet"):
+        ds.read_part(1)
+    assert parsed == ["v1", "v1"]
