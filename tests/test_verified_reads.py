@@ -16,6 +16,9 @@ import uuid
 import fsspec
 import pyarrow.parquet as pq
 import pytest
+from distributed import WorkerPlugin
+from fsspec.implementations.dirfs import DirFileSystem
+from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
 from storage.datasets import Dataset
@@ -63,6 +66,60 @@ class AuditedFileSystem(MemoryFileSystem):
 
 
 fsspec.register_implementation("audited", AuditedFileSystem, clobber=True)
+
+
+class AuditedDirFileSystem(DirFileSystem):
+    """The audited store for Dask's worker processes, which cannot see another process's memory: a
+    local directory (``base``, set in each process by :class:`Audit`) behind a protocol of its own,
+    so that its paths (``auditeddir://pearl-...``) exist nowhere on the local disk as such and nothing
+    opens them but through fsspec. Each process records its own reads, as AuditedFileSystem does."""
+
+    protocol = ("auditeddir",)
+    base: str = ""
+    reads: list[tuple[str, bool, str]] = []
+
+    def __init__(self, **storage_options):
+        super().__init__(path=self.base, fs=LocalFileSystem(), **storage_options)
+
+    def _record(self, path) -> None:
+        self.reads.append((self._strip_protocol(path), *AuditedFileSystem._caller()))
+
+    def open(self, path, mode="rb", *args, **kwargs):
+        if "r" in mode:
+            self._record(path)
+        return super().open(path, mode, *args, **kwargs)
+
+    def cat_file(self, path, *args, **kwargs):
+        self._record(path)
+        return super().cat_file(path, *args, **kwargs)
+
+    def get_file(self, rpath, *args, **kwargs):
+        self._record(rpath)
+        return super().get_file(rpath, *args, **kwargs)
+
+
+class Audit(WorkerPlugin):
+    """Registers the audited directory store in a Dask worker process and counts the tasks it runs,
+    so that the test can ask every process that ran one for its reads (:func:`report`)."""
+
+    ran = 0
+
+    def __init__(self, base: str):
+        self.base = base
+
+    def setup(self, worker) -> None:
+        AuditedDirFileSystem.base = self.base
+        AuditedDirFileSystem.reads.clear()
+        fsspec.register_implementation("auditeddir", AuditedDirFileSystem, clobber=True)
+
+    def transition(self, key, start, finish, **kwargs) -> None:
+        if start == "executing":
+            Audit.ran += 1
+
+
+def report() -> dict:
+    """A worker process's account: its id, the tasks it ran and every read it recorded."""
+    return {"pid": os.getpid(), "ran": Audit.ran, "reads": list(AuditedDirFileSystem.reads)}
 
 
 def walked_around(reads: list[tuple[str, bool, str]]) -> list[str]:
@@ -118,6 +175,70 @@ def test_every_read_of_a_link_run_goes_through_the_verified_reader(audited, tmp_
         partition_rows=2, index_rows=5)
     assert any(p.endswith(".faiss") for p, checked, _ in reads if checked)
     assert walked_around(reads) == []
+
+
+def _body(fn, *args):
+    """A Prefect task's body, run where Dask puts it, as a flow's task runner runs it (no run logger)."""
+    from prefect.logging import disable_run_logger
+
+    with disable_run_logger():
+        return fn(*args)
+
+
+def _raw_read(ds: Dataset, index: int) -> int:
+    """A part read around the verified reader, in a worker: the workers' positive control."""
+    return pq.read_table(f"{ds.path}/{ds.part_name(index)}", filesystem=ds.fs).num_rows
+
+
+def test_every_read_in_dask_worker_processes_goes_through_the_verified_reader(dump, tmp_path, monkeypatch):
+    """The corpus stages with their mapped tasks on a local Dask cluster of two worker processes and
+    the root on the audited directory store: every process that ran a task reported its reads, and
+    none walked around the verified reader; a raw read in a worker is found (the control)."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from tests.test_incremental_corpus import InProcess, build
+
+    class OnDask(InProcess):
+        """The wiring's steps with `submit` and `map` on the workers (the flow's task runner), `call` here."""
+
+        def __init__(self, client):
+            self.client = client
+
+        def submit(self, task, *args):
+            return self.client.submit(_body, task.fn, *args, pure=False).result()
+
+        def map(self, task, *args) -> list:
+            n = next(len(list(a)) for a in args if not isinstance(a, unmapped))
+            items = [a.value if isinstance(a, unmapped) else list(a) for a in args]
+            return self.client.gather([self.client.submit(_body, task.fn, *(
+                v if isinstance(a, unmapped) else v[i] for a, v in zip(args, items)), pure=False) for i in range(n)])
+
+    from prefect import unmapped
+
+    base = tmp_path / "audited"
+    base.mkdir()
+    Audit(str(base)).setup(None)  # this process too: the flow's own steps
+    root = f"auditeddir://pearl-{uuid.uuid4().hex}"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        client.register_plugin(Audit(str(base)))
+        with get_task_stream(client) as stream:
+            built = build(dump, root, OnDask(client))
+        workers = {t["worker"] for t in stream.data}
+        reports = client.run(report)
+        assert workers and workers <= set(reports)  # every process that ran a task answered
+        assert all(reports[w]["ran"] and reports[w]["reads"] for w in workers)
+        reads = [r for w in workers for r in reports[w]["reads"]] + AuditedDirFileSystem.reads
+        assert any(checked and "/sentences/" in p for p, checked, _ in
+                   (r for w in workers for r in reports[w]["reads"]))  # the workers read parts, checked
+        assert not os.path.exists(root.split("://", 1)[1])
+        found = walked_around(reads)
+        assert found == [], "\n".join(found)
+
+        raw = built["text"].sentences
+        assert client.submit(_raw_read, raw, 0, pure=False).result() > 0
+        caught = walked_around([r for rep in client.run(report).values() for r in rep["reads"]])
+        assert caught and all("/sentences/" in p for p in caught), caught
 
 
 def test_the_check_catches_a_raw_read_put_back(audited, dump, monkeypatch):
