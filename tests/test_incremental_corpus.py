@@ -85,10 +85,9 @@ def write_dump(path: Path, pages) -> str:
     return str(path)
 
 
-def build(source: str, root: str, steps: Steps = STEPS) -> dict:
+def build(source: str, root: str) -> dict:
     """raw_pages -> pages -> phrase_occurrences -> phrases (typed from examples), as corpus_wiring
-    runs them, with small parts and chunks so that pages and sentences move between them (``steps``:
-    where the tasks run, in this process by default)."""
+    runs them, with small parts and chunks so that pages and sentences move between them."""
     from tasks.pages import pages_stage
     from tasks.phrase_occurrences import occurrences_stage
     from tasks.phrase_types import phrase_types_stage
@@ -97,11 +96,11 @@ def build(source: str, root: str, steps: Steps = STEPS) -> dict:
 
     read, phrases = ReadConfig(pages_per_partition=3, multistream_index=None), PhrasesConfig(
         sentences_per_chunk=4, phrase_buckets=2)
-    raw, _ = raw_pages_stage(source, root, read.params(), None, steps=steps)
-    text, _ = pages_stage(raw, PagesConfig().params(2), steps=steps)
-    mined = occurrences_stage(text.sentences, phrases.mining_params(2), steps=steps)
-    untyped, _ = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), 2, steps=steps)
-    typed, _, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=steps)
+    raw, _ = raw_pages_stage(source, root, read.params(), None, steps=STEPS)
+    text, _ = pages_stage(raw, PagesConfig().params(2), steps=STEPS)
+    mined = occurrences_stage(text.sentences, phrases.mining_params(2), steps=STEPS)
+    untyped, _ = phrases_stage(mined.occurrences, mined.word_counts, phrases.reduce_params(), 2, steps=STEPS)
+    typed, _, _ = phrase_types_stage(untyped, text.sentences, phrases.mining_params(2), 2, steps=STEPS)
     versions = {d.name: d.version for d in (*text.all(), *mined.datasets(), untyped, typed)}
     return {"versions": versions, "page_store": text.reuse, "sentence_store": mined.reuse, "text": text,
             "phrases": typed, "type_store": latest_version(root, "sentence_types")}

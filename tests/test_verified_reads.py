@@ -191,12 +191,15 @@ def _raw_read(ds: Dataset, index: int) -> int:
 
 
 def test_every_read_in_dask_worker_processes_goes_through_the_verified_reader(dump, tmp_path, monkeypatch):
-    """The corpus stages with their mapped tasks on a local Dask cluster of two worker processes and
+    """The first corpus stages with their mapped tasks on a local Dask cluster of two worker processes and
     the root on the audited directory store: every process that ran a task reported its reads, and
     none walked around the verified reader; a raw read in a worker is found (the control)."""
     from distributed import Client, LocalCluster, get_task_stream
 
-    from tests.test_incremental_corpus import InProcess, build
+    from flows.corpus_config import PagesConfig, ReadConfig
+    from tasks.pages import pages_stage
+    from tasks.raw_pages import raw_pages_stage
+    from tests.test_incremental_corpus import InProcess
 
     class OnDask(InProcess):
         """The wiring's steps with `submit` and `map` on the workers (the flow's task runner), `call` here."""
@@ -222,21 +225,23 @@ def test_every_read_in_dask_worker_processes_goes_through_the_verified_reader(du
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         client.register_plugin(Audit(str(base)))
-        with get_task_stream(client) as stream:
-            built = build(dump, root, OnDask(client))
+        steps = OnDask(client)
+        with get_task_stream(client) as stream:  # the pages stage reads raw_pages parts by index, on the workers
+            raw, _ = raw_pages_stage(dump, root, ReadConfig(pages_per_partition=3, multistream_index=None).params(),
+                                     None, steps=steps)
+            text, _ = pages_stage(raw, PagesConfig().params(2), steps=steps)
         workers = {t["worker"] for t in stream.data}
         reports = client.run(report)
         assert workers and workers <= set(reports)  # every process that ran a task answered
         assert all(reports[w]["ran"] and reports[w]["reads"] for w in workers)
         reads = [r for w in workers for r in reports[w]["reads"]] + AuditedDirFileSystem.reads
-        assert any(checked and "/sentences/" in p for p, checked, _ in
+        assert any(checked and "/raw_pages/" in p for p, checked, _ in
                    (r for w in workers for r in reports[w]["reads"]))  # the workers read parts, checked
         assert not os.path.exists(root.split("://", 1)[1])
         found = walked_around(reads)
         assert found == [], "\n".join(found)
 
-        raw = built["text"].sentences
-        assert client.submit(_raw_read, raw, 0, pure=False).result() > 0
+        assert client.submit(_raw_read, text.sentences, 0, pure=False).result() > 0
         caught = walked_around([r for rep in client.run(report).values() for r in rep["reads"]])
         assert caught and all("/sentences/" in p for p in caught), caught
 
