@@ -289,7 +289,9 @@ def test_every_read_of_a_training_and_an_evaluation_goes_through_the_verified_re
     pytest.importorskip("torch")
     from pearl_model.training.config import TrainConfig
     from tasks.char_encoder import run_char_encoder
-    from tasks.evaluation import evaluate_model, kept_rows_dir
+    from prefect.logging import disable_run_logger
+
+    from tasks.evaluation import commit_results_task, evaluate_model_task, plan_results
     from tasks.training import (model_directory_task, plan_model, resolve_training_set, train_model, training_log,
                                 word_vectors_of)
     from tests.conftest import tiny_benchmark
@@ -309,15 +311,18 @@ def test_every_read_of_a_training_and_an_evaluation_goes_through_the_verified_re
     assert training_log(out)["history"]
     bench = tmp_path / "bench"
     tiny_benchmark(bench, WORDS, turney=10, bird=12)
-    model = model_directory_task.fn(out)  # the task's code, without a Prefect server
-    for _ in range(2):  # the second time, the scores are read back from where they were kept
-        rows = evaluate_model(model, str(bench), ["turney", "bird"], [0], draws=2, rows_dir=kept_rows_dir(root))
-    assert rows
+    model = model_directory_task.fn(out)  # the tasks' code, without a Prefect server
+    results = plan_results(root, [model], str(bench), ["turney", "bird"], [0], draws=2)
+    with disable_run_logger():
+        for _ in range(2):  # the second time, the attempt's scores are read back (has_part, read_part)
+            rows = evaluate_model_task.fn(model, results, 0, str(bench), ["turney", "bird"], [0], None, 2)
+        commit_results_task.fn(results, {}, str(bench))
+    assert rows == results.read().to_pylist()
     found = walked_around(reads)
     assert found == [], "\n".join(found)
     checked = {p for p, ok, _ in reads if ok}
     assert any("/training_set/" in p for p in checked) and any("/models/" in p for p in checked)
-    assert any("/char_encoder/" in p for p in checked)
+    assert any("/char_encoder/" in p for p in checked) and any("/eval_results/" in p for p in checked)
     assert not os.path.exists(root.split("://", 1)[1])
     assert walked_around(reads) == []
 
