@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import subprocess
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from .atomic import atomic_path, atomic_write_text, clean_leftovers
 from .buckets import bucket_column
 from .verified import (RECORDS, Damaged, ManifestError, UnsafeManifest, checked_entry, contained,  # noqa: F401
-                       read_record, record_written, recorded_names, verified_bytes, verified_once)
+                       file_stamp, read_record, record_written, recorded_names, verified_bytes, verified_once)
 from pearl_redact import redact
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,10 @@ LATEST = "_latest.json"
 # ("m1", "bench-100") are versions too. Also a JSON-schema pattern (flow parameters).
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 _VERSION = re.compile(VERSION_PATTERN)
+# the parts of committed versions this process has read, by their manifest's path and stamp (a commit
+# never changes a manifest; one deleted and written again has another stamp, so it is read again)
+_LISTED: OrderedDict[tuple, dict[str, "Part"]] = OrderedDict()
+_LISTED_KEPT = 256
 
 
 class DatasetIncomplete(FileNotFoundError):
@@ -365,16 +369,33 @@ class Dataset(Versioned):
         against the manifest of a committed version (``part``: its entry, when the caller holds it), or
         its writer's record in an attempt still being written."""
         name = self.part_name(index)
+        if part is None and super().is_complete():
+            part = self._listed().get(name)
+            if part is None:
+                raise ManifestError(f"{self.url}/{MANIFEST}: lists no part {name}")
         if part is not None:
             entry = {"file": part.file, "bytes": part.bytes, "sha256": part.sha256}
-        elif super().is_complete():
-            entry = next((p for p in self.parts() if p.file == name), None)
-            if entry is None:
-                raise ManifestError(f"{self.url}/{MANIFEST}: lists no part {name}")
-            entry = {"file": entry.file, "bytes": entry.bytes, "sha256": entry.sha256}
         else:
             entry = read_record(self.fs, self.path, name, self.url)
         return verified_once(self.fs, self.path, entry, self.url)
+
+    def _listed(self) -> dict[str, Part]:
+        """The committed version's parts by name (:meth:`parts`), read once per process while its
+        manifest's stamp stays the same: a reader of parts by index does not parse it for each."""
+        fs, path = self.fs, f"{self.path}/{MANIFEST}"
+        try:
+            stamp = file_stamp(fs, path)
+            key = (fs.protocol, path, stamp) if stamp[-1] != "" else None  # no stamp: read every time
+        except FileNotFoundError:
+            key = None
+        listed = _LISTED.get(key) if key else None
+        if listed is None:
+            listed = {p.file: p for p in self.parts()}
+            if key:
+                _LISTED[key] = listed
+                while len(_LISTED) > _LISTED_KEPT:
+                    _LISTED.popitem(last=False)
+        return listed
 
     def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
         """The committed version's rows (``filter``: a pyarrow expression), part by part."""

@@ -34,6 +34,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from storage.atomic import TMP, check_exclusive, fsync_path, is_local, write_exclusive
 from storage.datasets import MANIFEST, ManifestError, Versioned, dataset_version, new_manifest, publish_latest
+from storage.verified import Damaged, sha256_of, verified_bytes, verified_copy, verified_in_place
 from pearl_redact import redact
 
 __all__ = ["FileSet", "plan_fileset", "default_cache"]
@@ -52,14 +53,6 @@ def _relative_file(name: object, fileset: "FileSet") -> str:
     (the check is Versioned.file_path's, shared with datasets)."""
     fileset.file_path(name)
     return name
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _remove(fs, path: str) -> None:
@@ -114,7 +107,10 @@ class FileSet(Versioned):
             raise ValueError(f"{local_dir} holds no files to upload")
         if any(rel == MANIFEST for rel, _ in files):
             raise ValueError(f"{local_dir} must not contain a top-level {MANIFEST}: the name is reserved")
-        entries = [{"file": rel, "bytes": src.stat().st_size, "sha256": _sha256(src)} for rel, src in files]
+        # the writer's record of each file, made as it is written (the upload commits whole, so no
+        # attempt of it is ever read: the manifest holds the records)
+        entries = [{"file": rel, "bytes": size, "sha256": sha}
+                   for rel, (size, sha) in ((rel, sha256_of(LocalFileSystem(), str(src))) for rel, src in files)]
         body = {"kind": "files", "files": entries, "bytes": sum(e["bytes"] for e in entries)}
         commit = self._commit_renamed if is_local(self.fs) else self._commit_named
         manifest = new_manifest(self.name, self.version, body, code_version=code_version, params=params,
@@ -230,28 +226,33 @@ class FileSet(Versioned):
     def _base(self, manifest: dict) -> str:
         return self.file_path(manifest["dir"]) if manifest.get("dir") else self.path
 
-    def open(self, rel: str, mode: str = "rb"):
-        """Open file ``rel`` of the committed version for reading."""
-        return self.fs.open(self.stored_path(rel), mode)
+    def read_bytes(self, rel: str) -> bytes:
+        """File ``rel`` of the committed version, read through the verified reader (its size and
+        sha256 as the manifest lists them; Damaged, UnsafeManifest, in one line)."""
+        manifest = self.manifest()
+        entry = dict(self.entries(manifest)).get(rel)
+        if entry is None:
+            raise ManifestError(f"{self.url}/{MANIFEST}: lists no file {rel!r}")
+        return verified_bytes(self.fs, self._base(manifest), entry, self.url)
 
     # --- local access ----------------------------------------------------------------
     def local_copy(self, cache_dir: str | os.PathLike | None = None) -> Path:
-        """A local directory holding the files: the version directory itself on a local root,
-        otherwise a copy downloaded once into ``cache_dir`` (default
-        ``$PEARL_CACHE/storage/<name>/<version>``, ``~/.cache/pearl_model`` by default). Raises DatasetIncomplete for a
-        version without manifest.
+        """A local directory holding the files, for a loader that takes a directory: the version
+        directory itself on a local root, otherwise a copy downloaded once into ``cache_dir`` (default
+        ``$PEARL_CACHE/storage/<name>/<version>``, ``~/.cache/pearl_model`` by default). Raises
+        DatasetIncomplete for a version without manifest.
 
-        Every file is checked against the manifest's size and sha256: a file changed after commit
-        is an OSError naming it (a changed download is downloaded again). A directory verified as
+        Every file is checked against the manifest's size and sha256 by the verified reader
+        (storage.verified: in place on a local root, as it is copied otherwise): a file changed after
+        commit is an OSError naming it (a changed download is downloaded again). A directory verified as
         it is now (each file's size and mtime) leaves a marker under
         ``$PEARL_CACHE/storage/_verified/``, so a second call only stats the files."""
         manifest = self.manifest()
         entries = self.entries(manifest)
+        base, local_fs = self._base(manifest), LocalFileSystem()
 
-        def check(rel: str, path: Path, entry: dict) -> None:
-            if path.stat().st_size != entry["bytes"] or ("sha256" in entry and _sha256(path) != entry["sha256"]):
-                raise OSError(f"{self.url}: {rel} does not match its manifest (size or sha256): "
-                              "changed after commit")
+        def changed(rel: str, e: Damaged) -> OSError:
+            return OSError(f"{self.url}: {rel} does not match its manifest (size or sha256): changed after commit ({e})")
 
         def verified(target: Path) -> Path:
             key = hashlib.sha256(f"{target.resolve()}\0{self.version}\0{manifest['created_at']}".encode())
@@ -261,7 +262,10 @@ class FileSet(Versioned):
             marker = default_cache() / "_verified" / key.hexdigest()
             if not marker.exists():
                 for rel, entry in entries:
-                    check(rel, target / rel, entry)
+                    try:
+                        verified_in_place(local_fs, str(target), entry, self.url)
+                    except Damaged as e:
+                        raise changed(rel, e) from None
                 try:
                     marker.parent.mkdir(parents=True, exist_ok=True)
                     marker.touch()
@@ -270,10 +274,10 @@ class FileSet(Versioned):
             return target
 
         if isinstance(self.fs, LocalFileSystem):
-            missing = [rel for rel, _ in entries if not Path(self.stored_path(rel, manifest)).is_file()]
+            missing = [rel for rel, _ in entries if not Path(base, rel).is_file()]
             if missing:
                 raise OSError(f"{self.url}: {missing[0]} is listed in the manifest but missing")
-            return verified(Path(self._base(manifest)))
+            return verified(Path(base))
         target = Path(cache_dir) if cache_dir else default_cache() / self.name / self.version
         marker = target / MANIFEST
         if marker.exists():
@@ -288,14 +292,15 @@ class FileSet(Versioned):
                 except OSError:  # the copy changed since it was downloaded: download it again
                     pass
             marker.unlink()  # or a different upload of this version
-        fs = self.fs
         for rel, entry in entries:
             dest = target / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_name(f"{TMP}{uuid.uuid4().hex}-{dest.name}")
             try:
-                fs.get_file(self.stored_path(rel, manifest), str(tmp))
-                check(rel, tmp, entry)
+                try:
+                    verified_copy(self.fs, base, entry, self.url, str(tmp))
+                except Damaged as e:
+                    raise changed(rel, e) from None
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)

@@ -8,7 +8,9 @@ records into its manifest; a reader checks the file against the manifest (commit
 (uncommitted), through :func:`verified_bytes` (the checked bytes, for a parser) or
 :func:`verified_once` (the checked file, open, for a parser that reads only some row groups of it:
 hashed once per process, the verdict kept while the file's size and modification stamp stay the
-same). Only these two open a stored file for reading; no path to one leaves ``storage/``.
+same). Only these open a stored file for reading, with :func:`verified_copy` (a checked local copy,
+for a loader that takes a directory: a stored model on a remote root); no path to one leaves
+``storage/`` except a local root's model directory, checked by :func:`verified_in_place` first.
 
 Containment: a name is a relative path inside its version (no "..", no absolute path, no scheme)
 and, on a local root, no component under the version directory is a symbolic link, wherever it
@@ -121,12 +123,15 @@ def recorded_names(fs: fsspec.AbstractFileSystem, base: str) -> list[str]:
     return sorted(n[:-5] for n in (p.rstrip("/").rsplit("/", 1)[-1] for p in found) if n.endswith(".json"))
 
 
-def _stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple:
+def file_stamp(fs: fsspec.AbstractFileSystem, path: str) -> tuple:
+    """What changes when a file is written again: its size and modification stamp (ETag on a store);
+    ``(size, "")`` where the store tells none, which no cache of a verdict may trust."""
     if is_local(fs):
         st = os.stat(path)
         return st.st_size, st.st_mtime_ns, st.st_ino
     info = fs.info(path)
-    return info.get("size"), str(info.get("ETag") or info.get("mtime") or info.get("LastModified") or "")
+    return info.get("size"), str(info.get("ETag") or info.get("mtime") or info.get("LastModified")
+                                 or info.get("created") or "")
 
 
 def _located(fs: fsspec.AbstractFileSystem, base: str, entry: object, where: str) -> tuple[dict, str]:
@@ -167,15 +172,46 @@ def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: 
     are those it was checked with. The only place a stored file is opened for a parser."""
     entry, path = _located(fs, base, entry, where)
     try:
-        key = (fs.protocol, path, entry["bytes"], entry["sha256"], _stamp(fs, path))
+        key = (fs.protocol, path, entry["bytes"], entry["sha256"], file_stamp(fs, path))
     except FileNotFoundError:
         raise _missing(entry, where) from None
     if key not in _VERDICTS:
         _check(entry, where, *sha256_of(fs, path))
+        if key[-1][-1] == "":
+            return fs.open(path, "rb")  # a store that tells no stamp: checked every time
         _VERDICTS[key] = True
         while len(_VERDICTS) > _VERDICTS_KEPT:
             _VERDICTS.popitem(last=False)
     return fs.open(path, "rb")
+
+
+def verified_copy(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str, dest: str) -> None:
+    """The file ``entry`` names, copied to the local path ``dest`` (a temporary name of the caller's:
+    it renames it once this returns) and checked as it is copied, as :func:`verified_bytes` checks it:
+    for a loader that takes a directory (a stored model's local copy), never holding it whole."""
+    entry, path = _located(fs, base, entry, where)
+    digest, size = hashlib.sha256(), 0
+    try:
+        with fs.open(path, "rb") as src, open(dest, "wb") as out:
+            for block in iter(lambda: src.read(1 << 22), b""):
+                digest.update(block)
+                size += len(block)
+                if size > entry["bytes"]:
+                    break  # longer than recorded: refused below without copying the rest
+                out.write(block)
+    except FileNotFoundError:
+        raise _missing(entry, where) from None
+    _check(entry, where, size, digest.hexdigest())
+
+
+def verified_in_place(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str) -> str:
+    """The local path of the file ``entry`` names, checked as :func:`verified_once` checks it (hashed
+    once per process while its size and modification stamp stay the same), for a loader that takes a
+    directory on a local root (a stored model, loaded in place: the model door checks its
+    ``checksums.sha256`` again when it loads it)."""
+    with verified_once(fs, base, entry, where):
+        pass
+    return contained(fs, base, entry["file"], where)
 
 
 def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) -> dict:

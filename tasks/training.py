@@ -323,8 +323,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
 
 
 def training_log(out: FileSet) -> dict:
-    with out.open(HISTORY_FILE, "r") as fh:
-        return json.load(fh)
+    return json.loads(out.read_bytes(HISTORY_FILE))
 
 
 def curves_png(history: list[dict], validation: list[dict]) -> bytes:

@@ -278,7 +278,7 @@ def test_a_bad_file_set_manifest_is_refused(place, tmp_path, name, how, data):
     path.write_text(json.dumps(m))
     refused(lambda: f.local_copy(tmp_path / "cache"), ManifestError, sentinel, root)
     if how == "dir":
-        refused(lambda: f.open("config.json"), UnsafeManifest, sentinel, root)
+        refused(lambda: f.read_bytes("config.json"), UnsafeManifest, sentinel, root)
 
 
 # --- generated bad pointers ----------------------------------------------------------------------------

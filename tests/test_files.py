@@ -100,8 +100,7 @@ def test_reupload_of_a_complete_version_is_a_no_op(any_root, tmp_path):
     (other / "model.bin").write_bytes(b"different")
     again = upload(f, other)
     assert again == first  # the existing manifest, untouched
-    with f.open("model.bin") as fh:
-        assert fh.read() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert f.read_bytes("model.bin") == (tmp_path / "model" / "model.bin").read_bytes()
     assert not f.fs.exists(f.stored_path("other"))
 
 
@@ -226,3 +225,19 @@ def test_a_killed_uploads_staging_is_removed_once_old(root, tmp_path):
     os.utime(dead, (old, old))
     upload(f, model_dir(tmp_path))
     assert not dead.exists() and fresh.is_dir()
+
+
+def test_a_stored_file_replaced_by_a_link_is_refused_wherever_it_points(root, tmp_path):
+    """A model version on a local root is loaded in place: a file of it replaced by a symbolic link,
+    even to a copy of the very same bytes, is refused (the project writes none), and never followed."""
+    from storage.verified import UnsafeManifest
+
+    f = plan_fileset(root, "m", "t-1", PARAMS, INPUTS)
+    upload(f, model_dir(tmp_path))
+    stored = Path(f.path) / "model.bin"
+    twin = tmp_path / "twin.bin"
+    twin.write_bytes(stored.read_bytes())
+    stored.unlink()
+    stored.symlink_to(twin)
+    with pytest.raises(UnsafeManifest, match="model.bin is a symbolic link"):
+        f.local_copy()

@@ -245,6 +245,26 @@ def test_resume_takes_the_same_next_step(parts, tmp_path):
     assert len(list((tmp_path / "a").glob("step-*"))) == 2  # only the last two are kept
 
 
+@pytest.mark.parametrize("damage", ["flip", "truncate", "pointer"])
+def test_a_damaged_checkpoint_is_trained_again_never_loaded(parts, tmp_path, damage):
+    """A checkpoint is a cache of the run: a byte flipped in its weights, a truncated file (each
+    checked against the size and sha256 its writer recorded in state.json) or a pointer leading out
+    of the directory is warned about and the run starts over, with the model untouched by it."""
+    exs = toy_examples()
+    T.train(make_model(parts), exs, cfg(max_steps=3, checkpoint_every=3), checkpoint_dir=tmp_path)
+    weights = tmp_path / "step-0000003" / "model.safetensors"
+    if damage == "flip":
+        data = bytearray(weights.read_bytes())
+        data[-3] ^= 0x01  # inside the last tensor's values: safetensors alone would load it
+        weights.write_bytes(bytes(data))
+    elif damage == "truncate":
+        weights.write_bytes(weights.read_bytes()[:-8])
+    else:
+        (tmp_path / "latest.json").write_text(json.dumps({"step": 3, "path": "../elsewhere/step-0000003"}))
+    res = T.train(make_model(parts), exs, cfg(max_steps=4, checkpoint_every=3), checkpoint_dir=tmp_path)
+    assert res.resumed_from is None and res.steps == 4
+
+
 def test_nan_loss_stops_with_the_last_good_checkpoint(parts, tmp_path, monkeypatch):
     model = make_model(parts)
     exs = toy_examples()

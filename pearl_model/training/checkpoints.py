@@ -4,22 +4,56 @@ A checkpoint holds the model's weights, Adam's state (tensors flattened into saf
 rest in JSON), the RNG states and the run's history, written to a temporary directory and
 renamed, so an interrupted run resumes from the last whole one. The selection's best weights
 (``selected.safetensors``) and its records (``selection.json``) sit beside them.
+
+Each file's size and SHA-256 are recorded by its writer (a checkpoint's in its ``state.json``, the kept
+weights' in ``selected.json``) and checked before safetensors sees a byte (it is handed the checked
+bytes): a checkpoint is a cache of the run, so one that is damaged, or written before the records,
+is warned about and trained again (:class:`DamagedCheckpoint`), never loaded. The library imports no
+``storage``, so this is the checkpoints' own check, of the same rule (docs/operating.md, threat model).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
 
+import logging
+
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 from pearl_model.evaluation.row_cache import write_json_atomic
 from pearl_model.training.config import TrainConfig
 
-CHECKPOINT_FORMAT = "pearl-checkpoint/1"
+log = logging.getLogger(__name__)
+CHECKPOINT_FORMAT = "pearl-checkpoint/2"  # 2: each file's size and sha256 in state.json
+WEIGHT_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint or the kept weights are not what their writer recorded (or have no record): trained
+    again, never loaded. The message names the file."""
+
+
+def _record(path: Path) -> dict:
+    data = path.read_bytes()
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _checked(path: Path, record: object) -> bytes:
+    """The bytes of ``path`` when they are what ``record`` says, else DamagedCheckpoint."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DamagedCheckpoint(f"{path}: cannot be read ({e.strerror or e})") from None
+    if not isinstance(record, dict) or {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} != {
+            "bytes": record.get("bytes"), "sha256": record.get("sha256")}:
+        raise DamagedCheckpoint(f"{path}: not what its writer recorded (size or sha256), or no record")
+    return data
 
 
 def _flatten_optimizer(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -58,6 +92,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, opt: torch.op
         rng.update({f"cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
     save_file(rng, str(tmp / "rng.safetensors"))
     (tmp / "state.json").write_text(json.dumps({"format": CHECKPOINT_FORMAT, "step": step,
+                                                "files": {n: _record(tmp / n) for n in WEIGHT_FILES},
                                                 "config": cfg.model_dump(mode="json"), "optimizer": opt_meta,
                                                 "history": history, "validation": list(validation)}))
     if final.exists():
@@ -75,21 +110,33 @@ def latest_checkpoint(directory: str | Path | None) -> Path | None:
     pointer = Path(directory) / "latest.json"
     if not pointer.is_file():
         return None
-    path = Path(directory) / json.loads(pointer.read_text())["path"]
+    try:
+        name = json.loads(pointer.read_text())["path"]
+    except (OSError, ValueError, TypeError, KeyError):
+        name = None
+    if not isinstance(name, str) or re.fullmatch(r"step-\d{7}", name) is None:  # a pointer leads nowhere else
+        log.warning("%s is not a checkpoint pointer: training from the start", pointer)
+        return None
+    path = Path(directory) / name
     return path if (path / "state.json").is_file() else None
 
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module,
                     opt: torch.optim.Optimizer) -> tuple[int, list[dict], list[dict]]:
-    """Restore model, optimiser and RNG states; returns (step, history, validation records so far)."""
+    """Restore model, optimiser and RNG states; returns (step, history, validation records so far).
+    Every file is checked against its record before anything is restored: DamagedCheckpoint, and the
+    model and optimiser untouched, when one is not what its writer recorded."""
     path = Path(path)
-    state = json.loads((path / "state.json").read_text())
-    if state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint")
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except (OSError, ValueError) as e:
+        raise DamagedCheckpoint(f"{path}/state.json cannot be read ({e})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or not isinstance(state.get("files"), dict):
+        raise DamagedCheckpoint(f"{path} is not a {CHECKPOINT_FORMAT} checkpoint (its files' digests unrecorded)")
+    weights, opt_tensors, rng = [load(_checked(path / n, state["files"].get(n))) for n in WEIGHT_FILES]
     device = next(model.parameters()).device
-    model.load_state_dict(load_file(str(path / "model.safetensors"), device=str(device)))
-    opt.load_state_dict(_unflatten_optimizer(load_file(str(path / "optimizer.safetensors")), state["optimizer"]))
-    rng = load_file(str(path / "rng.safetensors"))
+    model.load_state_dict({k: v.to(device) for k, v in weights.items()})
+    opt.load_state_dict(_unflatten_optimizer(opt_tensors, state["optimizer"]))
     torch.set_rng_state(rng["torch"])
     cuda_states = [rng[k] for k in sorted(k for k in rng if k.startswith("cuda."))]
     if cuda_states and torch.cuda.is_available():
@@ -97,7 +144,7 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module,
     return int(state["step"]), list(state["history"]), list(state.get("validation", []))
 
 
-SELECTED_WEIGHTS, SELECTION_LOG = "selected.safetensors", "selection.json"
+SELECTED_WEIGHTS, SELECTION_LOG, SELECTED_RECORD = "selected.safetensors", "selection.json", "selected.json"
 
 
 def save_selection(directory: str | Path | None, state: dict | None, step: int | None,
@@ -110,18 +157,33 @@ def save_selection(directory: str | Path | None, state: dict | None, step: int |
     if state is not None:
         tmp = directory / f".{SELECTED_WEIGHTS}.{uuid.uuid4().hex}"
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp), metadata={"step": str(step)})
+        (directory / SELECTED_RECORD).unlink(missing_ok=True)  # weights without their record are never loaded
+        record = _record(tmp)
         os.replace(tmp, directory / SELECTED_WEIGHTS)
+        write_json_atomic(directory / SELECTED_RECORD, record)
     if records is not None:
         write_json_atomic(directory / SELECTION_LOG, {"records": records})
 
 
 def load_selection(directory: str | Path | None) -> list[dict]:
-    """The selection records of an interrupted run (none without its chosen weights)."""
+    """The selection records of an interrupted run (none without its chosen weights as their writer
+    recorded them: the selection then starts again)."""
     if directory is None or not (Path(directory) / SELECTED_WEIGHTS).is_file():
+        return []
+    try:
+        load_selected_state(directory)
+    except DamagedCheckpoint as e:
+        log.warning("%s: the dev selection starts again", e)
         return []
     path = Path(directory) / SELECTION_LOG
     return json.loads(path.read_text())["records"] if path.is_file() else []
 
 
 def load_selected_state(directory: str | Path | None) -> dict[str, torch.Tensor]:
-    return load_file(str(Path(directory) / SELECTED_WEIGHTS))
+    """The kept weights, checked against their record (DamagedCheckpoint)."""
+    directory = Path(directory)
+    try:
+        record = json.loads((directory / SELECTED_RECORD).read_text())
+    except (OSError, ValueError):
+        record = None
+    return load(_checked(directory / SELECTED_WEIGHTS, record))

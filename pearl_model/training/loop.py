@@ -59,8 +59,8 @@ from pearl_model.pairs.augment import CHAR_OPS, augment, can_change
 from pearl_model.phrases.labels import LABELS, OTHER
 from pearl_model.phrases.senses import NOUN_SENSES
 from pearl_model.training import char_encoder as chars
-from pearl_model.training.checkpoints import (latest_checkpoint, load_checkpoint, load_selected_state, load_selection,
-                                              save_checkpoint, save_selection)
+from pearl_model.training.checkpoints import (DamagedCheckpoint, latest_checkpoint, load_checkpoint,
+                                              load_selected_state, load_selection, save_checkpoint, save_selection)
 from pearl_model.training.config import TrainConfig
 from pearl_model.training.selection import rank
 
@@ -532,9 +532,14 @@ def train(model, examples: Sequence[Example], cfg: TrainConfig, *, validation: S
     step, history, validation_records, resumed_from = 0, [], [], None
     ckpt = latest_checkpoint(checkpoint_dir) if resume else None
     if ckpt is not None:
-        step, history, validation_records = load_checkpoint(ckpt, model, opt)
-        resumed_from = step
-        log.info("resumed from %s (step %d of %d)", ckpt, step, total)
+        try:
+            step, history, validation_records = load_checkpoint(ckpt, model, opt)
+        except DamagedCheckpoint as e:  # a cache of the run: trained again, never loaded
+            log.warning("%s: training from the start", e)
+            ckpt = None
+        else:
+            resumed_from = step
+            log.info("resumed from %s (step %d of %d)", ckpt, step, total)
     last_good = str(ckpt) if ckpt else None
     use_bf16 = autocast_bf16(device, cfg)
     if device.type == "cuda":
