@@ -554,7 +554,7 @@ def check_labels(plan: LinkPlan, left: SideParts, right: SideParts) -> int:
     names = {}
     for side, parts in (("left", left), ("right", right)):
         wanted = pc.unique(pairs[side].drop_null())  # only the labelled names are read back, not a whole side
-        found = [plan.names("left" if plan.dedupe else side).read_part(i, ["name"], pc.field("name").isin(wanted))
+        found = [plan.names(side).read_part(i, ["name"], pc.field("name").isin(wanted))
                  for i in range(parts.parts)]
         names[side] = pa.concat_arrays([f["name"].combine_chunks() for f in found]) if found else pa.array([], pa.string())
     check_names(pairs, plan.labels, names["left"], names["right"], plan.left, plan.left if plan.dedupe else plan.right)

@@ -97,8 +97,8 @@ def label_pairs(pairs: pa.Table, source: str) -> pa.Table:
     if pc.any(both).as_py():
         name = pairs.filter(none)["left"].filter(both)[0].as_py()
         partner = pairs.filter(pc.and_(pc.equal(pairs["left"], name), pc.invert(none)))["right"][0].as_py()
-        raise LinkInputError(f"{source}: the left name {name!r} has a partner ({partner!r}) and an empty right cell "
-                          f"(no partner); a labelled name has partners or none")
+        raise LinkInputError(f"{source}: the left name {name!r} has a partner ({partner!r}) and an empty right "
+                             "cell (no partner); a labelled name has partners or none")
     return pairs
 
 
