@@ -11,9 +11,9 @@ from flows.dask_runner import dask_run_records, dask_task_runner
 from flows.parameters import Text, flow
 from pearl_model.linking.rescore import COSINE_WEIGHT
 from tasks.matches import (
-    EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, choose_threshold_task, encode_part_task, index_right_task,
-    link_report_task,
-    plan_link_task, query_left_task, split_side_task, tuning_sample_task, write_matches_task,
+    EXACT_LIMIT, MAX_ROW_BYTES, PARTITION_ROWS, RECALL_SAMPLE, check_labels_task, choose_threshold_task,
+    encode_part_task, index_right_task, link_report_task, plan_link_task, query_left_task, split_side_task,
+    tuning_sample_task, write_matches_task,
 )
 
 
@@ -27,6 +27,7 @@ def link_stages(left: str, right: Optional[str], storage_root: str, settings: di
         right_parts = split_side_task.submit(plan, "right").result() if right is not None else None
         left_parts = left_future.result()
         right_parts = right_parts or left_parts  # dedupe: the table is both sides
+        check_labels_task(plan, left_parts, right_parts)  # bad labels fail before any model loads
         sample = tuning_sample_task(plan, left_parts, right_parts)
         # Submitted in the order the workers should prefer (Dask runs the earliest submitted ready task
         # first): the right side's vectors, its indexes as soon as they are ready, the left side's vectors
@@ -88,8 +89,10 @@ def link(
         cosine_weight: the score: this weight on the cosine, the rest on rapidfuzz's token_set_ratio
             of the best candidates by cosine (1: the cosine alone; the default was chosen on the
             AutoFJ tasks, docs/research/eval-link-autofj.md).
-        labels: a CSV or Parquet table of pairs known to match (columns left, right): the threshold
-            is chosen to reach `precision` on them (not with `threshold`).
+        labels: a random sample of left's names (a CSV or Parquet table, columns left, right), each
+            with its partner in right or an empty right cell (it has none): the threshold is chosen
+            to reach `precision` on them (not with `threshold`), reported with its 95% interval. A
+            name with both a partner and an empty cell, or a name absent from the tables, is refused.
         precision: the precision the labels' threshold reaches.
         dedupe: match left against itself and add a cluster id (connected components of the pairs
             kept); needs threshold or labels.

@@ -519,8 +519,10 @@ def link(
                                               "the default is the weight chosen on the AutoFJ tasks, "
                                               "docs/research/eval-link-autofj.md)"),
     labels: Optional[str] = typer.Option(None, metavar="PAIRS",
-                                         help="a CSV or Parquet table of pairs known to match (columns left, "
-                                              "right): the threshold is chosen to reach --precision on them"),
+                                         help="a random sample of LEFT's names (a CSV or Parquet table, columns "
+                                              "left, right), each with its partner in RIGHT or an empty right "
+                                              "cell (it has none): the threshold is chosen to reach --precision "
+                                              "on them, reported with its 95% interval"),
     precision: float = typer.Option(0.9, min=0.0, max=1.0, help="the precision --labels' threshold reaches"),
     dedupe: bool = typer.Option(False, "--dedupe", help="match one TABLE against itself and add a cluster id "
                                                         "(connected components of the pairs kept)"),
@@ -541,8 +543,10 @@ def link(
     (deployment link/tables, docs/pipeline.md) takes the same parameters and works by partitions on Dask."""
     from pearl_model.linking import clusters, matches, rescore
     from pearl_model.linking.request import CLI_NAMES, request_error
-    from pearl_model.linking.sides import LinkInputError, read_columns, read_side, table_format
-    from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
+    from pearl_model.linking.sides import LinkInputError, read_side, table_format
+    from pearl_model.linking.thresholds import (
+        NO_LABELS, check_names, labelled_best_matches, read_labels, threshold_for_precision,
+    )
 
     problem = request_error(dedupe, right is not None, threshold is not None, labels is not None, CLI_NAMES)
     if problem:
@@ -554,7 +558,9 @@ def link(
             _check_out(out, Format.npy)  # a local --out can be written (the format is not read)
         left_side = read_side(left, left_column, max_row_bytes)
         right_side = left_side if dedupe else read_side(right, right_column, max_row_bytes)
-        pairs = None if labels is None else read_columns(labels, ["left", "right"], max_row_bytes).drop_null()
+        pairs = None if labels is None else read_labels(labels, max_row_bytes)
+        if pairs is not None:
+            check_names(pairs, labels, left_side.names, right_side.names, left, left if dedupe else right)
     except LinkInputError as e:
         _fail(str(e))
     encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
@@ -565,14 +571,16 @@ def link(
                                             rescore.candidate_count(top_k, cosine_weight), exclude_self=dedupe),
                               top_k, cosine_weight)
     if pairs is not None:
-        scores, correct, labelled = labelled_best_matches(candidates, pairs)
-        choice = threshold_for_precision(scores, correct, precision, labelled)
+        judged = labelled_best_matches(candidates, pairs)
+        choice = threshold_for_precision(judged.scores, judged.correct, precision, judged.with_partner,
+                                         judged.without_partner)
         if choice.threshold is None:
             _fail(f"--labels {labels}: {choice.note}"
                   + (f" (the best precision reached: {choice.precision:.3f})" if choice.precision else ""))
         threshold = choice.threshold
-        typer.echo(f"threshold {threshold:.4f}: precision {choice.precision:.3f}, recall {choice.recall:.3f} "
-                   f"on {choice.labelled} left rows with a labelled match ({choice.note})", err=True)
+        typer.echo(choice.summary(), err=True)
+        if choice.warning:
+            typer.echo(f"warning: {choice.warning}", err=True)
     kept, _ = matches.above_threshold(candidates, threshold)
     if dedupe:
         table = clusters.with_clusters(kept, left_side.rows).cast(schemas.DEDUPED_MATCHES)

@@ -7,6 +7,8 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
 2. :func:`split_side`: a side's column streamed into working partitions of ``partition_rows`` rows
    (`link_names`), rows and null or empty names counted. Bad input (a missing column, no rows, no
    name at all, a CSV that is not UTF-8) fails here, before any model loads.
+   :func:`check_labels`: labels that say two things of one name or name a name absent from the
+   tables fail here too.
 3. :func:`tuning_sample`: with a ``recall_target`` and an approximate index, up to ``recall_sample``
    left names drawn at random (seeded) over the whole left side.
 4. :func:`encode_part`: per partition of either side, its names encoded into the working directory
@@ -26,7 +28,8 @@ dataset (`deduped_matches` with `dedupe`), by partitions on Dask. The flow is fl
    the partial top k merged (``merge_top_k``) into the partition's candidates; with an approximate
    index, left partition 0 measures its recall against exact on each shard (from the vectors the
    index holds).
-7. :func:`choose_threshold`: the threshold given, or the one labelled pairs choose for ``precision``.
+7. :func:`choose_threshold`: the threshold given, or the one the labels choose for ``precision``, with
+   its precision and recall on them and their 95% intervals.
 8. :func:`write_matches`: each partition's candidates cut at the threshold (with clusters for
    dedupe) into the output version's parts, each part's counts in its footer; then the manifest,
    last, with the counts, the histogram and the examples the report shows; the working directory is
@@ -57,10 +60,11 @@ from storage.datasets import Dataset, dataset_version, file_fingerprint, resolve
 from storage.schemas import DEDUPED_MATCHES, LINK_NAMES, MATCHES
 from storage.verified import read_recorded, remove_recorded, write_recorded
 
-CODE_VERSION = "matches-6"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
+CODE_VERSION = "matches-7"  # 2: the rescored score; 3: NUL bytes stripped from names; 4: names encoded
 # per partition (the batches a name is encoded in differ, and so may its last bits); 5: dedupe encodes
 # each name once (its left vector is its right one, to the last bit); 6: dedupe tunes efSearch to the
-# recall of the nearest other names (a name finding itself made any efSearch reach the target)
+# recall of the nearest other names (a name finding itself made any efSearch reach the target); 7: a
+# label with an empty right cell is a name with no partner, its match counted wrong (was: dropped)
 # Rows per partition, on each side: 100k names are ~150 MB of 384-dimensional float32 vectors and
 # index, and a left partition's candidates are partition_rows x top_k rows, whatever the tables' size.
 PARTITION_ROWS = 100_000
@@ -538,22 +542,42 @@ def query_left(plan: LinkPlan, part: int, right: SideParts, shards: list[dict]) 
     return {"recall": recall, "queries": len(sample)}
 
 
+def check_labels(plan: LinkPlan, left: SideParts, right: SideParts) -> int:
+    """Read the labels and refuse, before any model loads, labels that say two things of one name or
+    name a name absent from the tables (:mod:`pearl_model.linking.thresholds`); returns how many
+    labelled rows there are (0 without labels)."""
+    from pearl_model.linking.thresholds import check_names, read_labels
+
+    if plan.labels is None:
+        return 0
+    pairs = read_labels(plan.labels, plan.max_row_bytes)
+    names = {}
+    for side, parts in (("left", left), ("right", right)):
+        wanted = pc.unique(pairs[side].drop_null())  # only the labelled names are read back, not a whole side
+        found = [plan.names(side).read_part(i, ["name"], pc.field("name").isin(wanted))
+                 for i in range(parts.parts)]
+        names[side] = pa.concat_arrays([f["name"].combine_chunks() for f in found]) if found else pa.array([], pa.string())
+    check_names(pairs, plan.labels, names["left"], names["right"], plan.left, plan.left if plan.dedupe else plan.right)
+    return pairs.num_rows
+
+
 def choose_threshold(plan: LinkPlan, left_parts: int) -> dict:
-    """The threshold the run cuts at: the one given, none, or the one the labelled pairs choose for
-    ``plan.precision`` over the best candidates (a target no threshold reaches is an error)."""
-    from pearl_model.linking.sides import read_columns
-    from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, threshold_for_precision
+    """The threshold the run cuts at: the one given, none, or the one the labels choose for
+    ``plan.precision`` over the best candidates, with its intervals and counts (a target no threshold
+    reaches is an error)."""
+    from pearl_model.linking.thresholds import NO_LABELS, labelled_best_matches, read_labels, threshold_for_precision
 
     if plan.labels is None:
         given = plan.threshold is not None
         return {"value": plan.threshold, "source": "given" if given else None,
                 "note": f"threshold {plan.threshold} given; not chosen from labels" if given else NO_LABELS}
-    pairs = read_columns(plan.labels, ["left", "right"], plan.max_row_bytes).drop_null()
+    pairs = read_labels(plan.labels, plan.max_row_bytes)
     known = pc.unique(pairs["left"])
     wanted = (pc.field("rank") == 1) & pc.field("left").isin(known)
     best = pa.concat_tables([plan.candidates.read_part(i, filter=wanted) for i in range(left_parts)])
-    scores, correct, labelled = labelled_best_matches(best, pairs)
-    choice = threshold_for_precision(scores, correct, plan.precision, labelled)
+    judged = labelled_best_matches(best, pairs)
+    choice = threshold_for_precision(judged.scores, judged.correct, plan.precision, judged.with_partner,
+                                     judged.without_partner)
     if choice.threshold is None:
         reached = f" (the best precision reached: {choice.precision:.3f})" if choice.precision else ""
         raise ValueError(f"labels {plan.labels}: {choice.note}{reached}")
@@ -562,6 +586,9 @@ def choose_threshold(plan: LinkPlan, left_parts: int) -> dict:
         curve = curve.take(np.unique(np.linspace(0, curve.num_rows - 1, 200).astype(int)))
     return {"value": choice.threshold, "source": "labels", "target": plan.precision, "precision": choice.precision,
             "recall": choice.recall, "labelled": choice.labelled, "note": choice.note,
+            "without_partner": choice.without_partner, "kept": choice.kept, "right": choice.right,
+            "precision_interval": list(choice.precision_interval), "recall_interval": list(choice.recall_interval),
+            "summary": choice.summary(), "warning": choice.warning,
             "curve": {c: curve[c].to_pylist() for c in curve.column_names}}
 
 
@@ -696,9 +723,14 @@ def threshold_markdown(manifest: dict) -> str:
     ax.set_xlabel("recall")
     ax.set_ylabel("precision")
     ax.legend()
-    return (f"# Threshold {t['value']:.4f}, chosen for precision {t['target']}\n\n"
-            f"Precision {t['precision']:.3f}, recall {t['recall']:.3f} on {t['labelled']} left rows with a "
-            f"labelled match ({t['note']}).\n\n" + markdown_image(png_bytes(fig), "precision/recall curve") + "\n")
+    if "summary" in t:  # a version committed before the intervals were reported has none
+        said = t["summary"][0].upper() + t["summary"][1:] + "."
+        said += f"\n\n**Warning**: {t['warning']}." if t.get("warning") else ""
+    else:
+        said = (f"Precision {t['precision']:.3f}, recall {t['recall']:.3f} on {t['labelled']} left rows with a "
+                f"labelled match ({t['note']}).")
+    return (f"# Threshold {t['value']:.4f}, chosen for precision {t['target']}\n\n{said}\n\n"
+            + markdown_image(png_bytes(fig), "precision/recall curve") + "\n")
 
 
 def search_markdown(index: dict, k: int) -> str:
@@ -789,10 +821,18 @@ def query_left_task(plan: LinkPlan, part: int, right: SideParts, shards: list[di
     return query_left(plan, part, right, shards)
 
 
+@task(name="check-labels", cache_policy=NONE)
+def check_labels_task(plan: LinkPlan, left: SideParts, right: SideParts) -> int:
+    return check_labels(plan, left, right)
+
+
 @task(name="choose-threshold", cache_policy=NONE)
 def choose_threshold_task(plan: LinkPlan, left_parts: int) -> dict:
     chosen = choose_threshold(plan, left_parts)
-    get_run_logger().info("threshold %s (%s)", chosen["value"], chosen["note"])
+    logger = get_run_logger()
+    logger.info("%s", chosen.get("summary") or f"threshold {chosen['value']} ({chosen['note']})")
+    if chosen.get("warning"):
+        logger.warning("%s", chosen["warning"])
     return chosen
 
 

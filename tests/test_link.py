@@ -152,10 +152,77 @@ def test_without_labels_or_out_of_reach_no_threshold_is_chosen():
 def test_labelled_best_matches_judge_the_rank1_match():
     m = pa.table({"left": ["a", "a", "b", "c", "d"], "right": ["x", "y", "z", "w", "v"],
                   "score": pa.array([0.9, 0.8, 0.7, 0.6, 0.5], pa.float32()), "rank": [1, 2, 1, 1, 1]})
-    labels = pa.table({"left": ["a", "b", "c"], "right": ["x", "q", "w"]})
-    scores, correct, labelled = thresholds.labelled_best_matches(m, labels)
-    assert scores.tolist() == pytest.approx([0.9, 0.7, 0.6]) and correct.tolist() == [True, False, True]
-    assert labelled == 3
+    labels = thresholds.label_pairs(pa.table({"left": ["a", "b", "c", "d", "e"], "right": ["x", "q", "w", "", None]}),
+                                    "labels.csv")  # d and e have no partner; e no candidate either
+    judged = thresholds.labelled_best_matches(m, labels)
+    assert judged.scores.tolist() == pytest.approx([0.9, 0.7, 0.6, 0.5])
+    assert judged.correct.tolist() == [True, False, True, False]  # d's match is wrong: d has no partner
+    assert (judged.with_partner, judged.without_partner) == (3, 1)
+
+
+def whole_table():
+    """A left table's best matches (score, right or wrong) and which rows have a partner: 80 with one,
+    76 of them found at 0.80-0.99 and 4 matched wrongly at 0.50-0.53; 20 without one, each matched to
+    something at 0.83-0.90 (the commonest error of record linkage)."""
+    scores = np.r_[np.linspace(0.80, 0.99, 76), np.linspace(0.50, 0.53, 4), np.linspace(0.83, 0.90, 20)]
+    right = np.r_[np.ones(76, bool), np.zeros(24, bool)]
+    partner = np.r_[np.ones(80, bool), np.zeros(20, bool)]
+    return scores, right, partner
+
+
+def delivered(scores, right, threshold):
+    return right[scores >= threshold].mean()
+
+
+def test_a_no_match_label_keeps_the_precision_the_threshold_promises():
+    scores, right, partner = whole_table()
+    rows = np.arange(len(scores))
+    sample = rows % 2 == 0  # the labels: every other left row, a sample of the table
+    names = [f"n{i}" for i in rows]
+    m = pa.table({"left": names, "right": [f"r{i}" if ok else "wrong" for i, ok in enumerate(right)],
+                  "score": pa.array(scores, pa.float32()), "rank": np.ones(len(rows), np.int64)})
+    labels = thresholds.label_pairs(pa.table({
+        "left": [names[i] for i in rows[sample]],
+        "right": [f"r{i}" if partner[i] else "" for i in rows[sample]]}), "labels.csv")
+    # the old labels: only the names with a partner; the threshold passes 0.9 on them and delivers less
+    old = thresholds.labelled_best_matches(m, labels.filter(pa.compute.is_valid(labels["right"])))
+    before = thresholds.threshold_for_precision(old.scores, old.correct, 0.9, old.with_partner)
+    assert before.precision >= 0.9 and delivered(scores, right, before.threshold) < 0.8
+    assert before.warning == thresholds.UPPER_BOUND
+    judged = thresholds.labelled_best_matches(m, labels)
+    assert (judged.with_partner, judged.without_partner) == (40, 10)
+    after = thresholds.threshold_for_precision(judged.scores, judged.correct, 0.9, judged.with_partner,
+                                               judged.without_partner)
+    lo, hi = after.precision_interval
+    assert after.warning is None and after.precision >= 0.9
+    assert delivered(scores, right, after.threshold) >= 0.88 and lo <= delivered(scores, right, after.threshold) <= hi
+    # the counts behind the interval: the labelled matches kept and the right ones among them
+    kept = judged.scores >= after.threshold
+    assert (after.kept, after.right) == (kept.sum(), judged.correct[kept].sum())
+    assert after.precision == pytest.approx(after.right / after.kept)
+    assert after.recall_interval == pytest.approx(tuple(float(b) for b in thresholds.wilson(after.right, 40)))
+
+
+def test_the_interval_covers_the_precision_of_generated_scores():
+    """Matches right with probability 0.9 whatever their score: the precision over any threshold is
+    0.9, and its 95% interval on a sample of 100 labelled matches should hold it ~95% of the time."""
+    rng = np.random.default_rng(7)
+    covered = []
+    for _ in range(400):
+        scores, right = rng.random(100), rng.random(100) < 0.9
+        c = thresholds.threshold_for_precision(scores, right, 0.5)
+        lo, hi = c.precision_interval
+        covered.append(lo <= 0.9 <= hi)
+    assert 0.92 <= np.mean(covered) <= 0.98
+    lo, hi = thresholds.wilson(np.array([0, 9, 0]), np.array([10, 10, 0]))
+    assert lo[0] == 0 and 0 < hi[0] < 0.35 and lo[1] < 0.9 < hi[1] and (lo[2], hi[2]) == (0, 1)
+
+
+def test_labels_saying_two_things_of_one_name_are_refused():
+    with pytest.raises(sides.LinkInputError, match="the left name 'a' has a partner .'x'. and an empty right cell"):
+        thresholds.label_pairs(pa.table({"left": ["a", "b", "a"], "right": ["x", None, " "]}), "labels.csv")
+    kept = thresholds.label_pairs(pa.table({"left": ["a", " ", "b", "a"], "right": ["x", "y", "", "z"]}), "l.csv")
+    assert kept.to_pylist() == [{"left": "a", "right": "x"}, {"left": "b", "right": None}, {"left": "a", "right": "z"}]
 
 
 # --- the approximate index against exact ----------------------------------------------------------
@@ -385,20 +452,48 @@ def test_labels_choose_the_threshold(model_dir, tmp_path):
     left = write_csv(tmp_path / "l.csv", "title", ["plum", "kiwi", "zebra", "apple"])
     right = write_csv(tmp_path / "r.csv", "title", FRUIT)
     labels = tmp_path / "labels.csv"
-    labels.write_text("left,right\nplum,plum\nkiwi,kiwi\nzebra,banana\napple,apple\n", encoding="utf-8")
+    labels.write_text("left,right\nplum,plum\nkiwi,kiwi\nzebra,\napple,apple\n", encoding="utf-8")  # zebra: none
     out = tmp_path / "m.parquet"
     r = run(left, right, "--labels", labels, "--precision", "1", "--out", out, "--model", model_dir,
             "--backend", "torch")
     assert r.exit_code == 0, r.output
-    # the three names found score ~1; zebra's best is some other fruit, scoring less: a wrong match that
-    # precision 1 puts below the threshold
+    # the three names found score ~1; zebra, labelled without a partner, best matches some fruit scoring
+    # less: a wrong match that precision 1 puts below the threshold
     kept = pq.read_table(out)
     assert kept["left"].to_pylist() == ["plum", "kiwi", "apple"] and kept["rank"].to_pylist() == [1, 1, 1]
-    assert "precision 1.000, recall 0.750 on 4 left rows" in r.stderr
+    assert ("precision 1.000 (95% 0.439-1.000, 3 right of 3 labelled matches kept), recall 1.000 (95% 0.439-1.000) "
+            "on 3 left names labelled with a partner and 1 without") in r.stderr
+    assert "warning" not in r.stderr
     labels.write_text("left,right\nplum,kiwi\n", encoding="utf-8")  # plum's match is plum: no threshold is 1 precise
     r = run(left, right, "--labels", labels, "--precision", "1", "--out", tmp_path / "none.parquet",
             "--model", model_dir, "--backend", "torch")
     assert "no labelled match is found" in one_line_error(r) and not (tmp_path / "none.parquet").exists()
+
+
+def test_labels_without_a_no_match_name_warn_that_precision_is_an_upper_bound(model_dir, tmp_path):
+    left = write_csv(tmp_path / "l.csv", "title", ["plum", "kiwi", "zebra", "apple"])
+    right = write_csv(tmp_path / "r.csv", "title", FRUIT)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("left,right\nplum,plum\nkiwi,kiwi\n", encoding="utf-8")
+    r = run(left, right, "--labels", labels, "--precision", "0.9", "--out", tmp_path / "m.parquet",
+            "--model", model_dir, "--backend", "torch")
+    assert r.exit_code == 0, r.output
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [f"warning: {thresholds.UPPER_BOUND}"]
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("left,right\nplum,plum\nplum,\n", "the left name 'plum' has a partner ('plum') and an empty right cell"),
+    ("left,right\nplum,plum\npulm,plum\n", "the left name 'pulm' is not in"),
+    ("left,right\nplum,plum\nkiwi,kiwi fruit\n", "the right name 'kiwi fruit' is not in"),
+])
+def test_labels_that_cannot_be_judged_are_refused_in_one_line(tmp_path, no_model, labels, message):
+    left = write_csv(tmp_path / "l.csv", "title", ["plum", "kiwi"])
+    right = write_csv(tmp_path / "r.csv", "title", FRUIT)
+    (tmp_path / "labels.csv").write_text(labels, encoding="utf-8")
+    r = run(left, right, "--labels", tmp_path / "labels.csv", "--out", tmp_path / "m.parquet", "--model", "x")
+    assert message in one_line_error(r) and "labels.csv" in r.stderr
+    assert no_model == [] and not (tmp_path / "m.parquet").exists()
 
 
 def one_line_error(r, code=2) -> str:

@@ -42,9 +42,10 @@ def inputs(tmp_path_factory):
     titles = sample_titles()
     pq.write_table(pa.table({"title": pa.array(titles + [None], pa.string())}), d / "titles.parquet")
     exact, edited = titles[:40], [edit(t) for t in titles[40:80]]
-    left = exact + edited + ["", None]
+    absent = "Qwxz Jvvk"  # no title: labelled with an empty right cell, a name without a partner
+    left = exact + edited + [absent, "", None]
     pacsv.write_csv(pa.table({"id": range(len(left)), "name": pa.array(left, pa.string())}), d / "queries.csv")
-    pacsv.write_csv(pa.table({"left": exact + edited, "right": titles[:80]}), d / "labels.csv")
+    pacsv.write_csv(pa.table({"left": exact + edited + [absent], "right": titles[:80] + [""]}), d / "labels.csv")
     (d / "model").mkdir()
     model = tiny_model_dir(d / "model", LETTERS + [f"##{c}" for c in LETTERS])
     return {"left": str(d / "queries.csv"), "right": str(d / "titles.parquet"), "labels": str(d / "labels.csv"),
@@ -91,11 +92,11 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         manifest = out.manifest()
         assert latest_version(root, "matches") == result["version"]
         assert manifest["rows"] == result["rows"] == out.read().num_rows > 0
-        assert len(manifest["parts"]) == 2  # 82 left rows in partitions of 64
+        assert len(manifest["parts"]) == 2  # 83 left rows in partitions of 64
         c = result["counts"]
-        assert c["rows"] == 82 and c["skipped"] == 2
+        assert c["rows"] == 83 and c["skipped"] == 2
         assert c["rows"] == c["skipped"] + c["matched"] + c["below_threshold"] + c["no_candidate"]
-        assert c["candidate_pairs"] == c["pairs"] + c["pairs_below_threshold"] == 2 * 80
+        assert c["candidate_pairs"] == c["pairs"] + c["pairs_below_threshold"] == 2 * 81
         assert manifest["stats"]["right"] == {"rows": len(inputs["titles"]) + 1, "skipped": 1, "parts": 4}
         # the right side is above exact_limit: an approximate index, its recall measured
         assert result["index"] == "hnsw" and 0.5 <= result["recall"] <= 1.0
@@ -110,6 +111,11 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         assert set(arts) >= KEYS
         assert "data:image/png;base64," in arts["link-scores"].data
         assert "chosen for precision 0.8" in arts["link-threshold"].data
+        t = manifest["stats"]["threshold"]
+        assert (t["labelled"], t["without_partner"]) == (80, 1)  # the absent name's label is read as no partner
+        assert "on 80 left names labelled with a partner and 1 without" in arts["link-threshold"].data
+        assert "precision {:.3f} (95% {:.3f}-{:.3f}".format(t["precision"], *t["precision_interval"]) \
+            in arts["link-threshold"].data
         assert "Recall@2 against exact" in arts["link-index"].data
         assert "left: null or empty names (skipped)" in arts["link-counts"].data
 
@@ -129,7 +135,7 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         assert len(first["recall_per_part"]) == 1 and first["recall_target"] == 0.98
         assert result["ef_search"] == first["tuning"][0]["ef_search"]
         s = sharded["counts"]
-        assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (82, 2, 2 * 80)
+        assert (s["rows"], s["skipped"], s["candidate_pairs"]) == (83, 2, 2 * 81)
         assert s["rows"] == s["skipped"] + s["matched"] + s["below_threshold"] + s["no_candidate"]
 
         # dedupe of the right table, sharded: the left tasks gather the right side's vectors before the

@@ -48,6 +48,7 @@ def run(left, right, root, **settings):
     stage.start_work(plan)
     lp = stage.split_side(plan, "left")
     rp = stage.split_side(plan, "right") if right is not None else lp
+    stage.check_labels(plan, lp, rp)
     sample = stage.tuning_sample(plan, lp, rp)
     for side, parts in (("right", rp), ("left", lp)):
         for j in range(parts.parts):
@@ -203,17 +204,38 @@ def test_names_with_nul_bytes_are_stripped_and_counted_in_the_report(model_dir, 
 
 def test_labels_choose_the_threshold_and_draw_the_curve(model_dir, tables, tmp_path):
     left, right = tables
-    labels = tmp_path / "labels.csv"
+    labels = tmp_path / "labels.csv"  # grap is labelled without a partner: its best match counts as wrong
     labels.write_text("left,right\naple,apple\nplum,plum\ncherri,cherry\nkiwi,kiwi\nbanan,banana\nlemon,lemon\n"
-                      "grap,grape\n")
+                      "grap,\n")
     plan, manifest = run(left, right, str(tmp_path / "store"), left_column="name", model=model_dir,
                          labels=str(labels), precision=0.5)
     t = manifest["stats"]["threshold"]
-    assert t["source"] == "labels" and t["precision"] >= 0.5 and t["labelled"] == 7
+    assert t["source"] == "labels" and t["precision"] >= 0.5 and (t["labelled"], t["without_partner"]) == (6, 1)
+    lo, hi = t["precision_interval"]
+    assert lo <= t["precision"] <= hi and t["precision"] == pytest.approx(t["right"] / t["kept"])
     assert t["curve"]["threshold"] and min(r["score"] for r in plan.out.read().to_pylist()) >= t["value"]
     md = stage.threshold_markdown(manifest)
     assert "chosen for precision 0.5" in md and "data:image/png;base64," in md
+    assert f"(95% {lo:.3f}-{hi:.3f}" in md and "6 left names labelled with a partner and 1 without" in md
+    assert "Warning" not in md and t["warning"] is None
     assert "data:image/png;base64," in stage.histogram_markdown(manifest)
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("left,right\nplum,plum\nplum,\n", "the left name 'plum' has a partner"),
+    ("left,right\nplum,plum\npear,\n", "the left name 'pear' is not in"),
+    ("left,right\nplum,plum\nkiwi,kiwis\n", "the right name 'kiwis' is not in"),
+])
+def test_labels_that_cannot_be_judged_fail_before_any_model_loads(tables, tmp_path, labels, message):
+    left, right = tables
+    (tmp_path / "labels.csv").write_text(labels)
+    root = str(tmp_path / "store")
+    plan = stage.plan_link(left, right, root, left_column="name", model="no-such-model", labels=str(tmp_path / "labels.csv"))
+    stage.start_work(plan)
+    lp, rp = stage.split_side(plan, "left"), stage.split_side(plan, "right")
+    with pytest.raises(LinkInputError, match=message):
+        stage.check_labels(plan, lp, rp)  # the model named does not exist: nothing has tried to load it
+    assert stage.check_labels(dataclasses.replace(plan, labels=None), lp, rp) == 0
 
 
 def test_without_labels_the_scores_are_reported_as_they_are(model_dir, tables, tmp_path):

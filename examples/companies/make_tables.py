@@ -5,7 +5,9 @@ with a fixed seed (no row of any benchmark set, no real register).
 
 right.csv: the register, one canonical name per row. left.csv: names as another system typed them,
 a variant of a register name (typos, abbreviations, case, a dropped suffix) or a name the register
-lacks. labels.csv: pairs known to match (columns left, right), for half of the left rows that have one.
+lacks. labels.csv (columns left, right): a random sample of half the left rows, each with its register
+name, or an empty right cell where the register lacks it: labels hold names without a partner in
+their true share, so that a match for such a name counts against the precision a threshold reaches.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SEED = 56
 REGISTER_ROWS, LEFT_ROWS, UNMATCHED = 300, 200, 20
+LABELLED = LEFT_ROWS // 2  # left rows sampled for labels.csv
 
 FIRST = """Amber Arctic Aspen Atlas Bay Beacon Birch Blue Bright Cedar Coral Crescent Crown Delta Eagle
 Ember Falcon Fern Golden Granite Harbor Hazel Iron Juniper Lake Maple Meadow North Oak Orchid Pine
@@ -61,26 +64,47 @@ def variant(name: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def main() -> None:
-    rng = random.Random(SEED)
+def generate(seed: int = SEED) -> tuple[list[str], list[tuple[str, str | None]], list[tuple[str, str | None]]]:
+    """(the register, the left rows as (name, its register name or None), the labelled rows: a random
+    sample of LABELLED left rows, in their order in left.csv)."""
+    rng = random.Random(seed)
     names = register(rng)
     rng.shuffle(names)
     right, absent = sorted(names[:REGISTER_ROWS]), names[REGISTER_ROWS:]
-    left = [(variant(n, rng), n) for n in rng.sample(right, LEFT_ROWS - UNMATCHED)]
-    left += [(variant(n, rng), None) for n in absent]  # names the register lacks
+    seen: set[str] = set()
+
+    def fresh(name: str) -> str:  # a left name is written once: a label says what it is
+        while (typed := variant(name, rng)) in seen:
+            pass
+        seen.add(typed)
+        return typed
+
+    left = [(fresh(n), n) for n in rng.sample(right, LEFT_ROWS - UNMATCHED)]
+    left += [(fresh(n), None) for n in absent]  # names the register lacks
     rng.shuffle(left)
-    with open(HERE / "right.csv", "w", newline="", encoding="utf-8") as f:
+    labelled = [left[i] for i in sorted(rng.sample(range(len(left)), LABELLED))]  # drawn after the tables
+    return right, left, labelled
+
+
+def write(directory: Path, seed: int = SEED) -> None:
+    """right.csv, left.csv and labels.csv of ``seed`` into ``directory``."""
+    right, left, labelled = generate(seed)
+    with open(directory / "right.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["id", "name"])
         w.writerows((f"R{i:04d}", n) for i, n in enumerate(right))
-    with open(HERE / "left.csv", "w", newline="", encoding="utf-8") as f:
+    with open(directory / "left.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["id", "name"])
         w.writerows((f"L{i:04d}", n) for i, (n, _) in enumerate(left))
-    with open(HERE / "labels.csv", "w", newline="", encoding="utf-8") as f:
+    with open(directory / "labels.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["left", "right"])
-        w.writerows([(n, truth) for n, truth in left if truth is not None][: (LEFT_ROWS - UNMATCHED) // 2])
+        w.writerows((n, truth or "") for n, truth in labelled)  # an empty cell: the register lacks it
+
+
+def main() -> None:
+    write(HERE)
 
 
 if __name__ == "__main__":
