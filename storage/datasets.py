@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from .atomic import atomic_path, atomic_write_text, clean_leftovers
 from .buckets import bucket_column
+from .stores import store
 from .verified import (RECORDS, Damaged, ManifestError, UnsafeManifest, checked_entry, contained,  # noqa: F401
                        read_record, record_written, recorded_names, verified_bytes, verified_once)
 from pearl_redact import redact
@@ -121,11 +122,11 @@ class Versioned:
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        return fsspec.core.url_to_fs(self.root)[0]
+        return store(self.root)[0]
 
     @property
     def path(self) -> str:
-        base = fsspec.core.url_to_fs(self.root)[1].rstrip("/")
+        base = store(self.root)[1].rstrip("/")
         return f"{base}/{self.name}/{self.version}"
 
     @property
@@ -463,7 +464,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def latest_version(root: str, name: str) -> str | None:
-    fs, base = fsspec.core.url_to_fs(root)
+    fs, base = store(root)
     path = f"{base.rstrip('/')}/{name}/{LATEST}"
     try:
         with fs.open(path, "r") as fh:

@@ -34,11 +34,11 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-import fsspec
 
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
 from storage.datasets import check_version, resolve_root
 from storage.files import FileSet
+from storage.stores import store
 from pearl_redact import redact
 
 REGISTRY = "registry"
@@ -106,7 +106,7 @@ class ModelRegistry:
 
     def __init__(self, storage_root: str):
         self.root = resolve_root(storage_root)
-        fs, base = fsspec.core.url_to_fs(self.root)
+        fs, base = store(self.root)
         self.fs = fs
         self.base = f"{base.rstrip('/')}/{REGISTRY}"
 

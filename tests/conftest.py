@@ -25,6 +25,7 @@ os.environ.setdefault("PEARL_BACKEND", "onnx")
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
+from tests.s3_stack import s3_root, s3_server  # noqa: F401  (the S3-compatible server of the storage tests)
 
 # The property-based suites (tests/test_doors_*.py) run a fixed example budget in CI, derandomised
 # so a CI failure replays; HYPOTHESIS_PROFILE=nightly runs ten times the examples with fresh seeds.
