@@ -361,10 +361,10 @@ class Dataset(Versioned):
                 raise ManifestError(f"{self.url}/{MANIFEST}: part {p.file} holds {stored} rows, the manifest says {p.rows}")
         return parts
 
-    def _checked(self, index: int, part: Part | None = None):
+    def _checked(self, index: int, part: Part | None = None, whole: bool = False):
         """Part ``index`` open for reading (a context manager), verified (storage.verified.verified_once)
         against the manifest of a committed version (``part``: its entry, when the caller holds it), or
-        its writer's record in an attempt still being written."""
+        its writer's record in an attempt still being written; ``whole``: the caller reads all of it."""
         name = self.part_name(index)
         if part is not None:
             entry = {"file": part.file, "bytes": part.bytes, "sha256": part.sha256}
@@ -375,7 +375,7 @@ class Dataset(Versioned):
             entry = {"file": entry.file, "bytes": entry.bytes, "sha256": entry.sha256}
         else:
             entry = read_record(self.fs, self.path, name, self.url)
-        return verified_once(self.fs, self.path, entry, self.url)
+        return verified_once(self.fs, self.path, entry, self.url, whole)
 
     def read(self, columns: list[str] | None = None, filter=None) -> pa.Table:
         """The committed version's rows (``filter``: a pyarrow expression), part by part."""
@@ -425,12 +425,12 @@ class Dataset(Versioned):
         return self._read(index, columns, filter)
 
     def _read(self, index: int, columns: list[str] | None, filter, part: Part | None = None) -> pa.Table:
-        with self._checked(index, part) as fh:
+        with self._checked(index, part, whole=True) as fh:
             return pq.read_table(fh, columns=columns, filters=filter, schema=self.schema)
 
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         for part in self.parts():
-            with self._checked(part.index, part) as fh:
+            with self._checked(part.index, part, whole=True) as fh:
                 yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
 
 
@@ -467,8 +467,7 @@ def latest_version(root: str, name: str) -> str | None:
     fs, base = store(root)
     path = f"{base.rstrip('/')}/{name}/{LATEST}"
     try:
-        with fs.open(path, "r") as fh:
-            pointer = json.load(fh)
+        pointer = json.loads(fs.cat_file(path))  # one request: the pointer may be rewritten meanwhile
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError

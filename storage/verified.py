@@ -8,7 +8,7 @@ records into its manifest; a reader checks the file against the manifest (commit
 (uncommitted), through :func:`verified_bytes` (the checked bytes, for a parser) or
 :func:`verified_once` (the checked file, open, for a parser that reads only some row groups of it:
 hashed once per process, the verdict kept while the file's size and modification stamp stay the
-same). Only these two open a stored file for reading; no path to one leaves ``storage/``.
+same; on an object store that first read is one fetch, hashed and parsed from memory). Only these two open a stored file for reading; no path to one leaves ``storage/``.
 
 Containment: a name is a relative path inside its version (no "..", no absolute path, no scheme)
 and, on a local root, no component under the version directory is a symbolic link, wherever it
@@ -18,6 +18,7 @@ threat model)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -150,8 +151,10 @@ def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where:
     once and checked against it (Damaged, UnsafeManifest): what a parser is handed."""
     entry, path = _located(fs, base, entry, where)
     try:
-        with fs.open(path, "rb") as fh:
-            data = fh.read(entry["bytes"] + 1)
+        if entry["bytes"] == 0:  # an empty object has no byte range: its size says it all
+            data = b"" if fs.size(path) == 0 else fs.cat_file(path, start=0, end=1)
+        else:
+            data = fs.cat_file(path, start=0, end=entry["bytes"] + 1)  # one request on an object store
     except FileNotFoundError:
         raise _missing(entry, where) from None
     except IsADirectoryError:
@@ -160,22 +163,30 @@ def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where:
     return data
 
 
-def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str):
+def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str, whole: bool = False):
     """The file ``entry`` names, checked as :func:`verified_bytes` checks it, open for reading (close
     it: a context manager), for a parser that reads only part of it (a reducer's row groups): hashed
     in full the first time this process reads it, then only while its size and modification stamp
-    are those it was checked with. The only place a stored file is opened for a parser."""
+    are those it was checked with. The only place a stored file is opened for a parser.
+
+    On an object store the first read is one fetch, hashed and parsed from memory, and so is every
+    read of a parser that reads the file ``whole`` (ranged reads of it would fetch more than the file)."""
     entry, path = _located(fs, base, entry, where)
     try:
         key = (fs.protocol, path, entry["bytes"], entry["sha256"], _stamp(fs, path))
     except FileNotFoundError:
         raise _missing(entry, where) from None
-    if key not in _VERDICTS:
+    if key in _VERDICTS and (is_local(fs) or not whole):
+        return fs.open(path, "rb")
+    if is_local(fs):
         _check(entry, where, *sha256_of(fs, path))
-        _VERDICTS[key] = True
-        while len(_VERDICTS) > _VERDICTS_KEPT:
-            _VERDICTS.popitem(last=False)
-    return fs.open(path, "rb")
+        opened = fs.open(path, "rb")
+    else:  # an object store: the bytes hashed are the bytes parsed, fetched once (not hashed, then read)
+        opened = io.BytesIO(verified_bytes(fs, base, entry, where))
+    _VERDICTS[key] = True
+    while len(_VERDICTS) > _VERDICTS_KEPT:
+        _VERDICTS.popitem(last=False)
+    return opened
 
 
 def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) -> dict:

@@ -111,3 +111,54 @@ def s3_root(s3_server) -> str:
 def subprocess_env() -> dict[str, str]:
     """This process's environment (the S3 server's settings included) for a Python child."""
     return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+class IgnoringProxy:
+    """An S3 endpoint that ignores conditional writes: a proxy to the server that drops ``If-None-Match``
+    from every request (as a store without them does), in a thread of the test process."""
+
+    def __init__(self, target: str):
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        host, port = urlsplit(target).hostname, urlsplit(target).port
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # answers botocore's "Expect: 100-continue" before it sends a body
+
+            def forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("if-none-match", "expect")}
+                conn = http.client.HTTPConnection(host, port, timeout=30)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    r = conn.getresponse()
+                    data = r.read()
+                finally:
+                    conn.close()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", r.getheader("Content-Length", "0") if self.command == "HEAD"
+                                 else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
