@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .atomic import atomic_path, atomic_write_text, clean_leftovers
+from .atomic import atomic_path, atomic_write_text, clean_leftovers, is_local
 from .buckets import bucket_column
 from .stores import store
 from .verified import (RECORDS, Damaged, ManifestError, UnsafeManifest, checked_entry, contained,  # noqa: F401
@@ -215,11 +215,8 @@ class Dataset(Versioned):
         key = bucket_column(self.schema)
         name = self.part_name(index)
         with atomic_path(self.fs, f"{self.path}/{name}", self.staging) as tmp:
-            if key is None:
-                pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
-            else:
-                write_by_bucket(table, key, tmp, self.fs)
-            record_written(self.fs, self.path, name, tmp, rows=table.num_rows, metadata=metadata)
+            digest = _write_parquet(table, key, tmp, self.fs)
+            record_written(self.fs, self.path, name, tmp, digest, rows=table.num_rows, metadata=metadata)
         return table.num_rows
 
     def write_array(self, name: str, array: np.ndarray) -> dict:
@@ -432,6 +429,24 @@ class Dataset(Versioned):
         for part in self.parts():
             with self._checked(part.index, part, whole=True) as fh:
                 yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def _write_parquet(table: pa.Table, key: str | None, path: str, fs) -> tuple[int, str] | None:
+    """``table`` as Parquet at ``path`` (``key``: its bucket column, :func:`write_by_bucket`). On a local
+    root written there (None); on an object store made in memory and sent whole: its (size, SHA-256)
+    returned, so its writer's record needs no fetch of it back."""
+    local = is_local(fs)
+    where = path if local else pa.BufferOutputStream()
+    if key is None:
+        pq.write_table(table, where, filesystem=fs if local else None, compression="zstd")
+    else:
+        write_by_bucket(table, key, where, fs if local else None)
+    if local:
+        return None
+    data = memoryview(where.getvalue())
+    with fs.open(path, "wb") as fh:
+        fh.write(data)
+    return data.nbytes, hashlib.sha256(data).hexdigest()
 
 
 def write_by_bucket(table: pa.Table, key: str, path: str, fs) -> None:

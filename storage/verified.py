@@ -80,10 +80,13 @@ def sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def record_written(fs: fsspec.AbstractFileSystem, base: str, name: str, tmp: str, **fields) -> dict:
+def record_written(fs: fsspec.AbstractFileSystem, base: str, name: str, tmp: str,
+                   digest: tuple[int, str] | None = None, **fields) -> dict:
     """The writer's record of file ``name`` of the version at ``base``, whose bytes are at ``tmp``
-    (not yet renamed): its size and SHA-256 (and ``fields``), written atomically before the rename."""
-    size, sha = sha256_of(fs, tmp)
+    (not yet renamed): its size and SHA-256 (and ``fields``), written atomically before the rename.
+    ``digest``: (size, SHA-256) of the bytes the writer sent, where it held them whole (an object
+    store's file is then not fetched back to be hashed)."""
+    size, sha = digest or sha256_of(fs, tmp)
     record = {"file": name, "bytes": size, "sha256": sha, **fields}
     atomic_write_text(fs, f"{base}/{RECORDS}/{name}.json", json.dumps(record, sort_keys=True), base.rsplit("/", 1)[0])
     return record
@@ -196,10 +199,12 @@ def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) ->
     from .atomic import atomic_path
 
     final = contained(fs, base, name, base)
+    view = memoryview(data).cast("B")
     with atomic_path(fs, final) as tmp:
         with fs.open(tmp, "wb") as fh:
-            fh.write(memoryview(data))
-        return record_written(fs, base, name, tmp)
+            fh.write(view)
+        digest = None if is_local(fs) else (view.nbytes, hashlib.sha256(view).hexdigest())
+        return record_written(fs, base, name, tmp, digest)
 
 
 def read_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, where: str) -> bytes:

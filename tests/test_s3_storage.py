@@ -236,6 +236,10 @@ def test_the_verified_reader_fetches_a_part_once_and_still_refuses_a_changed_one
     fetched.clear()
     assert d.read_metadata(0, part).num_rows == 20000  # verified in this process: only the footer is fetched
     assert 0 < sum(fetched) < part.bytes
+    before = len(s3_server.requests())
+    Dataset(s3_root, "other", "v1", LINK_NAMES).write_part(0, names(range(5000)))
+    objects_read = [r for r in s3_server.requests()[before:] if r[0] == "GET" and r[1].split("?")[0].count("/") > 1]
+    assert objects_read == []  # its writer's record made from the bytes sent: the part is not fetched back
     d.fs.pipe_file(key, d.fs.cat_file(key)[:-9] + b"changed!!")  # another writer's bytes, same size
     with pytest.raises(Damaged, match="sha256"):
         d.read()
