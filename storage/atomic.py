@@ -14,7 +14,14 @@ registry's compare-and-swap): a hard link on a local root, otherwise the store's
 write as fsspec exposes it (``pipe_file(..., mode="create")``): S3 (s3fs, ``If-None-Match``),
 Google Cloud Storage (gcsfs, ``ifGenerationMatch=0``) and Azure Blob (adlfs, ``overwrite=False``),
 and the in-process memory filesystem. Any other store is refused (ExclusiveWriteUnsupported):
-fsspec's generic ``mode="create"`` checks and then writes, which two writers can both pass.
+fsspec's generic ``mode="create"`` checks and then writes, which two writers can both pass. The
+protocol's name is not trusted alone: an S3-compatible server may ignore ``If-None-Match``, so the
+first exclusive write to a bucket in a process probes it (a scratch key created twice: the second
+must fail) and refuses a store that lets it through.
+
+On S3 a file bigger than one block (5 MiB) is uploaded in parts: a writer killed midway leaves no
+object, but an incomplete multipart upload the store keeps (and bills) unseen. :func:`clean_leftovers`
+aborts those of a temporary name by the same rules as a temporary file (the upload's start is its age).
 """
 from __future__ import annotations
 
@@ -100,9 +107,9 @@ def atomic_write_text(fs: fsspec.AbstractFileSystem, path: str, text: str, stagi
             fh.write(text)
 
 
-def check_exclusive(fs: fsspec.AbstractFileSystem) -> None:
+def check_exclusive(fs: fsspec.AbstractFileSystem, path: str | None = None) -> None:
     """Raise ExclusiveWriteUnsupported unless :func:`write_exclusive` is atomic on ``fs`` (checked
-    before long work whose commit needs it)."""
+    before long work whose commit needs it); ``path``: the store there probed too (:func:`_probe`)."""
     if is_local(fs):
         return
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
@@ -110,6 +117,38 @@ def check_exclusive(fs: fsspec.AbstractFileSystem) -> None:
         raise ExclusiveWriteUnsupported(
             f"{'/'.join(sorted(protocols))}:// offers no conditional write through fsspec, so two writers could "
             f"both succeed; use a local root or one of {', '.join(sorted(EXCLUSIVE_PROTOCOLS - {'memory'}))}")
+    if path is not None:
+        _probe(fs, path)
+
+
+_PROBED: dict[tuple[int, str], fsspec.AbstractFileSystem] = {}  # (filesystem, bucket) probed: kept, so ids stay unique
+
+
+def _probe(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Once per filesystem instance and bucket in this process: create a scratch key beside ``path``
+    twice, conditionally; ExclusiveWriteUnsupported when the second create succeeds too (a store
+    that ignores the condition). The scratch key is a temporary name: a killed probe's is swept."""
+    bucket = path.lstrip("/").split("/", 1)[0]
+    if (id(fs), bucket) in _PROBED:
+        return
+    scratch = _tmp_beside(f"{path.rsplit('/', 1)[0]}/probe")
+    try:
+        fs.pipe_file(scratch, b"1", mode="create")
+        try:
+            fs.pipe_file(scratch, b"2", mode="create")
+        except FileExistsError:
+            pass
+        else:
+            protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+            raise ExclusiveWriteUnsupported(
+                f"the store of {protocol}://{bucket} ignores conditional writes (a second create of one key "
+                "succeeded), so two writers could both succeed: use a store that honours If-None-Match")
+    finally:
+        try:
+            fs.rm(scratch)
+        except FileNotFoundError:
+            pass
+    _PROBED[(id(fs), bucket)] = fs
 
 
 def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool:
@@ -130,7 +169,7 @@ def write_exclusive(fs: fsspec.AbstractFileSystem, path: str, text: str) -> bool
             Path(tmp).unlink(missing_ok=True)
         fsync_path(parent, directory=True)
         return True
-    check_exclusive(fs)
+    check_exclusive(fs, path)
     try:
         fs.pipe_file(path, text.encode(), mode="create")
     except FileExistsError:
@@ -149,11 +188,11 @@ def clean_leftovers(fs: fsspec.AbstractFileSystem, directory: str, *, recursive:
     only names :func:`atomic_path` gives are touched, and one is removed at once when its writer
     is known to be gone: a process of this host that no longer runs (or a later one that reuses
     its id). A writer on another host is only known gone by the age rule."""
+    now, removed = time.time(), _abort_uploads(fs, directory, recursive, grace_s, dead_writers)
     try:
         paths = fs.find(directory) if recursive else fs.ls(directory, detail=False)
     except (FileNotFoundError, NotADirectoryError):
-        return []
-    now, removed = time.time(), []
+        return removed
     for p in paths:
         name = p.rsplit("/", 1)[-1]
         if TMP not in name or (dead_writers and not _OWN_TMP.fullmatch(name)):
@@ -167,6 +206,32 @@ def clean_leftovers(fs: fsspec.AbstractFileSystem, directory: str, *, recursive:
             continue
         removed.append(p)
     return removed
+
+
+def _abort_uploads(fs: fsspec.AbstractFileSystem, directory: str, recursive: bool, grace_s: float,
+                   dead_writers: bool) -> list[str]:
+    """On S3 (s3fs), abort the incomplete multipart uploads of temporary names in ``directory`` by
+    :func:`clean_leftovers`' rules, the upload's start as its age; the keys aborted."""
+    if not hasattr(fs, "call_s3"):
+        return []
+    bucket, _, prefix = directory.strip("/").partition("/")
+    prefix = f"{prefix}/" if prefix else ""
+    now, aborted, marker = time.time(), [], {}
+    while True:
+        page = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+        for upload in page.get("Uploads", []):
+            rest = upload["Key"][len(prefix):]
+            name = rest.rsplit("/", 1)[-1]
+            if (not recursive and "/" in rest) or TMP not in name or (dead_writers and not _OWN_TMP.fullmatch(name)):
+                continue
+            started = upload["Initiated"].timestamp()
+            if now - started <= grace_s and not (dead_writers and _writer_gone(name, started)):
+                continue
+            fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+            aborted.append(f"{bucket}/{upload['Key']}")
+        if not page.get("IsTruncated"):
+            return aborted
+        marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
 
 
 def _writer_gone(name: str, modified: float) -> bool:

@@ -28,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .atomic import atomic_path, atomic_write_text, clean_leftovers
+from .atomic import atomic_path, atomic_write_text, clean_leftovers, is_local
 from .buckets import bucket_column
+from .stores import store
 from .verified import (RECORDS, Damaged, ManifestError, UnsafeManifest, checked_entry, contained,  # noqa: F401
                        file_stamp, read_record, record_written, recorded_names, verified_bytes, verified_once)
 from pearl_redact import redact
@@ -125,11 +126,11 @@ class Versioned:
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
-        return fsspec.core.url_to_fs(self.root)[0]
+        return store(self.root)[0]
 
     @property
     def path(self) -> str:
-        base = fsspec.core.url_to_fs(self.root)[1].rstrip("/")
+        base = store(self.root)[1].rstrip("/")
         return f"{base}/{self.name}/{self.version}"
 
     @property
@@ -218,11 +219,8 @@ class Dataset(Versioned):
         key = bucket_column(self.schema)
         name = self.part_name(index)
         with atomic_path(self.fs, f"{self.path}/{name}", self.staging) as tmp:
-            if key is None:
-                pq.write_table(table, tmp, filesystem=self.fs, compression="zstd")
-            else:
-                write_by_bucket(table, key, tmp, self.fs)
-            record_written(self.fs, self.path, name, tmp, rows=table.num_rows, metadata=metadata)
+            digest = _write_parquet(table, key, tmp, self.fs)
+            record_written(self.fs, self.path, name, tmp, digest, rows=table.num_rows, metadata=metadata)
         return table.num_rows
 
     def write_array(self, name: str, array: np.ndarray) -> dict:
@@ -364,10 +362,10 @@ class Dataset(Versioned):
                 raise ManifestError(f"{self.url}/{MANIFEST}: part {p.file} holds {stored} rows, the manifest says {p.rows}")
         return parts
 
-    def _checked(self, index: int, part: Part | None = None):
+    def _checked(self, index: int, part: Part | None = None, whole: bool = False):
         """Part ``index`` open for reading (a context manager), verified (storage.verified.verified_once)
         against the manifest of a committed version (``part``: its entry, when the caller holds it), or
-        its writer's record in an attempt still being written."""
+        its writer's record in an attempt still being written; ``whole``: the caller reads all of it."""
         name = self.part_name(index)
         if part is None and super().is_complete():
             part = self._listed().get(name)
@@ -377,7 +375,7 @@ class Dataset(Versioned):
             entry = {"file": part.file, "bytes": part.bytes, "sha256": part.sha256}
         else:
             entry = read_record(self.fs, self.path, name, self.url)
-        return verified_once(self.fs, self.path, entry, self.url)
+        return verified_once(self.fs, self.path, entry, self.url, whole)
 
     def _listed(self) -> dict[str, Part]:
         """The committed version's parts by name (:meth:`parts`), read once per process while its
@@ -445,13 +443,31 @@ class Dataset(Versioned):
         return self._read(index, columns, filter)
 
     def _read(self, index: int, columns: list[str] | None, filter, part: Part | None = None) -> pa.Table:
-        with self._checked(index, part) as fh:
+        with self._checked(index, part, whole=True) as fh:
             return pq.read_table(fh, columns=columns, filters=filter, schema=self.schema)
 
     def iter_batches(self, columns: list[str] | None = None, batch_size: int = 65536) -> Iterator[pa.RecordBatch]:
         for part in self.parts():
-            with self._checked(part.index, part) as fh:
+            with self._checked(part.index, part, whole=True) as fh:
                 yield from pq.ParquetFile(fh).iter_batches(batch_size=batch_size, columns=columns)
+
+
+def _write_parquet(table: pa.Table, key: str | None, path: str, fs) -> tuple[int, str] | None:
+    """``table`` as Parquet at ``path`` (``key``: its bucket column, :func:`write_by_bucket`). On a local
+    root written there (None); on an object store made in memory and sent whole: its (size, SHA-256)
+    returned, so its writer's record needs no fetch of it back."""
+    local = is_local(fs)
+    where = path if local else pa.BufferOutputStream()
+    if key is None:
+        pq.write_table(table, where, filesystem=fs if local else None, compression="zstd")
+    else:
+        write_by_bucket(table, key, where, fs if local else None)
+    if local:
+        return None
+    data = memoryview(where.getvalue())
+    with fs.open(path, "wb") as fh:
+        fh.write(data)
+    return data.nbytes, hashlib.sha256(data).hexdigest()
 
 
 def write_by_bucket(table: pa.Table, key: str, path: str, fs) -> None:
@@ -484,11 +500,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def latest_version(root: str, name: str) -> str | None:
-    fs, base = fsspec.core.url_to_fs(root)
+    fs, base = store(root)
     path = f"{base.rstrip('/')}/{name}/{LATEST}"
     try:
-        with fs.open(path, "r") as fh:
-            pointer = json.load(fh)
+        pointer = json.loads(fs.cat_file(path))  # one request: the pointer may be rewritten meanwhile
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError

@@ -178,7 +178,7 @@ class FileSet(Versioned):
         """An object store, where nothing renames a directory in one step: staged under
         ``<version>/_runs/<random>/``; the commit is the manifest, created only if absent (the store's
         conditional write), naming that directory. None: another upload's manifest came first."""
-        check_exclusive(self.fs)  # before copying gigabytes that could not be committed
+        check_exclusive(self.fs, f"{self.path}/{MANIFEST}")  # the store probed before copying gigabytes
         manifest = {**manifest, "dir": f"{RUNS}/{uuid.uuid4().hex}"}
         staging = f"{self.path}/{manifest['dir']}"
         fs = self.fs

@@ -34,11 +34,11 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-import fsspec
 
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
 from storage.datasets import check_version, resolve_root
 from storage.files import FileSet
+from storage.stores import store
 from pearl_redact import redact
 
 REGISTRY = "registry"
@@ -84,11 +84,11 @@ class PromotionConflict(RegistryError):
 def _read_json(fs, path: str, required: tuple[str, ...]) -> dict:
     """A registry file as a dict; RegistryError (not a raw JSON or key error) for one that is not
     a JSON object with ``required`` keys, e.g. after a hand edit. FileNotFoundError passes through."""
-    with fs.open(path, "r") as fh:
-        try:
-            doc = json.load(fh)
-        except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
-            raise RegistryError(f"{path} is not valid JSON ({e}): fix or restore it") from None
+    data = fs.cat_file(path)  # one request: a file rewritten between a look-up and a read is no error
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        raise RegistryError(f"{path} is not valid JSON ({e}): fix or restore it") from None
     if not isinstance(doc, dict):
         raise RegistryError(f"{path} is not a JSON object: fix or restore it")
     missing = [k for k in required if k not in doc]
@@ -106,7 +106,7 @@ class ModelRegistry:
 
     def __init__(self, storage_root: str):
         self.root = resolve_root(storage_root)
-        fs, base = fsspec.core.url_to_fs(self.root)
+        fs, base = store(self.root)
         self.fs = fs
         self.base = f"{base.rstrip('/')}/{REGISTRY}"
 

@@ -8,9 +8,10 @@ records into its manifest; a reader checks the file against the manifest (commit
 (uncommitted), through :func:`verified_bytes` (the checked bytes, for a parser) or
 :func:`verified_once` (the checked file, open, for a parser that reads only some row groups of it:
 hashed once per process, the verdict kept while the file's size and modification stamp stay the
-same). Only these open a stored file for reading, with :func:`verified_copy` (a checked local copy,
-for a loader that takes a directory: a stored model on a remote root); no path to one leaves
-``storage/`` except a local root's model directory, checked by :func:`verified_in_place` first.
+same; on an object store that first read is one fetch, hashed and parsed from memory). Only these
+open a stored file for reading, with :func:`verified_copy` (a checked local copy, for a loader that
+takes a directory: a stored model on a remote root); no path to one leaves ``storage/`` except a
+local root's model directory, checked by :func:`verified_in_place` first.
 
 Containment: a name is a relative path inside its version (no "..", no absolute path, no scheme)
 and, on a local root, no component under the version directory is a symbolic link, wherever it
@@ -20,6 +21,7 @@ threat model)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -81,10 +83,13 @@ def sha256_of(fs: fsspec.AbstractFileSystem, path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def record_written(fs: fsspec.AbstractFileSystem, base: str, name: str, tmp: str, **fields) -> dict:
+def record_written(fs: fsspec.AbstractFileSystem, base: str, name: str, tmp: str,
+                   digest: tuple[int, str] | None = None, **fields) -> dict:
     """The writer's record of file ``name`` of the version at ``base``, whose bytes are at ``tmp``
-    (not yet renamed): its size and SHA-256 (and ``fields``), written atomically before the rename."""
-    size, sha = sha256_of(fs, tmp)
+    (not yet renamed): its size and SHA-256 (and ``fields``), written atomically before the rename.
+    ``digest``: (size, SHA-256) of the bytes the writer sent, where it held them whole (an object
+    store's file is then not fetched back to be hashed)."""
+    size, sha = digest or sha256_of(fs, tmp)
     record = {"file": name, "bytes": size, "sha256": sha, **fields}
     atomic_write_text(fs, f"{base}/{RECORDS}/{name}.json", json.dumps(record, sort_keys=True), base.rsplit("/", 1)[0])
     return record
@@ -155,8 +160,10 @@ def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where:
     once and checked against it (Damaged, UnsafeManifest): what a parser is handed."""
     entry, path = _located(fs, base, entry, where)
     try:
-        with fs.open(path, "rb") as fh:
-            data = fh.read(entry["bytes"] + 1)
+        if entry["bytes"] == 0:  # an empty object has no byte range: its size says it all
+            data = b"" if fs.size(path) == 0 else fs.cat_file(path, start=0, end=1)
+        else:
+            data = fs.cat_file(path, start=0, end=entry["bytes"] + 1)  # one request on an object store
     except FileNotFoundError:
         raise _missing(entry, where) from None
     except IsADirectoryError:
@@ -165,24 +172,32 @@ def verified_bytes(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where:
     return data
 
 
-def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str):
+def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str, whole: bool = False):
     """The file ``entry`` names, checked as :func:`verified_bytes` checks it, open for reading (close
     it: a context manager), for a parser that reads only part of it (a reducer's row groups): hashed
     in full the first time this process reads it, then only while its size and modification stamp
-    are those it was checked with. The only place a stored file is opened for a parser."""
+    are those it was checked with. The only place a stored file is opened for a parser.
+
+    On an object store the first read is one fetch, hashed and parsed from memory, and so is every
+    read of a parser that reads the file ``whole`` (ranged reads of it would fetch more than the file)."""
     entry, path = _located(fs, base, entry, where)
     try:
         key = (fs.protocol, path, entry["bytes"], entry["sha256"], file_stamp(fs, path))
     except FileNotFoundError:
         raise _missing(entry, where) from None
-    if key not in _VERDICTS:
+    if key in _VERDICTS and (is_local(fs) or not whole):
+        return fs.open(path, "rb")
+    if is_local(fs):
         _check(entry, where, *sha256_of(fs, path))
-        if key[-1][-1] == "":
-            return fs.open(path, "rb")  # a store that tells no stamp: checked every time
-        _VERDICTS[key] = True
-        while len(_VERDICTS) > _VERDICTS_KEPT:
-            _VERDICTS.popitem(last=False)
-    return fs.open(path, "rb")
+        opened = fs.open(path, "rb")
+    else:  # an object store: the bytes hashed are the bytes parsed, fetched once (not hashed, then read)
+        opened = io.BytesIO(verified_bytes(fs, base, entry, where))
+    if key[-1][-1] == "":
+        return opened  # a store that tells no stamp: checked every time
+    _VERDICTS[key] = True
+    while len(_VERDICTS) > _VERDICTS_KEPT:
+        _VERDICTS.popitem(last=False)
+    return opened
 
 
 def verified_copy(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str, dest: str) -> None:
@@ -221,10 +236,12 @@ def write_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, data) ->
     from .atomic import atomic_path
 
     final = contained(fs, base, name, base)
+    view = memoryview(data).cast("B")
     with atomic_path(fs, final) as tmp:
         with fs.open(tmp, "wb") as fh:
-            fh.write(memoryview(data))
-        return record_written(fs, base, name, tmp)
+            fh.write(view)
+        digest = None if is_local(fs) else (view.nbytes, hashlib.sha256(view).hexdigest())
+        return record_written(fs, base, name, tmp, digest)
 
 
 def read_recorded(fs: fsspec.AbstractFileSystem, base: str, name: str, where: str) -> bytes:

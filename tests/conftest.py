@@ -20,8 +20,12 @@ from storage.datasets import Dataset
 # is openvino-bf16 (docs/using-the-model.md#engines), so the suite pins the exact one. The choice itself
 # is tested in test_onnx_backend with the hardware probe replaced.
 os.environ.setdefault("PEARL_BACKEND", "onnx")
+# botocore (s3fs) looks for credentials at the EC2 metadata address when none are set: the tests reach
+# no address off this machine (tests/s3_stack.py gives the S3 tests theirs, on loopback).
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
+from tests.s3_stack import s3_root, s3_server  # noqa: F401  (the S3-compatible server of the storage tests)
 
 # The property-based suites (tests/test_doors_*.py) run a fixed example budget in CI, derandomised
 # so a CI failure replays; HYPOTHESIS_PROFILE=nightly runs ten times the examples with fresh seeds.

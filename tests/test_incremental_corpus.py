@@ -569,3 +569,13 @@ def test_the_flow_on_dask_reuses_across_workers(dumps, scratch, below_scratch, t
         shown = {r["count"]: r["value"] for r in rows}
         assert {k: shown[k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")} == \
             {k: stats[name][k] for k in ("unchanged", "moved", "edited", "new", "removed", "reused", "computed")}
+
+
+@pytest.mark.e2e
+def test_the_build_on_an_s3_server_has_the_rows_of_the_build_on_disk(dumps, scratch, s3_root):
+    """The same build with its storage root in a bucket of moto's S3 server (tests/s3_stack.py, issue 67):
+    the same dataset versions, and the same rows in each (storage.contents)."""
+    root, built, on_disk = scratch
+    on_s3 = build(dumps[1], s3_root)
+    assert on_s3["versions"] == built["versions"]
+    assert dataset_contents(s3_root, on_s3["versions"]) == on_disk

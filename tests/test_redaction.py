@@ -21,7 +21,8 @@ from tasks.matches import plan_link
 
 SECRET = "s3cretPW"
 REFUSED = f"ftp://alice:{SECRET}@127.0.0.1:1"  # nothing listens on port 1: refused at once, offline
-NO_DRIVER = f"s3://alice:{SECRET}@bucket"  # s3fs is not installed: the driver's ImportError
+NO_DRIVER = f"gs://alice:{SECRET}@bucket"  # gcsfs is not installed: the driver's ImportError
+S3 = f"s3://alice:{SECRET}@bucket"  # s3fs is: botocore refuses the bucket name, repeating the userinfo
 # fsspec's memory filesystem keeps the userinfo in its paths, so its own errors repeat it without a scheme
 MEMORY = f"memory://alice:{SECRET}@pearl-redaction-test"
 
@@ -57,7 +58,8 @@ def memory_tables():
     fs.rm(f"/{base}", recursive=True)
 
 
-UNSTATABLE = [f"{REFUSED}/left.csv", f"{NO_DRIVER}/left.parquet", f"{MEMORY}/missing.csv", f"{MEMORY}/left.txt"]
+UNSTATABLE = [f"{REFUSED}/left.csv", f"{NO_DRIVER}/left.parquet", f"{S3}/left.parquet", f"{MEMORY}/missing.csv",
+              f"{MEMORY}/left.txt"]
 TABLES = [*UNSTATABLE, f"{MEMORY}/ok.csv", f"{MEMORY}/empty.csv"]
 
 
@@ -89,7 +91,8 @@ def test_plan_link_names_its_inputs_without_their_password(url, memory_tables, t
             assert url in (f"{MEMORY}/ok.csv", f"{MEMORY}/empty.csv")  # read later, by split_side
 
 
-@pytest.mark.parametrize("url", [f"{REFUSED}/dump.xml", f"{NO_DRIVER}/dump.xml", f"{MEMORY}/missing.xml"])
+@pytest.mark.parametrize("url", [f"{REFUSED}/dump.xml", f"{NO_DRIVER}/dump.xml", f"{S3}/dump.xml",
+                                 f"{MEMORY}/missing.xml"])
 def test_file_fingerprint_without_the_password(url, caplog):
     for error in (None, ValueError):
         with pytest.raises(Exception) as e:

@@ -73,7 +73,7 @@ def _reading(url: str) -> Iterator[None]:
         yield
     except LinkInputError:
         raise
-    except (OSError, ImportError, pa.ArrowException, UnicodeDecodeError, ValueError) as e:  # ImportError: no driver
+    except Exception as e:  # OSError, Arrow's, ImportError (no driver), a network store's own (botocore's)
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         if "utf8" in message.lower().replace("-", ""):
             message = f"not UTF-8 text ({message})"

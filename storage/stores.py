@@ -1,0 +1,18 @@
+"""The filesystem of a storage root, as every part of storage opens it.
+
+fsspec keeps each object store's directory listings per process (its listings cache) and answers
+``exists``, ``info`` and ``ls`` from them: a process that listed a version's records would not see
+a part another process (a Dask worker) wrote after, and its commit would leave that part out. A
+storage root's object store is therefore opened with the cache off: every listing and every look-up
+asks the store (one request; the data is never cached). A local root has no such cache."""
+from __future__ import annotations
+
+import fsspec
+from fsspec.core import split_protocol
+
+
+def store(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path) of a storage root or a path under it, the store's listings never cached."""
+    if (split_protocol(url)[0] or "file") in ("file", "local"):
+        return fsspec.core.url_to_fs(url)
+    return fsspec.core.url_to_fs(url, use_listings_cache=False)
