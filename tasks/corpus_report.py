@@ -131,18 +131,25 @@ def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) ->
 
 
 def summary_markdown(storage_root: str, versions: dict[str, str], stages_run_id: str, stages_url: str) -> str:
-    """The build-corpus run's own summary: every dataset the run ended with (name, version, rows, where),
-    and the link to its `corpus-stages` run, which holds the stages' artifacts."""
-    from storage.datasets import as_url
+    """The build-corpus run's own summary: every dataset the run ended with (name, version, rows, where,
+    as a path to copy: the UI may not link to a file), the command that trains on its training set, and
+    the link to its `corpus-stages` run, which holds the stages' artifacts. No code span in the link's
+    text: the UI shows its backticks."""
+    from runs.artifacts import train_command
+    from storage.datasets import as_location
 
     lines = ["# Corpus built by this run", "",
-             f"The stages ran in the child run [corpus-stages `{stages_run_id}`]({stages_url}): its Artifacts tab "
+             f"The stages ran in the child run [corpus-stages {stages_run_id}]({stages_url}): its Artifacts tab "
              "holds each stage's report (counts, phrases, positives, negatives, the training set).", "",
              "| dataset | version | rows | location |", "|---|---|---|---|"]
     for name, version in versions.items():
         ds = Dataset(storage_root, name, version, None)
-        lines.append(f"| {name} | `{version}` | {ds.manifest().get('rows', '')} | [{ds.url}]({as_url(ds.url)}) |")
+        lines.append(f"| {name} | `{version}` | {ds.manifest().get('rows', '')} | `{as_location(ds.url)}` |")
+    if "training_set" in versions:
+        lines += ["", "Train a model on its training set:", "", "```bash",
+                  train_command(storage_root, versions["training_set"]), "```"]
     return "\n".join(lines)
+
 
 
 from prefect import task  # noqa: E402
@@ -181,3 +188,4 @@ def corpus_summary_task(built: dict, stages_run_id, storage_root: str) -> str:
     publish(create_markdown_artifact, md, key="corpus-summary",
             description="Dataset versions and rows of this run; the stages' reports are on its corpus-stages run")
     return md
+

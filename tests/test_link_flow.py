@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import bz2
 import re
+import shlex
 import string
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +21,7 @@ pytest.importorskip("transformers")
 
 from tests.conftest import tiny_model_dir  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 LETTERS = list(string.ascii_lowercase)
 KEYS = {"link-counts", "link-scores", "link-examples", "link-threshold", "link-index", "link-matches"}
 
@@ -112,6 +117,13 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         assert "chosen for precision 0.8" in arts["link-threshold"].data
         assert "Recall@2 against exact" in arts["link-index"].data
         assert "left: null or empty names (skipped)" in arts["link-counts"].data
+        matches_md = arts["link-matches"].data  # the dataset as a path to copy, and a command that reads it
+        assert f"```text\n{out.url}\n```" in matches_md and "file://" not in matches_md
+        command = re.search(r"```bash\n(.*)\n```", matches_md).group(1).split(" ", 1)
+        assert command[0] == "python"
+        printed = subprocess.run(f"{shlex.quote(sys.executable)} {command[1]}", shell=True, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+        assert printed.returncode == 0 and "left_row" in printed.stdout, printed.stderr
 
         # the same inputs and parameters: the committed version is reused
         again = link(**params)
