@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from storage.datasets import Dataset
+from storage.datasets import Dataset, as_location, resolve_root
 from pearl_redact import redact
 
 
@@ -151,12 +151,19 @@ def summary_markdown(storage_root: str, versions: dict[str, str], stages_run_id:
     return "\n".join(lines)
 
 
+def summary_lines(storage_root: str, versions: dict[str, str]) -> list[str]:
+    """The end of a build in the run's log: each dataset's name, version and rows."""
+    width = max(map(len, versions), default=0)
+    return [f"{name:{width}}  {version}  {Dataset(storage_root, name, version, None).manifest().get('rows', 0):>12,} rows"
+            for name, version in versions.items()]
+
 
 from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact, create_table_artifact  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
 from runs.artifacts import publish  # noqa: E402
+from runs.progress import log_summary  # noqa: E402
 
 
 @task(name="corpus-report", cache_policy=NONE)
@@ -187,5 +194,7 @@ def corpus_summary_task(built: dict, stages_run_id, storage_root: str) -> str:
     md = summary_markdown(storage_root, built["versions"], str(stages_run_id), url)
     publish(create_markdown_artifact, md, key="corpus-summary",
             description="Dataset versions and rows of this run; the stages' reports are on its corpus-stages run")
+    log_summary(f"build-corpus built {len(built['versions'])} datasets under {as_location(resolve_root(storage_root))}",
+                summary_lines(storage_root, built["versions"]))
     return md
 

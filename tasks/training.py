@@ -492,11 +492,29 @@ def model_commands(out: FileSet) -> list[str]:
         f"pearl models promote {out.version} --storage-root {quote(as_location(out.root))}"]
 
 
+def summary_lines(out: FileSet, stats: dict) -> list[str]:
+    """The end of a training in the run's log: where the model is, its steps and validation, the dev
+    scores of the checkpoint kept, and the commands that use it."""
+    from storage.datasets import as_location
+
+    lines = [f"directory: {as_location(out.url)}",
+             f"steps: {stats.get('steps')}" + (f", validation loss {stats['val_loss']:.4f}" if "val_loss" in stats else "")]
+    if "alias_top1_exported" in stats:
+        lines.append(f"held-out aliases -> titles: top-1 {stats['alias_top1_exported']:.3f}, "
+                     f"MRR {stats['alias_mrr_exported']:.3f}")
+    dev = {k[4:]: v for k, v in stats.items() if k.startswith("dev_") and isinstance(v, (int, float))}
+    if dev:
+        lines.append(f"dev scores (step {stats.get('selected_step')} kept, x100): "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in dev.items()))
+    return lines + [f"use it: {c}" for c in model_commands(out)]
+
+
 @task(name="training-report", cache_policy=NONE)
 def training_report_task(out: FileSet) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from runs.artifacts import publish_location
+    from runs.progress import log_summary
 
     man = out.manifest()
     logs = training_log(out)
@@ -512,6 +530,7 @@ def training_report_task(out: FileSet) -> dict:
             description=f"model {out.version}")
     publish_location(out.url, key="model", title=f"models {out.version}", commands=model_commands(out),
                      description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
+    log_summary(f"train exported model {out.version}", summary_lines(out, stats))
     return {"version": out.version, "url": out.url, "summary": stats}
 
 

@@ -56,6 +56,23 @@ def inputs(tmp_path_factory):
             "model": str(model), "titles": titles, "left_names": left}
 
 
+def run_log(flow_run_id) -> list[str]:
+    """The messages on one flow run's own log (what `prefect deployment run --watch` prints)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # send the queued logs before reading them
+
+    async def read():
+        async with get_client() as client:
+            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            return [log.message for log in logs]
+    return asyncio.run(read())
+
+
 def artifacts(flow_run_ids) -> dict:
     import asyncio
 
@@ -124,6 +141,10 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
         printed = subprocess.run(f"{shlex.quote(sys.executable)} {command[1]}", shell=True, cwd=ROOT,
                                  capture_output=True, text=True, timeout=120)
         assert printed.returncode == 0 and "left_row" in printed.stdout, printed.stderr
+        # the summary, logged in the link-stages subflow, is on the link run's own log: the one --watch prints
+        summary = [m for m in run_log(state.state_details.flow_run_id) if m.startswith(f"link: matches {result['version']}")]
+        assert len(summary) == 1 and "chosen for precision 0.8: precision" in summary[0], summary
+        assert f"left rows: 82 = {c['matched']} matched" in summary[0] and f"dataset: {out.url}" in summary[0]
 
         # the same inputs and parameters: the committed version is reused
         again = link(**params)
