@@ -2,7 +2,9 @@
 prints as they come and the run's page shows.
 
 `--watch` follows the run it started, not its subflows: a line logged in a subflow (build-corpus's
-`corpus-stages`, link's `link-stages`) is sent to the parent flow run's log too.
+`corpus-stages`, link's `link-stages`) is sent to the parent flow run's log too. It prints logs only
+from a server that streams them (PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED and
+PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED, off by default; scripts/env.sh turns them on).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def run_log() -> Callable[[str], None]:
 
         parent = flow_run.parent_flow_run_id
         if parent:
-            loggers.append(flow_run_logger(flow_run_id=parent, subflow=context.flow_run.name))
+            loggers.append(flow_run_logger(flow_run_id=parent, flow_run_name=f"parent of {context.flow_run.name}"))
 
     def log(line: str) -> None:
         for logger in loggers:

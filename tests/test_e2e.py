@@ -169,6 +169,11 @@ def test_first_run_artifacts(first):
     assert f"/runs/flow-run/{child})" in summary[0].data
     for name, version in first["result"]["versions"].items():
         assert f"| {name} | `{version}` |" in summary[0].data, f"the corpus-summary artifact does not name {name}"
+    # `--watch` printed the stages as they ran (logged in the corpus-stages subflow, sent to this run's
+    # log too) and the build's summary
+    watched = first["cli"]
+    assert "stage raw_pages: started" in watched and "stage training_set: done in " in watched, watched[-4000:]
+    assert f"build-corpus built {len(first['result']['versions'])} datasets under" in watched, watched[-4000:]
     # a dataset's location is a path to copy, with the command that uses it: no file:// link, which a
     # browser refuses to open from the UI's page
     assert not [a.key for a in artifacts if isinstance(a.data, str) and "file://" in a.data]
