@@ -520,10 +520,9 @@ def table_from_rows(rows: Iterable[dict], schema: pa.Schema) -> pa.Table:
 
 def as_location(location: str) -> str:
     """A location as a user copies it into a shell or a browser's address bar: an fsspec URL as it is,
-    a local path absolute (a relative one would be read from wherever it is pasted)."""
-    from pathlib import Path
-
-    return location if "://" in location else str(Path(location).expanduser().resolve())
+    a local path absolute (a relative one would be read from wherever it is pasted), as resolve_root
+    makes a root."""
+    return location if "://" in location else resolve_root(location)
 
 
 def file_fingerprint(url: str, error: type[Exception] | None = None, expected: str = "a file") -> dict:
