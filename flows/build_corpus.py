@@ -25,7 +25,8 @@ from flows.corpus_config import (
 )
 from flows.dask_runner import dask_run_records, dask_task_runner
 from flows.parameters import Text, flow
-from runs.steps import PREFECT, Steps
+from runs.progress import LoggedSteps, run_log
+from runs.steps import Steps
 from tasks.aliases import aliases_stage
 from tasks.augmentations import augmentation_report_task, augmentations_stage
 from tasks.corpus_report import corpus_report_task, corpus_summary_task
@@ -99,9 +100,12 @@ def corpus_stages(source: Union[str, list[str]], storage_root: str, read: ReadCo
                   phrases: PhrasesConfig, word_vectors: WordVectorsConfig, positives: PositivesConfig,
                   negatives: NegativesConfig, training_set: TrainingSetConfig, negative_backbone: str,
                   backbone_cache_dir: Optional[str]) -> dict:
+    steps = LoggedSteps(run_log())  # each stage's start and end, on this run's log and build-corpus's
     with dask_run_records(storage_root):
-        return corpus_wiring(PREFECT, source, storage_root, read, pages, phrases, word_vectors, positives, negatives,
-                             training_set, negative_backbone, backbone_cache_dir)
+        built = corpus_wiring(steps, source, storage_root, read, pages, phrases, word_vectors, positives, negatives,
+                              training_set, negative_backbone, backbone_cache_dir)
+        steps.end()
+        return built
 
 
 @flow(name="build-corpus")

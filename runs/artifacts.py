@@ -3,7 +3,7 @@ same task bodies as plain functions, where the content is computed and nothing i
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 def in_a_run() -> bool:
@@ -23,9 +23,41 @@ def publish(create: Callable, *args, **kwargs) -> Any:
 
 
 def publish_link(link: str, **kwargs) -> Any:
-    """A link artifact (`publish`) whose link is a working URL: a local path becomes a file:// URI."""
+    """A link artifact (`publish`) to a page a browser opens from the UI: an http(s) URL. A dataset's
+    or a model's location is no such page: `publish_location` shows it."""
     from prefect.artifacts import create_link_artifact
 
-    from storage.datasets import as_url
+    return publish(create_link_artifact, link=link, **kwargs)
 
-    return publish(create_link_artifact, link=as_url(link), **kwargs)
+
+def location_markdown(title: str, location: str, commands: Sequence[str] = (), note: str = "") -> str:
+    """Where an output lives, as text to copy, with the commands that use it: not a link, which a
+    browser would not open (a web page may not link to a file:// location: "Not allowed to load local
+    resource"; no browser opens s3:// or gs://). A local location is an absolute path."""
+    from storage.datasets import as_location
+
+    lines = [f"**{title}**", "", "```text", as_location(location), "```"]
+    if note:
+        lines += ["", note]
+    if commands:
+        lines += ["", "Use it:", "", "```bash", *commands, "```"]
+    return "\n".join(lines)
+
+
+def train_command(root: str, version: str) -> str:
+    """The command that trains a model on this training_set version (the `train/pearl` deployment)."""
+    from shlex import quote
+
+    from storage.datasets import as_location
+
+    return (f"prefect deployment run train/pearl --watch --param training_set_version={version} "
+            f"--param storage_root={quote(as_location(root))}")
+
+
+def publish_location(location: str, *, key: str, title: str, commands: Sequence[str] = (), note: str = "",
+                     description: str | None = None) -> Any:
+    """A markdown artifact (`publish`) of :func:`location_markdown`."""
+    from prefect.artifacts import create_markdown_artifact
+
+    return publish(create_markdown_artifact, location_markdown(title, location, commands, note), key=key,
+                   description=description)

@@ -31,6 +31,10 @@ export PREFECT_SERVER_API_HOST=127.0.0.1
 export PREFECT_SERVER_API_PORT="$PEARL_PREFECT_PORT"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_CLI_PROMPT=false
+# `prefect deployment run --watch` prints a run's logs (the stage lines and summaries of
+# runs/progress.py) only from a server that streams them: off by default
+export PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED=true
+export PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED=true
 # A local server takes no API key (it takes the auth string below); a key left in the
 # caller's environment would be sent to it.
 unset PREFECT_API_KEY

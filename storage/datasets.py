@@ -554,12 +554,11 @@ def table_from_rows(rows: Iterable[dict], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(list(rows), schema=schema)
 
 
-def as_url(location: str) -> str:
-    """A working URL for a location: an fsspec URL as it is, a local path as a ``file://`` URI (a
-    bare path in a link is resolved by the Prefect UI under its own address)."""
-    from pathlib import Path
-
-    return location if "://" in location else Path(location).expanduser().resolve().as_uri()
+def as_location(location: str) -> str:
+    """A location as a user copies it into a shell or a browser's address bar: an fsspec URL as it is,
+    a local path absolute (a relative one would be read from wherever it is pasted), as resolve_root
+    makes a root."""
+    return location if "://" in location else resolve_root(location)
 
 
 def file_fingerprint(url: str, error: type[Exception] | None = None, expected: str = "a file") -> dict:

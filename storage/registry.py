@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
-from storage.datasets import check_version, resolve_root
+from storage.datasets import MANIFEST, ManifestError, check_version, resolve_root
 from storage.files import FileSet
 from storage.stores import store
 from pearl_redact import redact
@@ -64,6 +64,14 @@ class ModelNotRegistered(RegistryError, KeyError):
 
 class InvalidModelVersion(RegistryError, ValueError):
     """A model version that does not match the version pattern (a RegistryError, so the CLI reports it)."""
+
+
+def _is_version(name: str) -> bool:
+    try:
+        check_version("model version", name)
+    except ValueError:
+        return False
+    return True
 
 
 def _checked(version: object, what: str = "model version") -> str:
@@ -196,6 +204,36 @@ class ModelRegistry:
                          "benchmark_average": (e.get("benchmark") or {}).get("average"),
                          "decision": (e.get("decision") or {}).get("outcome", "")})
         return rows
+
+    def stored_versions(self) -> list[str]:
+        """The versions stored whole (with a manifest) under ``<root>/models/``, registered or not: a
+        `train` run exports a model there without registering it."""
+        models = f"{fsspec.core.url_to_fs(self.root)[1].rstrip('/')}/models"
+        try:
+            paths = self.fs.glob(f"{models}/*/{MANIFEST}")
+        except FileNotFoundError:
+            paths = []
+        versions = (p.rsplit("/", 2)[-2] for p in paths)
+        return sorted(v for v in versions if _is_version(v))  # a directory no version names is not listed
+
+    def listing(self) -> list[dict]:
+        """summary()'s rows, each with its state (``current`` or ``registered``), and a row from its
+        manifest for each model stored whole but never registered (``not registered``); newest
+        trained first. What `pearl models list` prints."""
+        rows = [{**r, "state": "current" if r["current"] else "registered"} for r in self.summary()]
+        known = {r["version"] for r in rows}
+        for version in self.stored_versions():
+            if version in known:
+                continue
+            try:
+                man = self.model(version).manifest()
+            except ManifestError as e:  # a hand-edited manifest: one line from the CLI, as a bad entry is
+                raise RegistryError(str(e)) from None
+            rows.append({"version": version, "current": "", "state": "not registered",
+                         "trained_at": str(man.get("created_at", ""))[:19],
+                         "training_set": (man.get("inputs") or {}).get("training_set"),
+                         "steps": (man.get("stats") or {}).get("steps"), "benchmark_average": None, "decision": ""})
+        return sorted(rows, key=lambda r: r["trained_at"], reverse=True)
 
     # --- the pointer ---------------------------------------------------------------------
     def _history_path(self, n: int) -> str:

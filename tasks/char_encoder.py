@@ -306,7 +306,7 @@ from prefect.logging import get_run_logger  # noqa: E402
 def char_encoder_task(storage_root: str, params: dict | None = None, vectors: Dataset | None = None) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from runs.artifacts import publish_link
+    from runs.artifacts import publish_location
 
     logger = get_run_logger()
     result = run_char_encoder(storage_root, params, vectors)
@@ -318,6 +318,7 @@ def char_encoder_task(storage_root: str, params: dict | None = None, vectors: Da
     create_table_artifact(metrics_table(m), key="char-encoder-metrics",
                           description="Char encoder: cosine to the target vectors and misspelling ranking, vs untrained")
     create_markdown_artifact(loss_markdown(result), key="char-encoder-loss", description="Char encoder training loss")
-    publish_link(result["url"], key="char-encoder", link_text=f"char_encoder {result['version']}",
-                 description=f"{m['words']} words, held-out cosine {m['heldout_cosine']:.3f}")
+    publish_location(result["url"], key="char-encoder", title=f"char_encoder {result['version']}",
+                     note="The train flow reuses it while its inputs and settings are the same.",
+                     description=f"{m['words']} words, held-out cosine {m['heldout_cosine']:.3f}")
     return result

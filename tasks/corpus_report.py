@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from storage.datasets import Dataset
+from storage.datasets import Dataset, as_location, resolve_root
 from pearl_redact import redact
 
 
@@ -131,18 +131,31 @@ def datasets_markdown(datasets: list, counts: dict, png: bytes | None = None) ->
 
 
 def summary_markdown(storage_root: str, versions: dict[str, str], stages_run_id: str, stages_url: str) -> str:
-    """The build-corpus run's own summary: every dataset the run ended with (name, version, rows, where),
-    and the link to its `corpus-stages` run, which holds the stages' artifacts."""
-    from storage.datasets import as_url
+    """The build-corpus run's own summary: every dataset the run ended with (name, version, rows, where,
+    as a path to copy: the UI may not link to a file), the command that trains on its training set, and
+    the link to its `corpus-stages` run, which holds the stages' artifacts. No code span in the link's
+    text: the UI shows its backticks."""
+    from runs.artifacts import train_command
+    from storage.datasets import as_location
 
     lines = ["# Corpus built by this run", "",
-             f"The stages ran in the child run [corpus-stages `{stages_run_id}`]({stages_url}): its Artifacts tab "
+             f"The stages ran in the child run [corpus-stages {stages_run_id}]({stages_url}): its Artifacts tab "
              "holds each stage's report (counts, phrases, positives, negatives, the training set).", "",
              "| dataset | version | rows | location |", "|---|---|---|---|"]
     for name, version in versions.items():
         ds = Dataset(storage_root, name, version, None)
-        lines.append(f"| {name} | `{version}` | {ds.manifest().get('rows', '')} | [{ds.url}]({as_url(ds.url)}) |")
+        lines.append(f"| {name} | `{version}` | {ds.manifest().get('rows', '')} | `{as_location(ds.url)}` |")
+    if "training_set" in versions:
+        lines += ["", "Train a model on its training set:", "", "```bash",
+                  train_command(storage_root, versions["training_set"]), "```"]
     return "\n".join(lines)
+
+
+def summary_lines(storage_root: str, versions: dict[str, str]) -> list[str]:
+    """The end of a build in the run's log: each dataset's name, version and rows."""
+    width = max(map(len, versions), default=0)
+    return [f"{name:{width}}  {version}  {Dataset(storage_root, name, version, None).manifest().get('rows', 0):>12,} rows"
+            for name, version in versions.items()]
 
 
 from prefect import task  # noqa: E402
@@ -150,6 +163,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact  #
 from prefect.cache_policies import NONE  # noqa: E402
 
 from runs.artifacts import publish  # noqa: E402
+from runs.progress import log_summary  # noqa: E402
 
 
 @task(name="corpus-report", cache_policy=NONE)
@@ -180,4 +194,7 @@ def corpus_summary_task(built: dict, stages_run_id, storage_root: str) -> str:
     md = summary_markdown(storage_root, built["versions"], str(stages_run_id), url)
     publish(create_markdown_artifact, md, key="corpus-summary",
             description="Dataset versions and rows of this run; the stages' reports are on its corpus-stages run")
+    log_summary(f"build-corpus built {len(built['versions'])} datasets under {as_location(resolve_root(storage_root))}",
+                summary_lines(storage_root, built["versions"]))
     return md
+

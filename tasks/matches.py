@@ -709,6 +709,27 @@ def histogram_markdown(manifest: dict) -> str:
             + markdown_image(png_bytes(fig), "score histogram") + "\n")
 
 
+def summary_lines(manifest: dict, location: str) -> list[str]:
+    """The end of a link run in the run's log: the threshold (and, chosen from labels, the precision and
+    recall it reaches), how the left rows ended, the pairs kept, and where the dataset is."""
+    from storage.datasets import as_location
+
+    t, c = manifest["stats"]["threshold"], manifest["stats"]["counts"]
+    if t["source"] == "labels":
+        threshold = (f"threshold {t['value']:.4f}, chosen for precision {t['target']}: precision {t['precision']:.3f}, "
+                     f"recall {t['recall']:.3f} on {t['labelled']} labelled left rows")
+    elif t.get("value") is not None:
+        threshold = f"threshold {t['value']:.4f} (given)"
+    else:
+        threshold = t["note"]
+    return [threshold,
+            f"left rows: {c['rows']:,} = {c['matched']:,} matched + {c['below_threshold']:,} below the threshold + "
+            f"{c['no_candidate']:,} with no candidate + {c['skipped']:,} null or empty (skipped)",
+            f"pairs kept: {c['pairs']:,} of {c['candidate_pairs']:,} candidates"
+            + (f", {manifest['stats']['clusters']:,} clusters" if manifest["stats"].get("clusters") is not None else ""),
+            f"dataset: {as_location(location)}"]
+
+
 def threshold_markdown(manifest: dict) -> str:
     t = manifest["stats"]["threshold"]
     if t["source"] != "labels":
@@ -772,7 +793,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact  #
 from prefect.cache_policies import NONE  # noqa: E402
 from prefect.logging import get_run_logger  # noqa: E402
 
-from runs.artifacts import publish, publish_link  # noqa: E402
+from runs.artifacts import publish, publish_location  # noqa: E402
+from runs.progress import log_summary  # noqa: E402
 
 
 @task(name="plan-link", cache_policy=NONE)
@@ -847,6 +869,17 @@ def write_matches_task(plan: LinkPlan, left: SideParts, right: SideParts, thresh
     return write_matches(plan, left, right, threshold, {**recall_summary(recall), **search})
 
 
+def read_command(storage_root: str, name: str, version: str) -> str:
+    """A shell command that reads a dataset version whole and prints its first rows."""
+    from shlex import quote
+
+    from storage.datasets import as_location
+
+    code = (f"from storage.datasets import Dataset; "
+            f"print(Dataset({as_location(resolve_root(storage_root))!r}, {name!r}, {version!r}, None).read().slice(0, 5))")
+    return f"python -c {quote(code)}"
+
+
 @task(name="link-report", cache_policy=NONE)
 def link_report_task(manifest: dict, storage_root: str) -> dict:
     """The artifacts: counts, the score histogram, examples around the threshold, the threshold (and
@@ -864,8 +897,11 @@ def link_report_task(manifest: dict, storage_root: str) -> dict:
     publish(create_markdown_artifact, index_markdown(manifest), key="link-index",
             description="The vector index and, when approximate, its recall against exact")
     out = f"{resolve_root(storage_root).rstrip('/')}/{manifest['name']}/{manifest['version']}"
-    publish_link(out, link_text=f"{manifest['name']} {manifest['version']}", key="link-matches",
-                 description="The matches dataset this run committed or reused")
+    log_summary(f"link: {manifest['name']} {manifest['version']}", summary_lines(manifest, out))
+    publish_location(out, key="link-matches", title=f"{manifest['name']} {manifest['version']}",
+                     commands=[read_command(storage_root, manifest["name"], manifest["version"])],
+                     note="Parquet parts, read back through the storage's verified reader (from the checkout, "
+                          "with its environment):", description="The matches dataset this run committed or reused")
     return {"dataset": manifest["name"], "version": manifest["version"], "rows": manifest["rows"],
             "counts": stats["counts"], "threshold": stats["threshold"]["value"], "index": stats["index"]["kind"],
             "recall": stats["index"].get("recall"), "ef_search": stats["index"].get("ef_search"),

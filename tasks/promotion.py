@@ -257,11 +257,13 @@ def gate_task(storage_root: str, candidate: dict, current: dict | None, evaluati
 
 @task(name="dataset-links", cache_policy=NONE)
 def dataset_links_task(storage_root: str, versions: dict[str, str]) -> None:
-    """One link artifact per dataset version the run used, under a stable key per dataset."""
-    from runs.artifacts import publish_link
+    """One artifact per dataset version the run used, under a stable key per dataset: its location
+    (and, for the training set, the command that trains on it)."""
+    from runs.artifacts import publish_location, train_command
     from storage.datasets import Dataset, resolve_root
 
     root = resolve_root(storage_root)
     for name, version in versions.items():
-        publish_link(Dataset(root, name, version, None).url, key=f"dataset-{name.replace('_', '-')}",
-                     link_text=f"{name} {version}", description=f"{name} version used by this run")
+        publish_location(Dataset(root, name, version, None).url, key=f"dataset-{name.replace('_', '-')}",
+                         title=f"{name} {version}", description=f"{name} version used by this run",
+                         commands=[train_command(root, version)] if name == "training_set" else ())

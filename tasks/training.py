@@ -326,32 +326,51 @@ def training_log(out: FileSet) -> dict:
     return json.loads(out.read_bytes(HISTORY_FILE))
 
 
-def curves_png(history: list[dict], validation: list[dict]) -> bytes:
+CURVE_SIZE = (8, 3.4)  # inches at 100 dpi: about the width of the UI's artifact page, shown unscaled
+
+
+def curve_pngs(history: list[dict], validation: list[dict]) -> list[tuple[str, bytes]]:
+    """The training curves, one figure each (title, PNG): four plots in one strip shrank to
+    unreadable labels at the UI's width."""
     from runs.figures import png_bytes, pyplot
 
     plt = pyplot()
-    aliases = [(v["step"], v["val_alias_top1"], v["val_alias_mrr"]) for v in validation if "val_alias_top1" in v]
-    fig, axes = plt.subplots(1, 4 if aliases else 3, figsize=(17 if aliases else 13, 3.6))
     steps = [r["step"] for r in history]
-    for key, style in (("loss", "-"), ("infonce", "--"), ("type_ce", ":")):
-        axes[0].plot(steps, [r[key] for r in history], style, label=key)
-    for key, mark in (("val_loss", "o"), ("val_infonce", "s"), ("val_type_ce", "^")):
-        pts = [(v["step"], v[key]) for v in validation if key in v]
-        if pts:
-            axes[0].plot(*zip(*pts), mark, label=key)
-    axes[0].set(xlabel="step", ylabel="loss", title="training loss")
-    axes[0].legend(fontsize=7)
-    axes[1].plot(steps, [r["lr"] for r in history])
-    axes[1].set(xlabel="step", ylabel="learning rate", title="learning rate")
-    axes[2].plot(steps, [r["anchors_per_s"] for r in history])
-    axes[2].set(xlabel="step", ylabel="anchors / s", title="throughput")
+
+    def figure(title: str, ylabel: str, draw) -> tuple[str, bytes]:
+        fig, ax = plt.subplots(figsize=CURVE_SIZE)
+        draw(ax)
+        ax.set(xlabel="step", ylabel=ylabel, title=title)
+        if ax.get_legend_handles_labels()[0]:  # beside the plot: inside, it hid points
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return title, png_bytes(fig)
+
+    def losses(ax):
+        for key, style in (("loss", "-"), ("infonce", "--"), ("type_ce", ":")):
+            ax.plot(steps, [r[key] for r in history], style, label=key)
+        for key, mark in (("val_loss", "o"), ("val_infonce", "s"), ("val_type_ce", "^")):
+            pts = [(v["step"], v[key]) for v in validation if key in v]
+            if pts:
+                ax.plot(*zip(*pts), mark, label=key)
+
+    out = [figure("training loss", "loss", losses),
+           figure("learning rate", "learning rate", lambda ax: ax.plot(steps, [r["lr"] for r in history])),
+           figure("throughput", "anchors / s", lambda ax: ax.plot(steps, [r["anchors_per_s"] for r in history]))]
+    aliases = [(v["step"], v["val_alias_top1"], v["val_alias_mrr"]) for v in validation if "val_alias_top1" in v]
     if aliases:  # beside the validation loss: the corpus's own signal, independent of the benchmark
-        steps_a, top1, mrr = zip(*aliases)
-        axes[3].plot(steps_a, top1, "o-", label="top-1")
-        axes[3].plot(steps_a, mrr, "s--", label="MRR")
-        axes[3].set(xlabel="step", ylabel="score", title="held-out aliases -> titles")
-        axes[3].legend(fontsize=7)
-    return png_bytes(fig)
+        def alias_scores(ax):
+            steps_a, top1, mrr = zip(*aliases)
+            ax.plot(steps_a, top1, "o-", label="top-1")
+            ax.plot(steps_a, mrr, "s--", label="MRR")
+        out.insert(1, figure("held-out aliases -> titles", "score", alias_scores))
+    return out
+
+
+def curves_markdown(history: list[dict], validation: list[dict]) -> str:
+    """The `training-curves` figures, each under its own heading at the page's width."""
+    from runs.figures import markdown_image
+
+    return "\n\n".join(f"## {title}\n\n{markdown_image(png, title)}" for title, png in curve_pngs(history, validation))
 
 
 def alias_lines(validation: list[dict], stats: dict) -> str:
@@ -369,7 +388,8 @@ def alias_lines(validation: list[dict], stats: dict) -> str:
 
 def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = None) -> str:
     """The dev checks of a selecting run as a markdown table, the kept checkpoint marked, the
-    backbone's scores (``baseline``) as its first row (empty without any check)."""
+    backbone's scores (``baseline``) as its first row (empty without any check). The changes each
+    check's intervals can see are a list below it: a column of them cut the table at the page's edge."""
     if not selection:
         return ""
     from pearl_model.training.selection import changes_text, criteria
@@ -377,18 +397,20 @@ def selection_lines(selection: list[dict], stats: dict, baseline: dict | None = 
     cols = [f"dev_{k}" for k in criteria({k[4:]: v for k, v in selection[0].items() if k.startswith("dev_")})]
     scaled = any("char_scale" in r for r in selection)
     head = ["step", *(["char scale"] if scaled else []), *(c[4:] for c in cols), "worst change", "mean change",
-            "changes seen (95%)", "kept"]
+            "kept"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     if baseline:
         lines.append("| " + " | ".join(["backbone", *([""] if scaled else []),
                                          *(f"{baseline[c[4:]]:.1f}" if c[4:] in baseline else "" for c in cols),
-                                         "", "", "", ""]) + " |")
+                                         "", "", ""]) + " |")
     for r in selection:
         cells = [str(r["step"]), *([f"{r['char_scale']:g}"] if scaled else []), *(f"{r[c]:.1f}" for c in cols),
                  f"{r['select_worst']:+.1f}", f"{r['select_mean']:+.1f}",
-                 changes_text(r["select_changes"]) if "select_changes" in r else "",
                  "**kept**" if r["step"] == stats.get("selected_step") else ""]
         lines.append("| " + " | ".join(cells) + " |")
+    seen = [f"- step {r['step']}: {changes_text(r['select_changes'])}" for r in selection if "select_changes" in r]
+    if seen:
+        lines += ["", "Changes against the backbone that the 95% intervals can see:", "", *seen]
     return ("\n\n## Checkpoints scored on dev data (as exported; changes against the backbone, x100)\n\n"
             + "\n".join(lines))
 
@@ -457,12 +479,41 @@ def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
     return str((stored_model(out, version) if isinstance(out, str) else out).local_copy())
 
 
+def model_commands(out: FileSet) -> list[str]:
+    """The commands that use a stored model: encode with it (a local root's directory loads as it is),
+    make it the registry's `current`."""
+    from shlex import quote
+
+    from storage.datasets import as_location
+
+    local = "://" not in out.root
+    return ([f"pearl encode 'a phrase' --model {quote(as_location(out.url))}"] if local else []) + [
+        f"pearl models promote {out.version} --storage-root {quote(as_location(out.root))}"]
+
+
+def summary_lines(out: FileSet, stats: dict) -> list[str]:
+    """The end of a training in the run's log: where the model is, its steps and validation, the dev
+    scores of the checkpoint kept, and the commands that use it."""
+    from storage.datasets import as_location
+
+    lines = [f"directory: {as_location(out.url)}",
+             f"steps: {stats.get('steps')}" + (f", validation loss {stats['val_loss']:.4f}" if "val_loss" in stats else "")]
+    if "alias_top1_exported" in stats:
+        lines.append(f"held-out aliases -> titles: top-1 {stats['alias_top1_exported']:.3f}, "
+                     f"MRR {stats['alias_mrr_exported']:.3f}")
+    dev = {k[4:]: v for k, v in stats.items() if k.startswith("dev_") and isinstance(v, (int, float))}
+    if dev:
+        lines.append(f"dev scores (step {stats.get('selected_step')} kept, x100): "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in dev.items()))
+    return lines + [f"use it: {c}" for c in model_commands(out)]
+
+
 @task(name="training-report", cache_policy=NONE)
 def training_report_task(out: FileSet) -> dict:
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from runs.artifacts import publish_link
-    from runs.figures import markdown_image
+    from runs.artifacts import publish_location
+    from runs.progress import log_summary
 
     man = out.manifest()
     logs = training_log(out)
@@ -472,13 +523,13 @@ def training_report_task(out: FileSet) -> dict:
     if logs["history"]:
         create_markdown_artifact(
             key="training-curves",
-            markdown="# Training curves\n\n" + markdown_image(curves_png(logs["history"], logs["validation"]),
-                                                             "loss, learning rate, throughput, held-out aliases")
+            markdown="# Training curves\n\n" + curves_markdown(logs["history"], logs["validation"])
             + alias_lines(logs["validation"], stats) + selection_lines(logs.get("selection", []), stats,
                                                                         logs.get("selection_baseline")),
             description=f"model {out.version}")
-    publish_link(out.url, key="model", link_text=f"models {out.version}",
-                 description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
+    publish_location(out.url, key="model", title=f"models {out.version}", commands=model_commands(out),
+                     description=f"PEARL model trained on training_set {man['inputs']['training_set']}")
+    log_summary(f"train exported model {out.version}", summary_lines(out, stats))
     return {"version": out.version, "url": out.url, "summary": stats}
 
 

@@ -156,7 +156,7 @@ def commit_training_set(out: Dataset, phrases: Dataset, augmentations: Dataset, 
 from prefect import task, unmapped  # noqa: E402
 from prefect.cache_policies import NONE  # noqa: E402
 
-from runs.artifacts import publish_link  # noqa: E402
+from runs.artifacts import publish_location, train_command  # noqa: E402
 from runs.steps import PREFECT, Steps  # noqa: E402
 
 
@@ -184,8 +184,8 @@ def training_set_part_task(phrases: Dataset, augmentations: Dataset, negatives: 
 def commit_training_set_task(out: Dataset, phrases: Dataset, augmentations: Dataset, negatives: Dataset,
                              params: dict, heldout: Dataset | None = None) -> dict:
     man = commit_training_set(out, phrases, augmentations, negatives, params, heldout)
-    publish_link(out.url, key="training-set", link_text=f"training_set {out.version}",
-            description=f"{man['rows']} phrases: {man['stats']}")
+    publish_location(out.url, key="training-set", title=f"training_set {out.version}",
+                     commands=[train_command(out.root, out.version)], description=f"{man['rows']} phrases: {man['stats']}")
     return man
 
 

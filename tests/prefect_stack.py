@@ -145,6 +145,9 @@ class Stack:
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             PREFECT_UI_ENABLED="true" if ui else "false",
             PREFECT_CLI_PROMPT="false",
+            # as scripts/env.sh: `--watch` prints the run's logs (runs/progress.py's lines)
+            PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED="true",
+            PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED="true",
             PREFECT_WORKER_QUERY_SECONDS="2",
             PREFECT_WORKER_HEARTBEAT_SECONDS="5",
             # So that the test can read what the flow returned (the versions it wrote).

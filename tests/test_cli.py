@@ -341,6 +341,49 @@ def test_models_alone_lists_the_models(promoted):
     assert "--storage-root goes after the command: pearl models show" in one_line_error(r)
 
 
+def stored(root, version: str, tmp_path):
+    """A model exported under ``root``/models/``version`` by a train run: whole, never registered."""
+    from storage.files import FileSet
+
+    src = tmp_path / f"export-{version}"
+    src.mkdir()
+    (src / "config.json").write_text("{}")
+    FileSet(str(root), "models", version).upload(src, code_version="t", params={"backbone": "tiny"},
+                                                inputs={"training_set": "ts2"}, stats={"steps": 20})
+
+
+def table_row(output: str, version: str) -> str:
+    return next(line for line in output.splitlines() if f" {version} " in line)
+
+
+def test_models_lists_an_unregistered_export_and_promotes_it(promoted, tmp_path):
+    stored(promoted, "m2", tmp_path)
+    root = ["--storage-root", str(promoted)]
+    listed = CliRunner().invoke(app, ["models", "list", *root])
+    assert listed.exit_code == 0, listed.output
+    assert "not registered" in table_row(listed.output, "m2") and "ts2" in table_row(listed.output, "m2")
+    assert "*" in table_row(listed.output, "m1") and "current" in table_row(listed.output, "m1")
+    assert "pearl models promote VERSION" in listed.output
+    r = CliRunner().invoke(app, ["models", "promote", "m2", *root])
+    assert r.exit_code == 0 and "registered m2" in r.output and "current: m2 (was m1)" in r.output, r.output
+    listed = CliRunner().invoke(app, ["models", "list", *root]).output
+    assert "*" in table_row(listed, "m2") and "registered" in table_row(listed, "m1")
+    assert "not registered" not in listed
+
+
+def test_models_before_any_promotion_names_the_fallback(tmp_path):
+    from pearl_model.inference.backbones import DEFAULT_BACKBONE
+
+    empty = CliRunner().invoke(app, ["models", "list", "--storage-root", str(tmp_path / "store")])
+    assert empty.exit_code == 0 and "no models under" in empty.output and "train/pearl" in empty.output
+    stored(tmp_path / "store", "m1", tmp_path)
+    (tmp_path / "store" / "models" / "not a version").mkdir()
+    r = CliRunner().invoke(app, ["models", "list", "--storage-root", str(tmp_path / "store")])
+    assert "not registered" in table_row(r.output, "m1") and "not a version" not in r.output
+    assert f"no model is current yet: `current` is the backbone {DEFAULT_BACKBONE}" in r.output
+    assert "pearl models promote VERSION" in r.output
+
+
 def test_an_unreadable_pointer_is_one_line(promoted):
     pointer = promoted / "registry" / "current.json"
     pointer.unlink()

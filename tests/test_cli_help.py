@@ -72,3 +72,40 @@ def test_link_help_uses_a_wide_terminal_and_shows_the_cosine_weight_whole(help_o
     option = next(p for p in dict(COMMANDS)[("link",)].params if p.name == "cosine_weight")
     assert flat(option.help).endswith("docs/research/eval-link-autofj.md)") and flat(option.help) in entry
     assert f"[default: {COSINE_WEIGHT};" in entry
+
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(p) or "pearl" for p, _ in COMMANDS])
+def test_usage_line_is_plain_and_no_option_has_two_long_names(help_of, path, command):
+    out = help_of(path, 200)
+    usage = out.splitlines()[0]
+    assert "{" not in usage and "[[" not in usage, usage  # typer's `{LEFT}`, a metavar bracketed twice
+    for param in command.params:
+        if not getattr(param, "hidden", False) and param.param_type_name == "option":
+            assert len([o for o in param.opts + param.secondary_opts if o.startswith("--")]) == 1, param.opts
+    assert "--backbone" not in out and not re.search(r"\bhub\b", out, re.I)  # the old name hidden; no hub offered
+
+
+def test_usage_lines_name_the_arguments(help_of):
+    assert help_of(["link"], 200).splitlines()[0].endswith("link [OPTIONS] LEFT [RIGHT]")
+    assert help_of(["encode"], 200).splitlines()[0].endswith("encode [OPTIONS] [PHRASES]...")
+
+
+@pytest.mark.parametrize("command", ["encode", "similar", "link"])
+def test_model_help_says_the_fallback_before_any_promotion(help_of, command):
+    from pearl_model.inference.backbones import DEFAULT_BACKBONE
+
+    entry = flat(help_of([command], 200)).split("--model", 1)[1].split("[default: current]", 1)[0]
+    assert f"before any promotion, the backbone {DEFAULT_BACKBONE}" in entry
+
+
+def test_threshold_help_says_what_happens_without_one(help_of):
+    entry = flat(help_of(["link"], 200)).split("--threshold", 1)[1].split("--cosine-weight", 1)[0]
+    assert "default: none, every match is kept" in entry
+
+
+def test_the_old_model_option_name_still_works_and_two_names_are_refused():
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["encode", "x", "--backbone", "a", "--model", "b"], prog_name="pearl")
+    assert r.exit_code == 2 and "give one (--backbone is --model's old name)" in r.output

@@ -53,6 +53,15 @@ def test_env_sh_defaults_the_schedule_to_off(given, expect):
     assert out.strip() == expect
 
 
+def test_env_sh_has_the_server_stream_logs_for_watch():
+    """`prefect deployment run --watch` prints a run's logs (runs/progress.py's stage lines and summary)
+    only from a server that streams them, off by default; the services start with env.sh's settings."""
+    names = ["PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED"]
+    out = subprocess.run(["bash", "-c", ". scripts/env.sh; " + "; ".join(f'echo "${n}"' for n in names)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["true", "true"]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     # The scheduler service polls every 2 s instead of 60.

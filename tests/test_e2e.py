@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -172,10 +171,17 @@ def test_first_run_artifacts(first):
     assert f"/runs/flow-run/{child})" in summary[0].data
     for name, version in first["result"]["versions"].items():
         assert f"| {name} | `{version}` |" in summary[0].data, f"the corpus-summary artifact does not name {name}"
-    # every link artifact (stored as the markdown "[text](link)") is a URL, not a bare path
-    links = {a.key: m.group(1) for a in artifacts
-             if isinstance(a.data, str) and (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data))}
-    assert "training-set" in links and all(re.match(r"[a-z][a-z0-9+.-]*://", u) for u in links.values()), links
+    # `--watch` printed the stages as they ran (logged in the corpus-stages subflow, sent to this run's
+    # log too) and the build's summary
+    watched = first["cli"]
+    assert "stage raw_pages: started" in watched and "stage training_set: done in " in watched, watched[-4000:]
+    assert f"build-corpus built {len(first['result']['versions'])} datasets under" in watched, watched[-4000:]
+    # a dataset's location is a path to copy, with the command that uses it: no file:// link, which a
+    # browser refuses to open from the UI's page
+    assert not [a.key for a in artifacts if isinstance(a.data, str) and "file://" in a.data]
+    training_set = f"{first['storage_root']}/training_set/{first['result']['versions']['training_set']}"
+    assert f"```text\n{training_set}\n```" in by_key["training-set"].data
+    assert f"`{training_set}`" in summary[0].data and "train/pearl" in summary[0].data
 
     for key in ("phrase-counts", "phrase-lexical-types", "phrase-entity-types", "phrase-datasets",
                 "augmentation-counts", "augmentation-examples", "negative-counts", "negative-examples",

@@ -87,8 +87,8 @@ def test_first_retrain_trains_on_the_gpu_pool_and_promotes(stack, first, promote
     for key in ("corpus-counts", "phrase-datasets", "dataset-training-set", "training-curves", "training-summary",
                 "benchmark-scores", "promotion-decision", "model-registry"):
         assert key in arts, f"artifacts of the retrain run: {sorted(arts)}"
-    # a link artifact is stored as markdown: [text](link)
-    assert f"](file://{root}/training_set/{result['corpus']['training_set']})" in arts["dataset-training-set"].data
+    # a dataset's location as a path to copy (no file:// link, which a browser refuses from the UI)
+    assert f"```text\n{root}/training_set/{result['corpus']['training_set']}\n```" in arts["dataset-training-set"].data
     assert arts["promotion-decision"].data.startswith("# Promoted")
     registry_rows = json.loads(arts["model-registry"].data)
     assert [(r["version"], r["current"]) for r in registry_rows] == [(result["model"], "yes")]

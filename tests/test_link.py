@@ -419,6 +419,7 @@ def test_link_two_tables_end_to_end(model_dir, tmp_path):
     r = run(left, right, "--left-column", "name", "--out", csv_out, "--model", model_dir, "--backend", "torch")
     assert r.exit_code == 0, r.output
     assert "no threshold is chosen" in r.stderr
+    assert f"wrote 4 matches to {csv_out}\n" in r.stderr  # no threshold: no count of candidates below one
     rows = pacsv.read_csv(csv_out).to_pylist()
     assert [(x["left"], x["right"]) for x in rows if x["left"] != "zebra"] == [("plum", "plum"), ("kiwi", "kiwi"),
                                                                                ("apple", "apple")]

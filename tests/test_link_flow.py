@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import bz2
 import re
+import shlex
 import string
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,6 +21,7 @@ pytest.importorskip("transformers")
 
 from tests.conftest import tiny_model_dir  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 LETTERS = list(string.ascii_lowercase)
 KEYS = {"link-counts", "link-scores", "link-examples", "link-threshold", "link-index", "link-matches"}
 
@@ -50,6 +55,23 @@ def inputs(tmp_path_factory):
     model = tiny_model_dir(d / "model", LETTERS + [f"##{c}" for c in LETTERS])
     return {"left": str(d / "queries.csv"), "right": str(d / "titles.parquet"), "labels": str(d / "labels.csv"),
             "model": str(model), "titles": titles, "left_names": left}
+
+
+def run_log(flow_run_id) -> list[str]:
+    """The messages on one flow run's own log (what `prefect deployment run --watch` prints)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogHandler
+
+    APILogHandler().flush()  # send the queued logs before reading them
+
+    async def read():
+        async with get_client() as client:
+            logs = await client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+            return [log.message for log in logs]
+    return asyncio.run(read())
 
 
 def artifacts(flow_run_ids) -> dict:
@@ -118,6 +140,17 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
             in arts["link-threshold"].data
         assert "Recall@2 against exact" in arts["link-index"].data
         assert "left: null or empty names (skipped)" in arts["link-counts"].data
+        matches_md = arts["link-matches"].data  # the dataset as a path to copy, and a command that reads it
+        assert f"```text\n{out.url}\n```" in matches_md and "file://" not in matches_md
+        command = re.search(r"```bash\n(.*)\n```", matches_md).group(1).split(" ", 1)
+        assert command[0] == "python"
+        printed = subprocess.run(f"{shlex.quote(sys.executable)} {command[1]}", shell=True, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+        assert printed.returncode == 0 and "left_row" in printed.stdout, printed.stderr
+        # the summary, logged in the link-stages subflow, is on the link run's own log: the one --watch prints
+        summary = [m for m in run_log(state.state_details.flow_run_id) if m.startswith(f"link: matches {result['version']}")]
+        assert len(summary) == 1 and "chosen for precision 0.8: precision" in summary[0], summary
+        assert f"left rows: 82 = {c['matched']} matched" in summary[0] and f"dataset: {out.url}" in summary[0]
 
         # the same inputs and parameters: the committed version is reused
         again = link(**params)

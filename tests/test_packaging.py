@@ -31,6 +31,14 @@ def test_the_wheel_ships_the_library_and_the_command_only(tmp_path):
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 300  # the readme it carries
 
 
+def test_the_environment_passes_pip_check():
+    """Set-up's environment holds every declared requirement of what it installs, the data-only
+    packages' too (autofj's, from requirements-data.txt): set-up prints no warning a user can do
+    nothing about."""
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_checkout_is_on_the_venv_path_for_the_pipeline():
     pth = Path(sysconfig.get_paths()["purelib"], "pearl-pipeline-checkout.pth")
     assert pth.read_text().strip() == str(ROOT)

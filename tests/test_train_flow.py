@@ -245,7 +245,7 @@ def test_train_flow_without_a_training_set_says_what_to_run(tmp_path):
 
 
 def test_training_curves_show_the_held_out_aliases():
-    from tasks.training import alias_lines, curves_png, selection_lines
+    from tasks.training import alias_lines, curve_pngs, curves_markdown, selection_lines
 
     hist = [{"step": s, "loss": 2.0, "infonce": 1.5, "type_ce": 0.5, "lr": 1e-3, "anchors_per_s": 9.0} for s in (1, 2)]
     val = [{"step": 0, "epoch": -1, "val_loss": 2.5, "val_alias_top1": 0.25, "val_alias_mrr": 0.5},
@@ -260,14 +260,20 @@ def test_training_curves_show_the_held_out_aliases():
             "scores_by_scale": {}, "select_changes": {"bc5cdr:dev": ch, "heldout_alias_top1": [0.0, -1.0, 1.0]}}
            for s, v, w, c, ch in ((25, 45.0, -13.0, 0.5, [-13.0, -15.0, -11.0]), (50, 66.0, 0.5, 0.25, [0.5, -0.5, 1.5]))]
     table = selection_lines(sel, {"selected_step": 50})
-    assert ("| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | changes seen (95%) "
-            "| kept |") in table
-    assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 | bc5cdr:dev -13.0 [-15.0, -11.0] |  |" in table
-    assert "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | no difference on any dev signal | **kept** |" in table
+    # the table narrow enough to show whole; the changes the intervals see listed below it
+    assert "| step | char scale | bc5cdr:dev | heldout_alias_top1 | worst change | mean change | kept |" in table
+    assert "| 25 | 0.5 | 45.0 | 66.0 | -13.0 | +1.0 |  |" in table
+    assert "| 50 | 0.25 | 66.0 | 66.0 | +0.5 | +1.0 | **kept** |" in table
+    assert "- step 25: bc5cdr:dev -13.0 [-15.0, -11.0]\n- step 50: no difference on any dev signal" in table
     assert selection_lines([], {}) == ""
     with_backbone = selection_lines(sel, {"selected_step": 50}, {"bc5cdr:dev": 58.2, "heldout_alias_top1": 66.6})
-    assert "| backbone |  | 58.2 | 66.6 |  |  |  |  |\n| 25 |" in with_backbone
-    assert curves_png(hist, val)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| backbone |  | 58.2 | 66.6 |  |  |  |\n| 25 |" in with_backbone
+    # one figure per curve, each about the width of the UI's page (four in one strip were unreadable)
+    figures = curve_pngs(hist, val)
+    assert [t for t, _ in figures] == ["training loss", "held-out aliases -> titles", "learning rate", "throughput"]
+    for _, png in figures:
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") <= 1000  # the PNG's width
+    assert curves_markdown(hist, val).count("data:image/png;base64,") == 4
 
 
 

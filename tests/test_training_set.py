@@ -153,13 +153,13 @@ def test_a_context_positive_keeps_its_sentence_id_and_is_drawn_as_a_cached_kind(
     assert examples[0].cached == {"context": ("shares of [MASK] rose",)}
 
 
-def test_every_link_artifact_is_a_working_url(root, tmp_path):
-    """The training-set (and dataset) links are file:// URIs: a bare path is resolved by the UI under its
-    own address (http://127.0.0.1:4200/...), a dead link; fsspec URLs stay as they are."""
+def test_dataset_locations_are_paths_to_copy_with_the_command_that_uses_them(root, tmp_path):
+    """The training-set (and dataset) artifacts show the location as an absolute path to copy, not a
+    link: a browser refuses a file:// link from the UI's page, and a bare path in a link is resolved by
+    the UI under its own address; fsspec URLs stay as they are."""
     import asyncio
     import re
     from pathlib import Path
-    from urllib.parse import unquote, urlparse
 
     from prefect.client.orchestration import get_client
     from prefect.testing.utilities import prefect_test_harness
@@ -173,22 +173,25 @@ def test_every_link_artifact_is_a_working_url(root, tmp_path):
     out = ts.plan_training_set(phrases, aug, negs, params)
     ts.write_part(phrases, aug, negs, 0, out, params)
 
-    async def links():  # Prefect stores a link artifact as the markdown "[text](link)"
+    async def shown():  # each artifact's location: the first line of its code block
         async with get_client() as client:
-            return {a.key: m.group(1) for a in await client.read_artifacts()
-                    if (m := re.fullmatch(r"\[.*\]\((.*)\)", a.data or ""))}
+            return {a.key: a.data for a in await client.read_artifacts()}
 
     with prefect_test_harness():
         ts.commit_training_set_task(out, phrases, aug, negs, params)
-        dataset_links_task(root, {"phrases": "v1"})
-        found = asyncio.run(links())
-    assert set(found) == {"training-set", "dataset-phrases"}
-    for key, link in found.items():
-        assert urlparse(link).scheme == "file", f"{key}: {link}"
-    assert Path(unquote(urlparse(found["training-set"]).path)) == Path(out.url)
-    assert (Path(unquote(urlparse(found["training-set"]).path)) / "_manifest.json").exists()
+        dataset_links_task(root, {"phrases": "v1", "training_set": out.version})
+        found = asyncio.run(shown())
+    assert set(found) == {"training-set", "dataset-phrases", "dataset-training-set"}
+    for md in found.values():  # a path to copy, not a link a browser refuses to open from the UI
+        location = re.search(r"```text\n(.*)\n```", md).group(1)
+        assert "file://" not in md and "](" not in md and Path(location).is_absolute(), md
+    training_set = re.search(r"```text\n(.*)\n```", found["training-set"]).group(1)
+    assert (Path(training_set) / "_manifest.json").exists() and Path(training_set) == Path(out.url)
+    command = f"prefect deployment run train/pearl --watch --param training_set_version={out.version} "
+    assert command in found["training-set"] and command in found["dataset-training-set"]
+    assert "train/pearl" not in found["dataset-phrases"]
 
-    from storage.datasets import as_url
+    from storage.datasets import as_location
 
-    assert as_url("s3://bucket/models/m1") == "s3://bucket/models/m1"
-    assert as_url(str(tmp_path / "a b")) == (tmp_path / "a b").as_uri() and "%20" in as_url(str(tmp_path / "a b"))
+    assert as_location("s3://bucket/models/m1") == "s3://bucket/models/m1"
+    assert as_location("a b") == str(Path.cwd() / "a b")
