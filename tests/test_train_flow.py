@@ -417,8 +417,10 @@ def test_the_backbones_dev_scores_are_kept_by_their_key_and_damage_is_computed_a
     cfg = TrainConfig(select_every=3, select_synonym_pairs=0, device="cpu")
     task = AliasRetrieval(("the times", "river side"), ("new york times", "river bank", "green house"), (0, 1))
 
-    tt.log.addHandler(caplog.handler)  # Prefect's logging set-up may stop propagation to the root
-    monkeypatch.setattr(tt.log, "level", logging.INFO)
+    # Prefect's logging set-up (an earlier test's flow run) may have disabled this module's logger
+    monkeypatch.setattr(tt.log, "disabled", False)
+    caplog.set_level(logging.INFO, logger=tt.log.name)  # setLevel: the logger's cached verdicts cleared too
+    tt.log.addHandler(caplog.handler)
     request.addfinalizer(lambda: tt.log.removeHandler(caplog.handler))
 
     def run(backbone=tiny_backbone, retrieval=task):
