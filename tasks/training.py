@@ -12,10 +12,17 @@ The corpus's own validation signal: the training set's `heldout_aliases` (aliase
 kept out of training) are scored as alias -> title retrieval among the held-out titles and
 hash-chosen distractor titles, before training, after each epoch and on the exported
 (averaged) model; the scores go in the summary, the training log and `training-curves`.
+
+The backbone's dev scores (the bar a checkpoint is chosen against) are kept under
+`<storage_root>/dev_baselines/<SHA-256 of their key>/rows.json` (`selection.baseline_key`: backbone
+files, dev files, held-out aliases, WordNet tasks, engine, scoring code), written with its writer's
+record and read back only through the verified reader: a later run with the same key reads them
+instead of encoding the dev data with the backbone again; a damaged entry is computed again, and said.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import heapq
 import json
 import logging
@@ -31,6 +38,7 @@ from storage.buckets import stable_hash
 from storage.datasets import Dataset, check_version, latest_version, resolve_root
 from storage.files import FileSet, plan_fileset
 from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
+from storage.verified import RECORDS, read_recorded, write_recorded
 
 # -2: held-out alias retrieval, positive_kinds; -3: the change_case positive kind; -4: checkpoint chosen on dev;
 # -5: char_scale at export (and in the dev selection); -6: the settings hashed are TrainConfig.version_params();
@@ -40,6 +48,7 @@ from storage.schemas import ALIASES, HELDOUT_ALIASES, TRAINING_SET
 CODE_VERSION = "train-9"
 HISTORY_FILE = "training_log.json"
 LOCK = ".lock"  # a run's checkpoint directory is its own while a live process holds this file's lock
+BASELINES, BASELINE_ROWS = "dev_baselines", "rows.json"  # the backbone's dev rows, kept by their key
 log = logging.getLogger(__name__)
 
 def check_train_config(cfg) -> None:
@@ -215,6 +224,45 @@ def run_checkpoints(out: FileSet) -> Iterator[Path]:
         os.close(fd)
 
 
+class KeptBaselines:
+    """The ``keep`` of ``selection.dev_selection`` on a storage root: the backbone's dev rows of a key
+    read from ``dev_baselines/<sha256 of the key>/`` through the verified reader when a run kept them
+    there (and they hold that very key), else computed and kept. ``outcome`` says which: ``kept``,
+    ``computed``, ``recomputed`` (the entry was damaged: the log says how) or ``not kept`` (no key)."""
+
+    def __init__(self, root: str):
+        self.root, self.outcome = root, None
+
+    def __call__(self, key: dict | None, compute) -> dict:
+        import fsspec
+
+        if key is None:
+            log.info("the backbone has no local files to key its dev scores by: computed, not kept")
+            self.outcome = "not kept"
+            return compute()
+        canonical = json.dumps(key, sort_keys=True, separators=(",", ":"))
+        fs, path = fsspec.core.url_to_fs(self.root)
+        base = f"{path.rstrip('/')}/{BASELINES}/{hashlib.sha256(canonical.encode()).hexdigest()}"
+        where, damaged = f"{BASELINES}/{base.rsplit('/', 1)[1]}", None
+        if fs.exists(f"{base}/{RECORDS}/{BASELINE_ROWS}.json") or fs.exists(f"{base}/{BASELINE_ROWS}"):
+            try:
+                kept = json.loads(read_recorded(fs, base, BASELINE_ROWS, where))
+                if not (isinstance(kept, dict) and kept.get("key") == json.loads(canonical)
+                        and isinstance(kept.get("rows"), dict)):
+                    raise ValueError(f"{where}/{BASELINE_ROWS} holds no rows of this key")
+                log.info("dev scores of the backbone kept by an earlier run (%s): not computed again", where)
+                self.outcome = "kept"
+                return kept["rows"]
+            except (ValueError, OSError) as e:  # Damaged, UnsafeManifest, bad JSON, unreadable: never served
+                damaged = e
+                log.warning("the kept dev scores of the backbone are damaged, computed again: %s", e)
+        rows = compute()
+        write_recorded(fs, base, BASELINE_ROWS, json.dumps({"key": key, "rows": rows}).encode())
+        self.outcome = "recomputed" if damaged is not None else "computed"
+        log.info("dev scores of the backbone %s and kept for the next run: %s", self.outcome, where)
+        return rows
+
+
 def restart_dir(run_dir: Path, i: int) -> Path:
     """Checkpoints of restart ``i`` (0: the run's own directory, as without restarts)."""
     return run_dir if i == 0 else run_dir / f"restart{i}"
@@ -256,8 +304,9 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
 
     model = build(cfg.seed)
     original = backbone_state(model)
+    kept_baseline = KeptBaselines(training_set.root)
     select, baseline = dev_selection(backbone, cfg, original, retrieval, str(device), benchmark_dir, cache_dir,
-                                     seen=seen_names(train_ex + val_ex))
+                                     seen=seen_names(train_ex + val_ex), keep=kept_baseline)
     # Restarts: along a CPU run BC5CDR's clustering sits on one of two near-tied KMeans layouts, and
     # which one depends on the seed (docs/research/recipe-seeds.md); another seed is tried only while no kept
     # checkpoint is at or above the backbone on every dev signal, and the best kept one is exported.
@@ -286,6 +335,7 @@ def train_model(training_set: Dataset, char_encoder: FileSet, out: FileSet, back
                    "peak_gpu_memory_mb": res.peak_memory_mb and round(res.peak_memory_mb, 1),
                    "device": str(device), "resumed_from_step": res.resumed_from,
                    "positives_drawn": res.positive_kinds, **read_counts,
+                   **({"backbone_dev_scores": kept_baseline.outcome} if kept_baseline.outcome else {}),
                    **({"selected_step": res.selected_step,
                        **{k: v for k, v in kept.items() if k.startswith(("select_", "dev_"))}} if res.selection else {}),
                    **({"gpu": torch.cuda.get_device_name(device)} if device.type == "cuda" else {}),

@@ -305,6 +305,7 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
     best = max(log["selection"], key=lambda r: (r["select_worst"], r["select_mean"], -r["step"]))
     assert man["stats"]["selected_step"] == best["step"]
     assert "heldout_alias_top1" in log["selection_baseline"]  # the backbone's scores, the bar
+    assert man["stats"]["backbone_dev_scores"] == "computed"  # and kept under the root for the next run
     assert man["stats"]["select_worst"] == best["select_worst"]
     expected = {"dev_heldout_alias_top1"} | ({"dev_conll2003:dev", "dev_bc5cdr:dev", "dev_ppdb_filtered:validation"}
                                              if with_benchmark else set())
@@ -404,3 +405,94 @@ def test_two_runs_of_one_model_version_keep_their_own_checkpoints(tmp_path):
     finally:
         holder.kill()
         holder.wait(30)
+
+
+def test_the_backbones_dev_scores_are_kept_by_their_key_and_damage_is_computed_again(tiny_backbone, tmp_path,
+                                                                                       monkeypatch, caplog, request):
+    """A second run with the same inputs reads the backbone's dev rows instead of loading and encoding;
+    another backbone file or other held-out aliases compute them again; a damaged entry is never served."""
+    import logging
+    import shutil
+
+    import tasks.training as tt
+    from pearl_model.evaluation.alias_retrieval import AliasRetrieval
+    from pearl_model.inference.loading import model_digest
+
+    root, loads, real = str(tmp_path / "store"), [], selection.load_encoder
+    monkeypatch.setattr(selection, "load_encoder", lambda *a, **k: loads.append(a[0]) or real(*a, **k))
+    cfg = TrainConfig(select_every=3, select_synonym_pairs=0, device="cpu")
+    task = AliasRetrieval(("the times", "river side"), ("new york times", "river bank", "green house"), (0, 1))
+
+    # Prefect's logging set-up (an earlier test's flow run) may have disabled this module's logger
+    monkeypatch.setattr(tt.log, "disabled", False)
+    caplog.set_level(logging.INFO, logger=tt.log.name)  # setLevel: the logger's cached verdicts cleared too
+    tt.log.addHandler(caplog.handler)
+    request.addfinalizer(lambda: tt.log.removeHandler(caplog.handler))
+
+    def run(backbone=tiny_backbone, retrieval=task):
+        keep, before = tt.KeptBaselines(root), len(loads)
+        _, scores = selection.dev_selection(backbone, cfg, {}, retrieval, "cpu", str(tmp_path / "no-bench"), keep=keep)
+        return keep.outcome, len(loads) - before, scores
+
+    outcome, loaded, first = run()
+    assert (outcome, loaded) == ("computed", 1) and "heldout_alias_top1" in first
+    caplog.clear()
+    assert run() == ("kept", 0, first)  # the backbone never loaded
+    assert "not computed again" in caplog.text
+    assert run(retrieval=AliasRetrieval(task.aliases, task.titles, (1, 1)))[:2] == ("computed", 1)
+
+    copy = tmp_path / "backbone-copy"
+    shutil.copytree(tiny_backbone, copy)
+    assert run(str(copy))[:2] == ("computed", 1)  # another name
+    assert run(str(copy))[:2] == ("kept", 0)
+    with open(copy / "config.json", "a") as fh:  # same name, other files
+        fh.write("\n")
+    model_digest.cache_clear()
+    assert run(str(copy))[:2] == ("computed", 1)
+
+    entries = sorted((tmp_path / "store" / tt.BASELINES).glob(f"*/{tt.BASELINE_ROWS}"))
+    assert len(entries) == 4
+    for entry in entries:  # one entry's bytes edited, one's writer's record gone
+        entry.write_bytes(entry.read_bytes().replace(b'"value": ', b'"value": 1', 1))
+    (entries[0].parent / "_written" / f"{tt.BASELINE_ROWS}.json").unlink()
+    caplog.clear()
+    assert run() == ("recomputed", 1, first)
+    assert "damaged, computed again" in caplog.text
+    assert run() == ("kept", 0, first)
+
+
+def test_the_baseline_key_names_every_input_of_the_backbones_dev_rows(tiny_backbone, tmp_path, monkeypatch):
+    from pearl_model.evaluation.alias_retrieval import AliasRetrieval
+    from pearl_model.evaluation.data import entities_file
+
+    bench = tmp_path / "bench"
+    for d, rel in selection.dev_files(selection.SELECT_DATASETS).items():
+        (bench / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bench / rel).write_text(d)
+    task = AliasRetrieval(("a",), ("b", "c"), (0,))
+    syn = {"wordnet_synonym": AliasRetrieval(("x",), ("y", "z"), (1,))}
+
+    def key(**kw):
+        args = dict(backbone=tiny_backbone, cache_dir=None, device="cpu", benchmark_dir=bench,
+                    datasets=selection.SELECT_DATASETS, retrieval=task, synonyms=syn) | kw
+        return selection.baseline_key(**args)
+
+    base = key()
+    assert base == key()
+    assert base["backbone_files"] and set(base["dev_files"]) == set(selection.SELECT_DATASETS)
+    (bench / entities_file("bc5cdr", "dev")).write_text("edited")
+    edited = key()
+    assert edited["dev_files"]["bc5cdr"] != base["dev_files"]["bc5cdr"]
+    others = [key(datasets=("conll2003",)), key(retrieval=None),
+              key(synonyms={"wordnet_synonym": AliasRetrieval(("x",), ("y", "w"), (1,))}),  # `seen` drew others
+              key(device="meta")]
+    monkeypatch.setattr(selection, "scoring_code_digest", lambda: "other code")
+    others.append(key())
+    monkeypatch.undo()
+    torch.set_default_dtype(torch.float64)
+    try:
+        others.append(key())
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert all(k != edited for k in others)
+    assert selection.baseline_key("intfloat/not-here", None, "cpu", bench, (), None, None) is None

@@ -16,9 +16,16 @@ Each record also holds every criterion's change against the backbone with its 95
 states, the probe over its seeds, the retrieval signals by a paired bootstrap over their queries),
 so that the log and the training report say where a change is "no difference". The rule ranks the
 changes themselves.
+
+The backbone's own rows (the bar) are the same on every run with the same inputs: :func:`baseline_key`
+names all of them (the backbone's files, the dev files, the held-out aliases and WordNet tasks as
+drawn, the engine and the scoring code), and :func:`dev_selection` hands it to its caller's ``keep``,
+which may serve rows kept from an earlier run under exactly that key instead of computing them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
 import statistics
@@ -30,13 +37,15 @@ import torch
 
 from pearl_model.evaluation.alias_retrieval import AliasRetrieval, alias_rows
 from pearl_model.evaluation.common import CachedEncoder, l2_normalize
-from pearl_model.evaluation.data import default_benchmark_dir
-from pearl_model.evaluation.dev import run_dev_benchmark
+from pearl_model.evaluation.data import PPDB_FILES, default_benchmark_dir, entities_file
+from pearl_model.evaluation.dev import DEV_SPLITS, run_dev_benchmark
+from pearl_model.evaluation.row_cache import code_identity
 from pearl_model.evaluation.scores import primary_rows
 from pearl_model.evaluation.stable import paired_difference
 from pearl_model.evaluation.synonym_retrieval import group_tasks, lexname_of, wordnet_synonym_task
 from pearl_model.inference.export import PearlEncoder, average_state_dicts, head_state
-from pearl_model.inference.loading import load_encoder
+from pearl_model.inference.checksums import sha256_file
+from pearl_model.inference.loading import load_encoder, model_digest
 from pearl_model.pairs.synonyms import WordNetNotFoundError, wordnet_reader
 
 log = logging.getLogger(__name__)
@@ -213,11 +222,53 @@ def synonym_signal(pairs: int, seen: set[str], seed: int = 0) -> dict | None:
     return {"wordnet_synonym": task, **groups}
 
 
+def dev_files(datasets: Sequence[str]) -> dict[str, str]:
+    """Dataset -> the benchmark file its dev split is read from (relative to the benchmark directory)."""
+    return {d: PPDB_FILES[d == "ppdb_filtered"] if d.startswith("ppdb") else entities_file(d, DEV_SPLITS[d])
+            for d in datasets}
+
+
+def task_digest(task: AliasRetrieval | None) -> str | None:
+    """SHA-256 of a retrieval task's queries, candidates and answers (None: no task)."""
+    if task is None:
+        return None
+    return hashlib.sha256(json.dumps([task.aliases, task.titles, task.gold]).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def scoring_code_digest() -> str:
+    """The scoring and encoding code (pearl_model/evaluation, pearl_model/inference and this module)
+    and the numeric packages' versions, as the kept evaluation rows key them."""
+    return code_identity((Path(__file__),))
+
+
+def baseline_key(backbone: str, cache_dir: str | None, device: str, benchmark_dir, datasets: Sequence[str],
+                 retrieval: AliasRetrieval | None, synonyms: dict | None) -> dict | None:
+    """Everything the backbone's :func:`dev_rows` are a function of, as JSON: the backbone's name and
+    the SHA-256 of its files, each dev file's SHA-256, the datasets and probe seeds, the held-out aliases
+    and each WordNet task as drawn (``seen``'s exclusion included), the engine (backend, device,
+    dtype) and the scoring code with its libraries' versions. None where the backbone has no local
+    files to digest (a hub name): such rows are never kept."""
+    digest = model_digest(backbone, cache_dir)
+    if digest is None:
+        return None
+    engine = {"backend": "torch", "device": device, "dtype": str(torch.get_default_dtype()),
+              **({"gpu": torch.cuda.get_device_name(device)} if device.startswith("cuda") else {})}
+    return {"backbone": backbone, "backbone_files": digest,
+            "dev_files": {d: sha256_file(Path(benchmark_dir) / f) for d, f in dev_files(datasets).items()},
+            "datasets": list(datasets), "seeds": list(SELECT_SEEDS), "metrics": list(RETRIEVAL_METRICS),
+            "heldout_aliases": task_digest(retrieval),
+            "synonyms": {name: task_digest(t) for name, t in sorted((synonyms or {}).items())},
+            "engine": engine, "scoring_code": scoring_code_digest()}
+
+
 def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, benchmark_dir: str | None = None,
-                  cache_dir: str | None = None, seen: set[str] = frozenset()):
+                  cache_dir: str | None = None, seen: set[str] = frozenset(),
+                  keep: Callable[[dict | None, Callable[[], dict]], dict] | None = None):
     """The `select` callable of a run with `select_every` > 0 (dev splits of the benchmark, the
     held-out aliases and WordNet synonyms none of whose names are in ``seen``, compared with the
-    backbone's rows) and the backbone's scores, computed here, once."""
+    backbone's rows) and the backbone's scores. ``keep(key, compute)``: the rows of
+    :func:`baseline_key`'s ``key``, kept from an earlier run or ``compute()``d (and kept); without it
+    they are computed here."""
     if not cfg.select_every:
         return None, None
     bench = benchmark_dir or default_benchmark_dir()
@@ -228,13 +279,17 @@ def dev_selection(backbone: str, cfg, original: dict, retrieval, device: str, be
             raise ValueError("select_every > 0 needs dev data: the benchmark files (benchmark_dir or "
                              "$PEARL_BENCHMARKS), held-out aliases in the training set or WordNet; none is here")
         log.warning("no benchmark directory (%s): the checkpoint is chosen on the retrieval signals alone", bench)
-    # each string encoded once: the WordNet groups share the whole task's candidates
-    reference = ScaledVectors(load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device), None,
-                              backbone)
-    baseline = dev_rows(reference, bench, retrieval, datasets, synonyms=synonyms)
+
+    def compute() -> dict:
+        # each string encoded once: the WordNet groups share the whole task's candidates
+        reference = ScaledVectors(load_encoder(backbone, cache_dir=cache_dir, backend="torch", device=device), None,
+                                  backbone)
+        return dev_rows(reference, bench, retrieval, datasets, synonyms=synonyms)
+
+    baseline = keep(baseline_key(backbone, cache_dir, device, bench, datasets, retrieval, synonyms), compute) \
+        if keep is not None else compute()
     scores = {k: r["value"] for k, r in baseline.items()}
     log.info("dev scores of the backbone, the bar a checkpoint is chosen against: %s", scores)
-    del reference
     return dev_selector(bench, original, cfg.average_weights[0], baseline, retrieval, datasets,
                         cfg.char_scales, synonyms), scores
 
