@@ -115,8 +115,8 @@ class ModelRegistry:
     def __init__(self, storage_root: str):
         self.root = resolve_root(storage_root)
         fs, base = store(self.root)
-        self.fs = fs
-        self.base = f"{base.rstrip('/')}/{REGISTRY}"
+        self.fs, self.root_path = fs, base.rstrip("/")
+        self.base = f"{self.root_path}/{REGISTRY}"
 
     # --- entries -------------------------------------------------------------------------
     def _entry_path(self, version: str) -> str:
@@ -208,7 +208,7 @@ class ModelRegistry:
     def stored_versions(self) -> list[str]:
         """The versions stored whole (with a manifest) under ``<root>/models/``, registered or not: a
         `train` run exports a model there without registering it."""
-        models = f"{fsspec.core.url_to_fs(self.root)[1].rstrip('/')}/models"
+        models = f"{self.root_path}/models"
         try:
             paths = self.fs.glob(f"{models}/*/{MANIFEST}")
         except FileNotFoundError:
