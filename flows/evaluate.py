@@ -35,7 +35,8 @@ def score_models(models: list[str], benchmark_dir: Optional[str], datasets: Opti
                                 unmapped(side_by_side), unmapped(reuse_scores)).result()
         params = {"models": models, "datasets": datasets, "seeds": seeds, "draws": draws}
         commit_results_task(out, params, benchmark_dir)
-        report = eval_report_task(out, entity_map)
+        # .result(): a map that failed fails the run with its own error, not the report's NotReady
+        report = eval_report_task(out, entity_map.result() if entity_map else None)
         if lexical_diversity:
             report["lexical_diversity"] = lexical_diversity_task(models, storage_root, cache_dir)
         return report

@@ -233,6 +233,7 @@ def dev_sample(bench: Path, out: Path) -> Path:
     random.Random(0).shuffle(pairs)  # the file is grouped by phrase: a head would hold a few
     (out / "ppdb" / "ppdb_filtered.json").write_text(json.dumps(pairs[:1500]), encoding="utf-8")
     shutil.copytree(bench / "bird", out / "bird")
+    shutil.copy(bench / "conll2003" / "test.json", out / "conll2003")  # the evaluation's entity map
     return out
 
 

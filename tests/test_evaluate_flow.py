@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from pearl_model.evaluation import data  # noqa: E402
+from pearl_model.evaluation.data import DatasetMissing  # noqa: E402
 from tests.conftest import stored_parts  # noqa: E402
 
 BENCH = data.default_benchmark_dir()
@@ -92,6 +95,14 @@ def test_evaluate_flow_writes_results_report_and_map(tiny_model, tmp_path):
         bare = evaluate(models=[tiny_model], benchmark_dir=str(BENCH), datasets=["turney"], seeds=[0],
                         storage_root=str(tmp_path / "bare"), map_model=None, dask_workers=1)
         assert bare["lexical_diversity"] is None and bare["table"]
+        # the entity map's benchmark file missing: the run fails with that file's name, not with the
+        # report's NotReady (a TypeError on None)
+        only_turney = tmp_path / "turney-only"
+        shutil.copytree(Path(BENCH) / "turney", only_turney / "turney")
+        with pytest.raises(DatasetMissing, match="conll2003"):
+            evaluate(models=[tiny_model], benchmark_dir=str(only_turney), datasets=["turney"], seeds=[0],
+                     storage_root=str(tmp_path / "bare"), map_model=tiny_model, dask_workers=1,
+                     lexical_diversity=False)
 
         # Another version of the results (char3gram alone, on AutoFJ): its rows are read back from
         # the storage root's eval_rows/, not scored again. A kept value edited by hand with its digest
