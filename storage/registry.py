@@ -34,7 +34,6 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
 from storage.datasets import MANIFEST, ManifestError, check_version, resolve_root
 from storage.files import FileSet

@@ -234,14 +234,14 @@ class KeptBaselines:
         self.root, self.outcome = root, None
 
     def __call__(self, key: dict | None, compute) -> dict:
-        import fsspec
+        from storage.stores import store
 
         if key is None:
             log.info("the backbone has no local files to key its dev scores by: computed, not kept")
             self.outcome = "not kept"
             return compute()
         canonical = json.dumps(key, sort_keys=True, separators=(",", ":"))
-        fs, path = fsspec.core.url_to_fs(self.root)
+        fs, path = store(self.root)  # an object store's listing uncached: another run's entry is seen
         base = f"{path.rstrip('/')}/{BASELINES}/{hashlib.sha256(canonical.encode()).hexdigest()}"
         where, damaged = f"{BASELINES}/{base.rsplit('/', 1)[1]}", None
         if fs.exists(f"{base}/{RECORDS}/{BASELINE_ROWS}.json") or fs.exists(f"{base}/{BASELINE_ROWS}"):

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import uuid
 from pathlib import Path
-
-import logging
 
 import torch
 from safetensors.torch import load, save_file
@@ -39,9 +38,12 @@ class DamagedCheckpoint(ValueError):
     again, never loaded. The message names the file."""
 
 
-def _record(path: Path) -> dict:
-    data = path.read_bytes()
+def _digest(data: bytes) -> dict:
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _record(path: Path) -> dict:
+    return _digest(path.read_bytes())
 
 
 def _checked(path: Path, record: object) -> bytes:
@@ -50,8 +52,7 @@ def _checked(path: Path, record: object) -> bytes:
         data = path.read_bytes()
     except OSError as e:
         raise DamagedCheckpoint(f"{path}: cannot be read ({e.strerror or e})") from None
-    if not isinstance(record, dict) or {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} != {
-            "bytes": record.get("bytes"), "sha256": record.get("sha256")}:
+    if not isinstance(record, dict) or _digest(data) != {"bytes": record.get("bytes"), "sha256": record.get("sha256")}:
         raise DamagedCheckpoint(f"{path}: not what its writer recorded (size or sha256), or no record")
     return data
 
