@@ -176,6 +176,40 @@ def tiny_benchmark(root, words, turney: int = 40, bird: int = 60) -> None:
         f"{a} {b}\t{c} {d}\t{rng.random():.3f}\n" for a, b, c, d in (rng.choice(words, 4) for _ in range(bird))))
 
 
+def dev_sample(bench, out):
+    """The benchmark's dev splits cut to a sample (CoNLL's first 500 lines, BC5CDR's first 600, 1,500
+    shuffled PPDB-filtered pairs), with Turney, BIRD and CoNLL's test file whole: a checkpoint chosen
+    through every dev signal of the recipe and scored on the evaluation's tasks, at a fraction of the
+    full splits' cost (their encodes, probes and KMeans draws were most of each training test's time)."""
+    import json
+    import random
+    import shutil
+
+    for name, lines in (("conll2003", 500), ("bc5cdr", 600)):
+        (out / name).mkdir(parents=True)
+        head = (bench / name / "dev.json").read_text(encoding="utf-8").splitlines()[:lines]
+        (out / name / "dev.json").write_text("\n".join(head) + "\n", encoding="utf-8")
+    (out / "ppdb").mkdir()
+    pairs = json.loads((bench / "ppdb" / "ppdb_filtered.json").read_text(encoding="utf-8"))
+    random.Random(0).shuffle(pairs)  # the file is grouped by phrase: a head would hold a few
+    (out / "ppdb" / "ppdb_filtered.json").write_text(json.dumps(pairs[:1500]), encoding="utf-8")
+    for name in ("bird", "turney"):
+        shutil.copytree(bench / name, out / name)
+    shutil.copy(bench / "conll2003" / "test.json", out / "conll2003")  # the evaluation's entity map
+    return out
+
+
+@pytest.fixture(scope="session")
+def dev_bench(tmp_path_factory):
+    """:func:`dev_sample` of the PEARL benchmark beside the checkout, made once a session; None without it."""
+    from pathlib import Path
+
+    from pearl_model.evaluation.data import default_benchmark_dir
+
+    bench = default_benchmark_dir()
+    return None if bench is None else dev_sample(Path(bench), tmp_path_factory.mktemp("dev-sample"))
+
+
 def part_file(d: Dataset, index: int) -> str:
     """Where part ``index`` of ``d`` is stored: for tests that damage or inspect a file (the pipeline
     reads parts only through the Dataset)."""

@@ -13,8 +13,6 @@ groups and descendants, then checks that no process with the tag is left.
 from __future__ import annotations
 
 import json
-import random
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -220,27 +218,10 @@ def test_second_run_reuses_everything(stack, first):
         assert [d.name for d in (root / name).iterdir() if d.is_dir()] == [versions[name]]
 
 
-def dev_sample(bench: Path, out: Path) -> Path:
-    """The benchmark's dev splits cut to a sample, and BIRD whole: the checkpoint is chosen on real
-    E5's dev scores through every signal the recipe uses, at a fraction of the full splits' cost
-    (their six encodes and KMeans draws took 850 s of this test on 2 cores)."""
-    for name, lines in (("conll2003", 500), ("bc5cdr", 600)):
-        (out / name).mkdir(parents=True)
-        head = (bench / name / "dev.json").read_text(encoding="utf-8").splitlines()[:lines]
-        (out / name / "dev.json").write_text("\n".join(head) + "\n", encoding="utf-8")
-    (out / "ppdb").mkdir()
-    pairs = json.loads((bench / "ppdb" / "ppdb_filtered.json").read_text(encoding="utf-8"))
-    random.Random(0).shuffle(pairs)  # the file is grouped by phrase: a head would hold a few
-    (out / "ppdb" / "ppdb_filtered.json").write_text(json.dumps(pairs[:1500]), encoding="utf-8")
-    shutil.copytree(bench / "bird", out / "bird")
-    shutil.copy(bench / "conll2003" / "test.json", out / "conll2003")  # the evaluation's entity map
-    return out
-
-
 # the default recipe selects on dev data (select_every 50): the backbone's dev pass, the step-3
 # checkpoint's, then the average weights' in turn, all on real E5 in one thread
 @pytest.mark.timeout(1200)
-def test_train_deployment_on_the_built_corpus(stack, first, tmp_path):
+def test_train_deployment_on_the_built_corpus(stack, first, dev_bench):
     """`train/pearl` on the training set the first run published: real E5, a few steps on CPU,
     chosen on dev data, exported, scored against the backbone on BIRD, with its artifacts on the server."""
     from tasks.evaluation import default_benchmark_dir
@@ -251,7 +232,7 @@ def test_train_deployment_on_the_built_corpus(stack, first, tmp_path):
               "char_epochs": 1, "char_max_words": 3000, "benchmark_datasets": ["bird"], "eval_seeds": [0],
               "dask_workers": 1, "evaluate_model": bench is not None}
     if bench is not None:
-        params["benchmark_dir"] = str(dev_sample(Path(bench), tmp_path / "benchmark"))
+        params["benchmark_dir"] = str(dev_bench)  # tests/conftest.py: the dev splits cut to a sample
     run = run_deployment(stack, root, "e2e-train", "train/pearl", params, timeout=5 * RUN_TIMEOUT)
     result = run["result"]
     model_dir = root / "models" / result["model"]["version"]

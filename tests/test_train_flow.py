@@ -118,7 +118,7 @@ def test_restarts_try_seeds_until_one_beats_the_backbone_on_dev(tiny_backbone, t
 
 
 @pytest.mark.skipif(BENCH is None, reason="PEARL benchmark files not beside the checkout")
-def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path):
+def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path, dev_bench):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.testing.utilities import prefect_test_harness
@@ -132,7 +132,7 @@ def test_train_flow_trains_exports_evaluates_and_reuses(tiny_backbone, tmp_path)
     kw = dict(storage_root=root, backbone=tiny_backbone, char_epochs=2, char_max_words=0,
               training={"char_proj_dim": 4, "batch_size": 8, "epochs": 1, "lr": 1e-3, "checkpoint_every": 3,
                         "device": "cpu"},
-              benchmark_datasets=["turney", "bird"], benchmark_dir=str(BENCH), eval_seeds=[0], dask_workers=1)
+              benchmark_datasets=["turney", "bird"], benchmark_dir=str(dev_bench), eval_seeds=[0], dask_workers=1)
     with prefect_test_harness():
         out = train(**kw)
         version = out["model"]["version"]
@@ -278,7 +278,8 @@ def test_training_curves_show_the_held_out_aliases():
 
 
 @pytest.mark.parametrize("with_benchmark", [False, True])
-def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone, tmp_path, with_benchmark):
+def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone, tmp_path, with_benchmark,
+                                                                   dev_bench):
     from storage.files import FileSet
     from tasks.char_encoder import run_char_encoder
     from tasks.training import plan_model, resolve_training_set, train_model, training_log, word_vectors_of
@@ -297,7 +298,7 @@ def test_a_selecting_run_exports_the_checkpoint_chosen_on_dev_data(tiny_backbone
                       average_weight=0.5 if with_benchmark else [0.5, 0.25],
                       char_scale=1.0 if with_benchmark else [0.5, 2.0])
     out = plan_model(ts, char, tiny_backbone, cfg)
-    bench = str(BENCH) if with_benchmark else str(tmp_path / "no-benchmark")
+    bench = str(dev_bench) if with_benchmark else str(tmp_path / "no-benchmark")
     man = train_model(ts, char, out, tiny_backbone, cfg, benchmark_dir=bench)
     log = training_log(FileSet(root, "models", out.version))
     steps = [r["step"] for r in log["selection"]]
