@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "quickstart.md"
 RESULTS = ROOT / "benchmarks" / "results" / "quickstart_times_cpu.json"
+FIRST_STEP = re.compile(r"^step \d+/\d+ ")  # training's step line in the run's log (tasks/training.py)
+FIRST_STEP_FILE = "QUICKSTART_FIRST_STEP"  # where the deployment shim writes when the first one came
 BLOCK = re.compile(r"<!-- quickstart: (?P<name>[\w-]+) -->\s*\n```bash\n(?P<code>.*?)^```", re.S | re.M)
 OVERRIDES = "QUICKSTART_OVERRIDES"  # JSON {deployment: {parameter: value}}, merged over the page's
 
@@ -74,8 +76,10 @@ def run_page(workdir: Path, overrides: dict | None = None, page: Path = PAGE,
     (shims / "prefect").chmod(0o755)
     times = workdir / ".quickstart-times"
     times.unlink(missing_ok=True)
+    (workdir / ".quickstart-first-step").unlink(missing_ok=True)
     with prefect_test_harness(server_startup_timeout=120):  # a busy machine starts it slowly
         env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), OVERRIDES: json.dumps(overrides or {}),
+               FIRST_STEP_FILE: str(workdir / ".quickstart-first-step"),
                "PATH": os.pathsep.join([str(shims), str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         for key in ("PREFECT_API_AUTH_STRING", "PREFECT_PROFILES_PATH"):  # the harness's server has none
@@ -87,6 +91,44 @@ def run_page(workdir: Path, overrides: dict | None = None, page: Path = PAGE,
                            f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}")
     marks = [line.split() for line in times.read_text().splitlines()]
     return {name: round(float(marks[i + 1][1]) - float(t), 1) for i, (name, t) in enumerate(marks[:-1])}
+
+
+def first_step_lines(workdir: Path) -> dict[str, dict]:
+    """For each block whose run logged a training step: the seconds from the block's start to its
+    first step line, and that line's step (`log_every` steps in: the stages before step 1, and those)."""
+    path = workdir / ".quickstart-first-step"
+    if not path.is_file():
+        return {}
+    return {name: {"seconds": float(seconds), "step": line} for name, seconds, line in
+            (row.split(" ", 2) for row in path.read_text().splitlines())}
+
+
+def mark_first_step() -> None:
+    """Write to $QUICKSTART_FIRST_STEP, when training's first step line is logged, the running block's
+    name (the last mark in the times file), the seconds since that block started, and the line's step."""
+    import logging
+    import time
+
+    where = os.environ.get(FIRST_STEP_FILE)
+    if not where:
+        return
+    marks = Path(where).with_name(".quickstart-times")
+
+    class FirstStep(logging.Handler):
+        seen = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if self.seen or not FIRST_STEP.match(message):
+                return
+            self.seen = True
+            name, started = marks.read_text().splitlines()[-1].split()
+            with open(where, "a", encoding="utf-8") as f:
+                f.write(f"{name} {time.time() - float(started):.1f} {message.split()[1]}\n")
+
+    handler = FirstStep()
+    for name in ("prefect.task_runs", "prefect.flow_runs"):  # get_run_logger's, in a task and in a flow
+        logging.getLogger(name).addHandler(handler)
 
 
 def deployment_run(argv: list[str]) -> None:
@@ -117,6 +159,7 @@ def deployment_run(argv: list[str]) -> None:
     else:
         sys.exit(f"no deployment {args.name} in prefect.yaml")
     over = json.loads(os.environ.get(OVERRIDES) or "{}").get(args.name, {})
+    mark_first_step()
     flow(**merge({**(spec.get("parameters") or {}), **params}, over))
 
 
@@ -177,9 +220,12 @@ def main() -> None:
         shutil.copytree(args.data, work / "data", ignore=shutil.ignore_patterns("models", "matches", "registry"))
         (work / "examples").symlink_to(ROOT / "examples")
         steps = run_page(work)
+        first_steps = first_step_lines(work)
     result = {"what": "docs/quickstart.md's commands as written, each step's wall time (s)",
               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "date": started.isoformat(timespec="seconds"),
               "machine": machine(), "steps": steps, "total_s": round(sum(steps.values()), 1),
+              # what `--watch` shows: the seconds until training's first step line (step log_every of max_steps)
+              "first_step_line": first_steps,
               **({"first_run": first, "first_run_s": round(sum(first.values()), 1),
                   "clone_to_tables_s": round(sum(first.values()) + sum(steps.values()), 1)} if first else {}),
               "how": "one bash in a scratch directory with a copy of the sample corpus; `prefect deployment run` "

@@ -40,7 +40,7 @@ def site(tmp_path_factory) -> Path:
 
 
 def article(site: Path, page: str) -> str:
-    text = (site / page / "index.html").read_text(encoding="utf-8")
+    text = (site / f"{page}.html").read_text(encoding="utf-8")
     return text[text.index("<article"):text.index("</article>")]
 
 
@@ -114,7 +114,7 @@ def test_api_blocks_name_public_names_only():
 def test_every_research_page_is_in_the_nav(site):
     nav = (site / "index.html").read_text(encoding="utf-8")
     for page in sorted((ROOT / "docs" / "research").glob("*.md")):
-        target = "research/" if page.name == "index.md" else f"research/{page.stem}/"
+        target = f"research/{page.stem}.html"  # pages end in .html: the offline plugin turns directory URLs off
         assert f'href="{target}"' in nav, f"{page.name} missing from the nav"
 
 
@@ -125,7 +125,7 @@ def test_research_nav_follows_the_research_index(site):
     linked = list(dict.fromkeys(re.findall(r"\]\(([\w-]+)\.md\)", index)))
     home = (site / "index.html").read_text(encoding="utf-8")
     sidebar = home[:home.index('class="md-content"')]  # the primary nav comes before the page's content
-    in_nav = list(dict.fromkeys(re.findall(r'href="research/([\w-]+)/"', sidebar)))
+    in_nav = [name for name in dict.fromkeys(re.findall(r'href="research/([\w-]+)\.html"', sidebar)) if name != "index"]
     assert len(linked) > 20 and in_nav == linked
 
 
@@ -159,9 +159,9 @@ def test_research_nav_is_the_index_sections_titled_by_the_pages_headings(tmp_pat
 def test_no_page_has_two_headings_of_one_name(site):
     """Two headings of one name on a page get anchors `x` and `x_1`: a reader cannot tell them apart."""
     repeated = []
-    for page in sorted(site.rglob("index.html")):
+    for page in sorted(site.rglob("*.html")):
         ids = set(re.findall(r'<h[1-6] id="([^"]+)"', page.read_text(encoding="utf-8")))
-        repeated += [f"{page.parent.relative_to(site)}: #{i}" for i in sorted(ids)
+        repeated += [f"{page.relative_to(site)}: #{i}" for i in sorted(ids)
                      if re.fullmatch(r"(.+)_\d+", i) and re.fullmatch(r"(.+)_\d+", i)[1] in ids]
     assert not repeated
 
@@ -181,7 +181,7 @@ def test_code_in_tables_breaks_between_words_only(site):
     with ui_browser.open_browser() as browser:
         page = ui_browser.new_page(browser, {"width": 1280, "height": 900})
         for name in ("reference/configuration", "reference/datasets", "operating"):
-            page.goto((site / name / "index.html").as_uri())
+            page.goto((site / f"{name}.html").as_uri())
             assert page.locator("td code").count() > 10
             broken[name] = page.evaluate(script)
     assert broken == {name: [] for name in broken}

@@ -2,11 +2,13 @@
 
 Starts a real Prefect server with the UI on (tests/prefect_stack.py, no work pools; its API
 protected by an auth string, which the browser types into each UI's login page), runs
-a tiny flow against it in a subprocess that makes a table artifact and a markdown
-artifact, then opens the server's two UIs (v1 at the root, v2 under /v2) in headless
+a tiny flow against it twice in a subprocess that makes a table artifact, a markdown
+artifact and a location artifact (runs/artifacts.py's, as `model` and `link-matches` are made),
+then opens the server's two UIs (v1 at the root, v2 under /v2) in headless
 Chromium (tests/ui_browser.py) and checks the flow run's page (the run, its logs), each
-artifact key's page (description, the run that made it), each artifact's page (the table's
-cells, the markdown rendered as HTML) and the artifacts list. Screenshots go to
+artifact key's page (description, the runs that made it), each artifact's page (the table's
+cells, the markdown rendered as HTML, the location and its command as text, no file:// link) and
+the artifacts list at /artifacts. Screenshots go to
 $PEARL_SCREENSHOT_DIR, else run/screenshots/<test>/ (v1/ and v2/ in either).
 
 Needs Chromium (scripts/setup.sh installs Debian's when run as root; $PEARL_CHROMIUM names
@@ -39,10 +41,18 @@ MARKDOWN_HEADING = "PEARL markdown heading"
 MARKDOWN_TEXT = "markdown-only text 5309"
 TABLE_DESCRIPTION = "table artifact of the UI test"
 MARKDOWN_DESCRIPTION = "markdown artifact of the UI test"
+# A location artifact as the `model` and `link-matches` artifacts make it (runs.artifacts.publish_location):
+# the quickstart's "Where to look" says it shows the path to copy and the commands that use it.
+LOCATION_KEY = "pearl-ui-location"
+LOCATION = "/srv/pearl-ui-check/data/models/0123abcd"
+LOCATION_COMMAND = f"pearl encode --model {LOCATION} phrases.txt"
+RUNS = 2  # a key's page lists every run's version: the second run shows beside the first
 
 FLOW_SCRIPT = textwrap.dedent(f"""
     from prefect import flow
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from runs.artifacts import publish_location
 
     @flow(name={FLOW_NAME!r})
     def ui_check():
@@ -57,13 +67,15 @@ FLOW_SCRIPT = textwrap.dedent(f"""
             markdown="# {MARKDOWN_HEADING}\\n\\nSome {MARKDOWN_TEXT}, with **bold** words.\\n",
             description={MARKDOWN_DESCRIPTION!r},
         )
+        publish_location({LOCATION!r}, key={LOCATION_KEY!r}, title="model", commands=[{LOCATION_COMMAND!r}])
 
     ui_check()
 """)
 
 
-def check_ui(page, base: str, shots: Path, run, by_key: dict) -> None:
+def check_ui(page, base: str, shots: Path, runs: list, by_key: dict) -> None:
     """The flow run's page, each artifact key's page, each artifact's page, the artifacts list."""
+    run = runs[-1]
     ui_browser.visit(page, ui_browser.flow_run_url(base, run.id),
                      [run.name, FLOW_NAME, "Completed", "Finished in state Completed()"],  # header, logs
                      shots / "flow-run.png")
@@ -92,6 +104,14 @@ def check_ui(page, base: str, shots: Path, run, by_key: dict) -> None:
     assert f"# {MARKDOWN_HEADING}" not in text and "**bold**" not in text, text
     assert TABLE_CELL not in text
 
+    # A location: the path and the command as text to copy, no link a browser refuses to open.
+    text = ui_browser.visit(page, ui_browser.artifact_url(base, by_key[LOCATION_KEY].id), [LOCATION, LOCATION_COMMAND],
+                            shots / "artifact-location.png")
+    assert page.locator('a[href^="file:"]').count() == 0 and "```" not in text, text
+    # A key's history: each run's version, the later run beside the first.
+    ui_browser.visit(page, ui_browser.artifact_key_url(base, LOCATION_KEY), [LOCATION_KEY, *(r.name for r in runs)],
+                     shots / "artifact-key-location.png")
+
     ui_browser.visit(page, ui_browser.artifacts_url(base), [TABLE_KEY, MARKDOWN_KEY, TABLE_DESCRIPTION],
                      shots / "artifacts.png")
 
@@ -111,24 +131,26 @@ def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
         # ... and it asks for the auth string, and sends CSRF tokens, as the server requires.
         assert settings["auth"] == "BASIC" and settings["csrf_enabled"] is True, settings
 
-        out = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], env=stack.env, cwd=ROOT,
-                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
-        assert out.returncode == 0, f"the flow failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        for _ in range(RUNS):
+            out = subprocess.run([sys.executable, "-c", FLOW_SCRIPT], env=stack.env,
+                                 cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+            assert out.returncode == 0, f"the flow failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
 
         async def read(client):
             from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterKey,
                                                         FlowFilter, FlowFilterName)
             runs = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])))
             artifacts = await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[TABLE_KEY, MARKDOWN_KEY])))
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[TABLE_KEY, MARKDOWN_KEY, LOCATION_KEY])))
             return runs, artifacts
 
         runs, artifacts = stack.api(read)
-        assert len(runs) == 1 and runs[0].state.is_completed(), runs
-        run = runs[0]
-        by_key = {a.key: a for a in artifacts}
-        assert set(by_key) == {TABLE_KEY, MARKDOWN_KEY}, artifacts
-        assert all(a.flow_run_id == run.id for a in artifacts)
+        assert len(runs) == RUNS and all(r.state.is_completed() for r in runs), runs
+        runs = sorted(runs, key=lambda r: r.start_time)
+        run = runs[-1]
+        by_key = {a.key: a for a in artifacts if a.flow_run_id == run.id}  # the later run's
+        assert set(by_key) == {TABLE_KEY, MARKDOWN_KEY, LOCATION_KEY}, artifacts
+        assert len(artifacts) == 3 * RUNS
 
         with ui_browser.open_browser() as browser:
             # The server serves two UIs with the same routes: v1 (Vue) at its root, v2
@@ -139,7 +161,7 @@ def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
                 page = ui_browser.new_page(browser)
                 base = ui_browser.ui_base(stack.ui_url, ui)
                 ui_browser.login(page, base, stack.auth_string, shots / ui / "login.png")
-                check_ui(page, base, shots / ui, run, by_key)
+                check_ui(page, base, shots / ui, runs, by_key)
         print(f"UI checked in {time.monotonic() - started:.1f}s; screenshots in {shots}")
     finally:
         survivors = stack.stop()

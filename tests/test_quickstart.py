@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import string
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from benchmarks.quickstart_times import ROOT, blocks, run_page  # noqa: E402
+from benchmarks.quickstart_times import ROOT, blocks, first_step_lines, run_page  # noqa: E402
 from tests.conftest import tiny_model_dir  # noqa: E402
 from tests.test_train_flow import WORDS, tiny_corpus  # noqa: E402
 
@@ -42,6 +43,9 @@ def test_the_quickstart_runs_as_written(workdir, tmp_path_factory):
     times = run_page(workdir, tiny_overrides(tmp_path_factory.mktemp("tiny")), timeout=600)
     assert list(times) == ["train", "similar", "link", "link-flow"]
     assert all(t >= 0 for t in times.values())
+    first = first_step_lines(workdir)  # what the page says of the wait before training's first step line
+    assert list(first) == ["train"] and 0 < first["train"]["seconds"] < times["train"]
+    assert re.fullmatch(r"\d+/\d+", first["train"]["step"])  # the tiny set's few steps: 2/2
     assert len([d for d in (workdir / "data" / "models").iterdir() if d.is_dir()]) == 1  # the step trained one
     with open(workdir / "matches.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
