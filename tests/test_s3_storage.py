@@ -243,3 +243,19 @@ def test_the_verified_reader_fetches_a_part_once_and_still_refuses_a_changed_one
     d.fs.pipe_file(key, d.fs.cat_file(key)[:-9] + b"changed!!")  # another writer's bytes, same size
     with pytest.raises(Damaged, match="sha256"):
         d.read()
+
+
+def test_only_a_store_keeps_checkpoints_and_scored_rows_in_the_local_cache(tmp_path, monkeypatch):
+    """A root on this disk, as a path or a file:// URL, keeps them beside its datasets; an s3:// root in
+    $PEARL_CACHE (a file:// root had been taken for a store by the "://" in its name)."""
+    from storage.files import FileSet
+    from tasks.evaluation import kept_rows_dir
+    from tasks.training import checkpoint_dir
+
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "store"
+    for given in (str(root), root.as_uri()):
+        assert kept_rows_dir(given) == str(root / "eval_rows")
+        assert checkpoint_dir(FileSet(given, "models", "m1")) == root / "checkpoints" / "m1"
+    assert kept_rows_dir("s3://bucket/pearl") == str(tmp_path / "cache" / "eval_rows")
+    assert checkpoint_dir(FileSet("s3://bucket/pearl", "models", "m1")) == tmp_path / "cache" / "checkpoints" / "m1"
