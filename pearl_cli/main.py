@@ -177,10 +177,18 @@ def _registry_errors(what: str = "") -> Iterator[None]:
 
 
 def _resolve(backbone: str, storage_root: Optional[str]) -> tuple[str, str]:
-    """(the spec to load, how to name it): `current` becomes the current model's directory
-    (storage.registry.resolve_model, as the link flow resolves it)."""
+    """(the spec to load, how to name it): `current` becomes the current model's directory, a stored
+    model's URL in an object store its checked local copy (storage.registry.resolve_model, as the link
+    flow resolves it)."""
     if backbone != "current":
-        return backbone, backbone
+        if "://" not in backbone:  # a name or a path: the loader opens it
+            return backbone, backbone
+        with _registry_errors(f"cannot open the model {backbone}: "):
+            try:
+                model = _registry_module().resolve_model(backbone, storage_root or "data", DEFAULT_BACKBONE)
+            except ValueError as e:  # a URL that names no stored model
+                _fail(str(e), backbone)
+        return model.spec, backbone
     reg = _registry(storage_root)
     with _registry_errors("cannot open the current model: "):
         model = _registry_module().resolve_model(backbone, reg, DEFAULT_BACKBONE)

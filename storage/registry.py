@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from storage.atomic import ExclusiveWriteUnsupported, atomic_write_text, clean_leftovers, write_exclusive
 from storage.datasets import MANIFEST, ManifestError, check_version, resolve_root
 from storage.files import FileSet
-from storage.stores import store
+from storage.stores import is_local_root, store
 from pearl_redact import redact
 
 REGISTRY = "registry"
@@ -342,12 +342,28 @@ class ResolvedModel:
     note: str | None = None
 
 
+def stored_model_at(url: str) -> FileSet | None:
+    """The stored model a URL in an object store names (``<root>/models/<version>``, as `pearl models`
+    and a training's summary show it); None for a path or a name, which a loader opens as it is. A URL
+    in a store that names no stored model is refused (ValueError): a model read from a store is read
+    against its manifest, and only a stored model has one."""
+    if is_local_root(url):
+        return None
+    root, name, version = (url.rstrip("/").rsplit("/", 2) + ["", ""])[:3]
+    if name != "models" or "://" not in root:
+        raise ValueError(f"{url} names no stored model: a model in an object store is given as "
+                         "<storage root>/models/<version>")
+    return FileSet(resolve_root(root), "models", check_version("model version", version))
+
+
 def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> ResolvedModel:
     """``current`` -> the current model's local directory; before the first promotion ``fallback``
-    (the default backbone, which this floor does not know), with a note saying so. Any other spec is
-    returned as it is. `pearl encode` / `pearl link` and the link flow resolve `--model` by this."""
+    (the default backbone, which this floor does not know), with a note saying so. A stored model's URL
+    in an object store -> its checked local copy (:func:`stored_model_at`). Any other spec is returned
+    as it is. `pearl encode` / `pearl link` and the link flow resolve `--model` by this."""
     if spec != CURRENT_SPEC:
-        return ResolvedModel(spec, spec)
+        stored = stored_model_at(spec)
+        return ResolvedModel(spec, spec) if stored is None else ResolvedModel(str(stored.local_copy()), spec)
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
     try:
         model = registry.current_model()
@@ -357,9 +373,9 @@ def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> Re
 
 
 def resolve_model_spec(spec: str, storage_root: str) -> str:
-    """``current`` -> the local directory of the current model (NoCurrentModel if none); any other
-    spec (a backbone name, a model directory) is returned as it is."""
+    """``current`` -> the local directory of the current model (NoCurrentModel if none); a stored
+    model's URL -> its checked local copy; any other spec (a backbone name, a model directory) as it is."""
     if spec != CURRENT_SPEC:
-        return spec
+        return resolve_model(spec, storage_root, spec).spec
     return str(ModelRegistry(storage_root).current_model().local_copy())
 

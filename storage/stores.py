@@ -11,8 +11,20 @@ import fsspec
 from fsspec.core import split_protocol
 
 
+def is_local_root(url: str) -> bool:
+    """Whether a storage root (or a path under it) is on this machine's disk: a path, or a file:// URL."""
+    return (split_protocol(url)[0] or "file") in ("file", "local")
+
+
+def local_path(url: str) -> str:
+    """The path on this machine's disk of a local root (``file:///x`` -> ``/x``); ValueError for a store's URL."""
+    if not is_local_root(url):
+        raise ValueError(f"{url} is not on this machine's disk")
+    return fsspec.core.url_to_fs(url)[1]
+
+
 def store(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """(filesystem, path) of a storage root or a path under it, the store's listings never cached."""
-    if (split_protocol(url)[0] or "file") in ("file", "local"):
+    if is_local_root(url):
         return fsspec.core.url_to_fs(url)
     return fsspec.core.url_to_fs(url, use_listings_cache=False)

@@ -58,8 +58,11 @@ def kept_rows_dir(storage_root: str) -> str:
     """Where scored rows are kept: ``eval_rows/`` beside the datasets of a local storage root (a
     test's temporary root keeps its own), ``$PEARL_CACHE/eval_rows`` for a remote one."""
     from pearl_model.inference.backbones import cache_root
+    from storage.stores import is_local_root, local_path
 
-    return str(cache_root() / "eval_rows") if "://" in storage_root else str(Path(storage_root) / "eval_rows")
+    if is_local_root(storage_root):  # a path or a file:// URL
+        return str(Path(local_path(storage_root)) / "eval_rows")
+    return str(cache_root() / "eval_rows")
 
 
 def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datasets: list[str] | None,

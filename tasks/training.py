@@ -173,8 +173,10 @@ def plan_model(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg)
 
 def checkpoint_dir(out: FileSet) -> Path:
     """Where the runs of model version ``out`` keep their checkpoints, one directory each."""
-    if "://" not in out.root:
-        return Path(out.root) / "checkpoints" / out.version
+    from storage.stores import is_local_root, local_path
+
+    if is_local_root(out.root):  # a path or a file:// URL: beside the datasets
+        return Path(local_path(out.root)) / "checkpoints" / out.version
     from pearl_model.inference.backbones import cache_root
 
     return cache_root() / "checkpoints" / out.version
@@ -535,8 +537,9 @@ def model_commands(out: FileSet) -> list[str]:
     from shlex import quote
 
     from storage.datasets import as_location
+    from storage.stores import is_local_root
 
-    local = "://" not in out.root
+    local = is_local_root(out.root)
     return ([f"pearl encode 'a phrase' --model {quote(as_location(out.url))}"] if local else []) + [
         f"pearl models promote {out.version} --storage-root {quote(as_location(out.root))}"]
 

@@ -243,3 +243,42 @@ def test_the_verified_reader_fetches_a_part_once_and_still_refuses_a_changed_one
     d.fs.pipe_file(key, d.fs.cat_file(key)[:-9] + b"changed!!")  # another writer's bytes, same size
     with pytest.raises(Damaged, match="sha256"):
         d.read()
+
+
+def test_only_a_store_keeps_checkpoints_and_scored_rows_in_the_local_cache(tmp_path, monkeypatch):
+    """A root on this disk, as a path or a file:// URL, keeps them beside its datasets; an s3:// root in
+    $PEARL_CACHE (a file:// root had been taken for a store by the "://" in its name)."""
+    from storage.files import FileSet
+    from tasks.evaluation import kept_rows_dir
+    from tasks.training import checkpoint_dir
+
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "store"
+    for given in (str(root), root.as_uri()):
+        assert kept_rows_dir(given) == str(root / "eval_rows")
+        assert checkpoint_dir(FileSet(given, "models", "m1")) == root / "checkpoints" / "m1"
+    assert kept_rows_dir("s3://bucket/pearl") == str(tmp_path / "cache" / "eval_rows")
+    assert checkpoint_dir(FileSet("s3://bucket/pearl", "models", "m1")) == tmp_path / "cache" / "checkpoints" / "m1"
+
+
+def test_pearl_encode_reads_a_stored_model_by_its_url_in_the_bucket(s3_root, tmp_path):
+    """`pearl encode --model <root>/models/<version>` on a store: the model's checked local copy, the
+    vectors of the same directory on disk; a URL in the store that names no stored model, one line."""
+    pytest.importorskip("transformers")
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from pearl_cli.main import app
+    from storage.files import FileSet
+    from tests.conftest import tiny_model_dir
+
+    (tmp_path / "model").mkdir()
+    local = tiny_model_dir(tmp_path / "model", ["the", "new", "york", "times", "banana"])
+    FileSet(s3_root, "models", "m1").upload(local, code_version="t", params={}, inputs={})
+    runner = CliRunner()
+    for model, out in ((f"{s3_root}/models/m1", tmp_path / "s3.npy"), (str(local), tmp_path / "disk.npy")):
+        r = runner.invoke(app, ["encode", "new york", "banana", "--model", model, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+    assert np.array_equal(np.load(tmp_path / "s3.npy"), np.load(tmp_path / "disk.npy"))
+    refused = runner.invoke(app, ["encode", "banana", "--model", f"{s3_root}/exports/m1"])
+    assert refused.exit_code == 2 and "names no stored model" in refused.output

@@ -1,0 +1,162 @@
+"""The whole pipeline with its storage root in a bucket of moto's S3 server (tests/s3_stack.py, issue 67
+item 3): `retrain` builds the corpus (build-corpus, on a `dask scheduler` and a `dask worker` process
+that reach the server as this process does: through the environment), trains a tiny random-weight
+backbone two steps (the same backbone filters the positives and negatives: no E5 to load), evaluates it
+and promotes it through the registry under the bucket; the `link` flow matches two s3:// tables with the
+current model; the `pearl` commands a user points at the bucket list the model, encode with its export
+and link s3:// tables; a rerun with nothing changed recomputes nothing.
+
+One server, one bucket, one Prefect test harness and one build for the module."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from storage.registry import ModelRegistry  # noqa: E402
+from tasks.evaluation import default_benchmark_dir  # noqa: E402
+from tests.s3_stack import subprocess_env  # noqa: E402
+from tests.test_incremental_corpus import (  # noqa: E402
+    DATE_N, DUMP_N, POSITIVES, WORD_VECTORS, dump_name, write_dump,
+)
+from tests.test_train_flow import tiny_backbone  # noqa: E402,F401  (the module's tiny random BERT)
+
+BENCH = default_benchmark_dir()
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600),
+              pytest.mark.skipif(BENCH is None, reason="the gate needs the PEARL benchmark files")]
+
+# one part, chunk and bucket per stage: the flow's wiring on S3 without the test paying per-task overheads
+CORPUS = {"pages_per_partition": 16, "alias_buckets": 1, "sentences_per_chunk": 64, "phrase_buckets": 1,
+          "negative_buckets": 1, **WORD_VECTORS, **POSITIVES}
+LEFT = ["north lake", "old market", "red car", "the river bridge"]
+RIGHT = ["North Lake", "the old market", "a red car", "river bridge", "blue sky"]
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server):
+    return f"s3://{s3_server.bucket()}"
+
+
+@pytest.fixture(scope="module")
+def dask_address(s3_server, tmp_path_factory):
+    """One `dask scheduler` and one `dask worker` process for every flow of the module (started and
+    stopped by pid): the workers reach the S3 server through the environment, as this process does."""
+    from tests.cluster_stack import DaskCluster
+
+    tmp = tmp_path_factory.mktemp("dask")
+    cluster = DaskCluster(tmp, tmp, subprocess_env(), n_workers=1)
+    try:
+        cluster.start()
+        yield cluster.address
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def retrained(bucket, harness, dask_address, tiny_backbone, tmp_path_factory):
+    """The first retrain on the bucket's root: nothing is current, so its model is promoted."""
+    from flows.retrain import retrain
+
+    root = f"{bucket}/pearl"
+    dump = write_dump(tmp_path_factory.mktemp("dump") / dump_name(DATE_N), DUMP_N)
+    kw = dict(source=dump, storage_root=root, corpus={**CORPUS, "negative_backbone": tiny_backbone},
+              training={"backbone": tiny_backbone, "max_steps": 2, "batch_size": 4, "char_epochs": 1,
+                        "char_max_words": 0, "char_proj_dim": 4, "select_every": 0, "device": "cpu"},
+              benchmark_datasets=["turney"], benchmark_dir=str(BENCH), eval_seeds=[0, 1], dask_address=dask_address)
+    assert ModelRegistry(root).current_version() is None
+    return {"root": root, "kw": kw, "result": retrain(**kw)}
+
+
+def test_retrain_on_s3_builds_trains_evaluates_and_promotes(retrained):
+    root, result = retrained["root"], retrained["result"]
+    assert result["outcome"] == "promoted" and result["current_before"] is None
+    reg = ModelRegistry(root)
+    assert reg.current_version() == result["model"]
+    entry = reg.entry(result["model"])
+    assert entry["training"]["steps"] == 2 and entry["decision"]["outcome"] == "promoted"
+    assert set(entry["benchmark"]["scores"]) == {"turney"}
+
+
+def manifests(root: str) -> dict[str, bytes]:
+    """Every committed manifest under the root, by key: what a rerun that recomputes nothing leaves as it was."""
+    from storage.stores import store
+
+    fs, base = store(root)
+    return {p: fs.cat_file(p) for p in fs.find(base) if p.endswith("/_manifest.json")}
+
+
+def test_a_rerun_with_nothing_changed_recomputes_nothing(retrained):
+    from flows.retrain import retrain
+
+    root, first = retrained["root"], retrained["result"]
+    before = manifests(root)
+    again = retrain(**retrained["kw"])
+    assert again["corpus"] == first["corpus"] and again["model"] == first["model"]
+    assert again["outcome"] == "unchanged" and again["evaluation"] is None
+    assert manifests(root) == before  # no dataset, model or store committed again
+
+
+@pytest.fixture(scope="module")
+def tables(bucket):
+    """Two small tables of names in the bucket, as a user hands them to `link`."""
+    from storage.stores import store
+
+    fs, _ = store(bucket)
+    left, right = f"{bucket}/tables/left.parquet", f"{bucket}/tables/right.csv"
+    with fs.open(left, "wb") as f:
+        pq.write_table(pa.table({"title": LEFT}), f)
+    fs.pipe(right, ("title\n" + "\n".join(RIGHT) + "\n").encode())
+    return left, right
+
+
+def test_the_link_flow_matches_s3_tables_with_the_current_model(retrained, tables, dask_address):
+    from flows.link import link
+    from storage.datasets import Dataset
+    from storage.schemas import MATCHES
+
+    root = retrained["root"]
+    out = link(left=tables[0], right=tables[1], storage_root=root, model="current", dask_address=dask_address)
+    matches = Dataset(root, "matches", out["version"], MATCHES).read()
+    assert matches.num_rows == len(LEFT) and sorted(matches["left_row"].to_pylist()) == list(range(len(LEFT)))
+    assert set(matches["right"].to_pylist()) <= set(RIGHT)
+
+
+def test_the_pearl_commands_use_the_model_under_the_bucket(retrained, bucket, tables, tmp_path):
+    from typer.testing import CliRunner
+
+    from pearl_cli.main import app
+    from storage.stores import store
+
+    root, version = retrained["root"], retrained["result"]["model"]
+    runner = CliRunner()
+    listing = runner.invoke(app, ["models", "list", "--storage-root", root])
+    assert listing.exit_code == 0, listing.output
+    assert version in listing.output
+
+    export = ModelRegistry(root).model(version).url  # the export as it lies in the bucket
+    out = tmp_path / "v.npy"
+    encoded = runner.invoke(app, ["encode", "red car", "north lake", "--model", export, "--out", str(out)])
+    assert encoded.exit_code == 0, encoded.output
+    v = np.load(out)
+    assert v.shape[0] == 2 and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+
+    matches = f"{bucket}/tables/matches.parquet"
+    linked = runner.invoke(app, ["link", *tables, "--out", matches, "--storage-root", root])  # --model current
+    assert linked.exit_code == 0, linked.output
+    assert f"model: current = {version}" in linked.output
+    fs, _ = store(bucket)
+    with fs.open(matches, "rb") as f:
+        table = pq.read_table(f)
+    assert table.num_rows == len(LEFT) and set(table["right"].to_pylist()) <= set(RIGHT)
