@@ -955,6 +955,7 @@ def storage(
     any network does."""
     import signal
 
+    from storage.contents import dataset_contents
     from storage.datasets import git_commit
     from tests.s3_stack import S3Server
 
@@ -980,6 +981,7 @@ def storage(
                     one = {"storage": kind, "workers": workers,
                            **run_in_subprocess(made["paths"], workers, root, overrides, interval,
                                                out=Path(tmp) / f"{kind}-{k}.json")}
+                    one["contents"] = dataset_contents(root, one["versions"])
                     results["runs"].append(one)
                     typer.echo(run_table(one))
         finally:
@@ -988,11 +990,15 @@ def storage(
         raise RuntimeError(f"moto server left running: {left}")
     results["setup"]["machine"]["load_avg_end"] = os.getloadavg()
     results["comparison"] = storage_comparison(results["runs"])
+    # the same datasets, row for row, wherever they were stored (storage.contents' digests)
+    results["comparison"]["same_contents"] = all(r["contents"] == results["runs"][0]["contents"]
+                                                 for r in results["runs"])
     rows = [[s["stage"], _fmt(s["disk_s"], 2), _fmt(s["s3_s"], 2), _fmt(s["s3_over_disk"], 2)]
             for s in results["comparison"]["stages"]]
     t = results["comparison"]["total"]
     rows.append(["**total**", _fmt(t["disk_s"], 2), _fmt(t["s3_s"], 2), _fmt(t["s3_over_disk"], 2)])
     typer.echo("\n" + markdown(rows, ["stage", "local disk s", "S3 (loopback) s", "S3 / disk"]))
+    typer.echo(f"same contents on disk and on S3: {results['comparison']['same_contents']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
     typer.echo(f"wrote {out}")
