@@ -4,6 +4,8 @@
         --out benchmarks/results/stage_rates_sample.json
     python benchmarks/stage_rates.py run --source sample --source data/inputs/ovos_summaries.jsonl ...
     python benchmarks/stage_rates.py project benchmarks/results/stage_rates_sample.json [--cores 64]
+    python benchmarks/stage_rates.py storage --max-pages 40 --workers 2 \
+        --out benchmarks/results/stage_rates_storage.json   # local disk against S3 on loopback
 
 `run`: for each (workers, replicate), in a process of its own, the corpus stages as the flow
 runs them, on a fresh storage root and a fresh Dask LocalCluster of `workers` single-threaded
@@ -945,7 +947,7 @@ def storage(
     max_pages: int = typer.Option(40, help="pages of the input: the real-cluster test's slice"),
     workers: int = typer.Option(2),
     pages_per_partition: int = typer.Option(20),
-    repeat: int = typer.Option(2, help="runs per storage, alternated; a stage's fastest is kept"),
+    repeat: int = typer.Option(1, help="runs per storage, alternated; a stage's fastest is kept"),
     interval: float = typer.Option(0.05),
     out: Path = typer.Option(Path("benchmarks/results/stage_rates_storage.json")),
 ) -> None:
