@@ -213,23 +213,23 @@ class DaskCluster:
         self.workers: list[subprocess.Popen] = []
         self.homes: dict[str, Path] = {}
 
-    def home(self, name: str) -> tuple[Path, dict]:
+    def home(self, name: str, seed: bool = False) -> tuple[Path, dict]:
         """A directory of the process `name`, outside the test's, and the environment that makes it
-        the process's whole local disk."""
+        the process's whole local disk (its PEARL_CACHE seeded for a worker, `seed`)."""
         d = Path(tempfile.mkdtemp(prefix=f"pearl-{name}-"))
         self.homes[name] = d
         for sub in ("tmp", "cache", "prefect"):
             (d / sub).mkdir()
-        for seed in self.seed_cache:
-            shutil.copytree(seed, d / "cache" / seed.name)
+        for src in self.seed_cache if seed else ():
+            shutil.copytree(src, d / "cache" / src.name)
         env = {**self.env, "HOME": str(d), "TMPDIR": str(d / "tmp"), "PEARL_CACHE": str(d / "cache"),
                "PREFECT_HOME": str(d / "prefect"), "PREFECT_PROFILES_PATH": str(d / "prefect" / "profiles.toml"),
                "PREFECT_LOCAL_STORAGE_PATH": str(d / "prefect" / "storage"),
                "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), self.env.get("PYTHONPATH"))))}
         return d, env
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        cwd, env = self.home(name)
+    def spawn(self, name: str, *args: str, seed: bool = False) -> subprocess.Popen:
+        cwd, env = self.home(name, seed)
         log = open(self.logs / f"{name}.log", "ab")
         try:
             return subprocess.Popen([*confined(), sys.executable, "-m", "dask", *args], cwd=cwd, env=env,
@@ -263,7 +263,7 @@ class DaskCluster:
             self.workers.append(self.spawn(
                 f"dask-worker-{i}", "worker", self.address, "--name", f"real-{i}", "--host", "127.0.0.1",
                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard",
-                "--local-directory", "dask-worker-space"))  # in its working directory
+                "--local-directory", "dask-worker-space", seed=True))  # in its working directory
         try:
             with self.client() as c:
                 c.wait_for_workers(self.n_workers, timeout=max(10.0, deadline - time.monotonic()))
