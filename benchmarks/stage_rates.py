@@ -4,6 +4,8 @@
         --out benchmarks/results/stage_rates_sample.json
     python benchmarks/stage_rates.py run --source sample --source data/inputs/ovos_summaries.jsonl ...
     python benchmarks/stage_rates.py project benchmarks/results/stage_rates_sample.json [--cores 64]
+    python benchmarks/stage_rates.py storage --max-pages 40 --workers 2 \
+        --out benchmarks/results/stage_rates_storage.json   # local disk against S3 on loopback
 
 `run`: for each (workers, replicate), in a process of its own, the corpus stages as the flow
 runs them, on a fresh storage root and a fresh Dask LocalCluster of `workers` single-threaded
@@ -325,14 +327,21 @@ def map_items(args: tuple) -> list[tuple]:
 
 
 def committed(root: str) -> set[str]:
-    """name/version of every committed dataset under the storage root (a manifest is the commit)."""
+    """name/version of every committed dataset under the storage root (a manifest is the commit),
+    on local disk or an object store (one listing, never cached: storage.stores)."""
     from storage.datasets import MANIFEST
+    from storage.stores import store
 
-    return {"/".join(Path(m).parts[-3:-1]) for m in Path(root).glob(f"*/*/{MANIFEST}")}
+    fs, path = store(root)
+    return {"/".join(m.rstrip("/").split("/")[-3:-1]) for m in fs.glob(f"{path}/*/*/{MANIFEST}")}
 
 
-def _du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def _du(root: str, dataset: str) -> int:
+    """Bytes under root/dataset (name/version), on local disk or an object store."""
+    from storage.stores import store
+
+    fs, path = store(f"{root}/{dataset}")
+    return fs.du(path)
 
 
 # What a stage's units are and which of the run's counts gives them.
@@ -404,7 +413,7 @@ class MeasuredSteps(Steps):
             if mapped else []
         st["peak_rss_mb_driver"] = max(s["peak_rss_mb_driver"] for s in steps) if steps else None
         st["outputs"] = sorted(committed(self.root) - st.pop("_before"))
-        st["output_bytes"] = sum(_du(Path(self.root) / d) for d in st["outputs"])
+        st["output_bytes"] = sum(_du(self.root, d) for d in st["outputs"])
         self.stages.append(st)
 
     @contextmanager
@@ -824,14 +833,14 @@ def machine() -> dict:
 
 
 def run_in_subprocess(inputs: list[str], workers: int, root: str, overrides: dict, interval: float,
-                      timeout: float | None = None) -> dict:
+                      timeout: float | None = None, out: Path | None = None) -> dict:
     """`run_once` in a fresh process: nothing one run loaded (spaCy in the flow process, caches)
     is in the next one's memory or time. It runs in a process group of its own, ended with its
     Dask workers when the run fails, times out or is interrupted."""
     import signal
     import subprocess
 
-    out = Path(root + ".json")
+    out = out or Path(root + ".json")
     cmd = [sys.executable, str(Path(__file__).resolve()), "one", "--workers", str(workers), "--root", root,
            "--overrides", json.dumps(overrides), "--interval", str(interval), "--out", str(out)]
     for path in inputs:
@@ -911,6 +920,89 @@ def run(
         results["projection"] = proj
         typer.echo(f"\n## projection: full English Wikipedia on {cores} cores\n" + projection_markdown(proj))
     save()
+    typer.echo(f"wrote {out}")
+
+
+STORAGES = ("disk", "s3")
+
+
+def storage_comparison(runs: list[dict]) -> dict:
+    """Per stage, the fastest of each storage's runs (wall seconds) and their ratio; the totals."""
+    best = {kind: {} for kind in STORAGES}
+    for r in runs:
+        for st in r["stages"]:
+            kept = best[r["storage"]].get(st["stage"])
+            best[r["storage"]][st["stage"]] = st["wall_s"] if kept is None else min(kept, st["wall_s"])
+    stages = [{"stage": name, "disk_s": disk, "s3_s": best["s3"][name],
+               "s3_over_disk": round(best["s3"][name] / disk, 2) if disk else None}
+              for name, disk in best["disk"].items()]
+    total = {k: round(sum(s[f"{k}_s"] for s in stages), 2) for k in STORAGES}
+    return {"stages": stages, "total": {**{f"{k}_s": v for k, v in total.items()},
+                                        "s3_over_disk": round(total["s3"] / total["disk"], 2)}}
+
+
+@app.command()
+def storage(
+    source: list[str] = typer.Option(["sample"], help="input(s), read in order"),
+    max_pages: int = typer.Option(40, help="pages of the input: the real-cluster test's slice"),
+    workers: int = typer.Option(2),
+    pages_per_partition: int = typer.Option(20),
+    repeat: int = typer.Option(1, help="runs per storage, alternated; a stage's fastest is kept"),
+    interval: float = typer.Option(0.05),
+    out: Path = typer.Option(Path("benchmarks/results/stage_rates_storage.json")),
+) -> None:
+    """The same build, stage by stage, on local disk and on an S3-compatible server on loopback
+    (moto's server, as the tests run it: tests/s3_stack.py; endpoint and keys only in the
+    environment, which the run's processes inherit): what the object store's requests cost before
+    any network does."""
+    import signal
+
+    from storage.contents import dataset_contents
+    from storage.datasets import git_commit
+    from tests.s3_stack import S3Server
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    overrides = {"pages_per_partition": pages_per_partition}
+    results = {"setup": {"method": METHOD + "; the same run with its storage root on local disk and in a bucket of "
+                         "moto's S3 server on 127.0.0.1 (python -m moto.server), alternated",
+                         "machine": machine(), "source": source, "max_pages": max_pages, "workers": workers,
+                         "repeat": repeat, "overrides": overrides, "git_commit": git_commit(),
+                         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
+               "runs": []}
+    with tempfile.TemporaryDirectory(prefix="stage_rates_storage_") as tmp:
+        made = replicate_inputs(source, max_pages, 1, Path(tmp) / "input")
+        server = S3Server(Path(tmp))
+        os.environ.update(server.env())
+        server.start()
+        try:
+            for k in range(repeat):
+                for kind in STORAGES:
+                    root = f"{tmp}/store-{k}" if kind == "disk" else f"s3://{server.bucket()}/pearl"
+                    typer.echo(f"\n## {kind}, run {k + 1}: {root}")
+                    one = {"storage": kind, "workers": workers,
+                           **run_in_subprocess(made["paths"], workers, root, overrides, interval,
+                                               out=Path(tmp) / f"{kind}-{k}.json")}
+                    one["contents"] = dataset_contents(root, one["versions"])
+                    results["runs"].append(one)
+                    typer.echo(run_table(one))
+        finally:
+            left = server.stop()
+    if left:
+        raise RuntimeError(f"moto server left running: {left}")
+    results["setup"]["machine"]["load_avg_end"] = os.getloadavg()
+    results["comparison"] = storage_comparison(results["runs"])
+    # the same datasets, row for row, wherever they were stored (storage.contents' digests)
+    results["comparison"]["same_contents"] = all(r["contents"] == results["runs"][0]["contents"]
+                                                 for r in results["runs"])
+    rows = [[s["stage"], _fmt(s["disk_s"], 2), _fmt(s["s3_s"], 2), _fmt(s["s3_over_disk"], 2)]
+            for s in results["comparison"]["stages"]]
+    t = results["comparison"]["total"]
+    rows.append(["**total**", _fmt(t["disk_s"], 2), _fmt(t["s3_s"], 2), _fmt(t["s3_over_disk"], 2)])
+    typer.echo("\n" + markdown(rows, ["stage", "local disk s", "S3 (loopback) s", "S3 / disk"]))
+    typer.echo(f"same contents on disk and on S3: {results['comparison']['same_contents']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
     typer.echo(f"wrote {out}")
 
 

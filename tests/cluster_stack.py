@@ -3,9 +3,13 @@
 `Postgres` initdb's a throwaway cluster and runs `postgres` on a free port of 127.0.0.1 (and
 a Unix socket in its own directory), with a `prefect` role and database. PostgreSQL refuses to
 run as root, so as root its programs run as the unprivileged user `nobody`. `DaskCluster` runs
-`dask scheduler` and one `dask worker` process per worker, as on separate machines. Every
-process carries PEARL_E2E_TAG in its environment; `stop` stops them by pid and returns
-what survived.
+`dask scheduler` and one `dask worker` process per worker, as on separate machines: each in a
+directory of its own (its working directory, HOME, TMPDIR, PEARL_CACHE, PREFECT_HOME), and as
+root without the capabilities that bypass file modes (`setpriv`: CAP_DAC_OVERRIDE and the rest;
+`nobody` cannot run this interpreter, which lives under /root), so that a folder of the flow's
+with mode 000 is unreadable to them and what they share with the flow is only what the
+environment names (the S3 server). Every process carries PEARL_E2E_TAG in its environment;
+`stop` stops them by pid and returns what survived.
 """
 from __future__ import annotations
 
@@ -57,6 +61,14 @@ def sweep(tag: str) -> list[str]:
     return describe(tagged_processes(tag))
 
 
+def unprivileged_ids() -> dict:
+    """Popen's user/group arguments that run a process as `nobody` when we are root (else none)."""
+    if os.geteuid() != 0:
+        return {}
+    pw = pwd.getpwnam(UNPRIVILEGED)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+
+
 class Postgres:
     """A PostgreSQL server of one test: data and socket in a temporary directory, TCP on loopback."""
 
@@ -74,12 +86,10 @@ class Postgres:
         self.dir = Path(tempfile.mkdtemp(prefix="pearl-pg-"))
         self.data = self.dir / "data"
         self.env = {**os.environ, "PEARL_E2E_TAG": self.tag, "LC_ALL": "C"}
-        self.ids: dict = {}
-        if os.geteuid() == 0:
-            pw = pwd.getpwnam(UNPRIVILEGED)
-            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-            # Popen drops to this user between fork and exec, so the pid we hold is postgres itself.
-            self.ids = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+        # Popen drops to this user between fork and exec, so the pid we hold is postgres itself.
+        self.ids = unprivileged_ids()
+        if self.ids:
+            os.chown(self.dir, self.ids["user"], self.ids["group"])
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -175,23 +185,54 @@ class Postgres:
         return survivors
 
 
-class DaskCluster:
-    """`dask scheduler` and `dask worker` processes on loopback, with the given environment."""
+def confined() -> list[str]:
+    """A command prefix that runs a program as root with no capabilities (file modes then bind it
+    as they bind any user); none when we are not root (file modes already do)."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv (util-linux): the workers could read every folder")
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
 
-    def __init__(self, tmp: Path, logs: Path, env: dict, n_workers: int = 2):
+
+class DaskCluster:
+    """`dask scheduler` and `dask worker` processes on loopback, with the given environment, each
+    in a machine-like directory of its own (`home`), confined (`confined`); `seed_cache`:
+    directories copied into each one's PEARL_CACHE first (a converted backbone, as a worker's
+    image would carry it)."""
+
+    def __init__(self, tmp: Path, logs: Path, env: dict, n_workers: int = 2, seed_cache: tuple[Path, ...] = ()):
         self.tmp = tmp
         self.logs = logs
         self.env = env
         self.n_workers = n_workers
+        self.seed_cache = seed_cache
         self.port = free_port()
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.scheduler: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
+        self.homes: dict[str, Path] = {}
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def home(self, name: str, seed: bool = False) -> tuple[Path, dict]:
+        """A directory of the process `name`, outside the test's, and the environment that makes it
+        the process's whole local disk (its PEARL_CACHE seeded for a worker, `seed`)."""
+        d = Path(tempfile.mkdtemp(prefix=f"pearl-{name}-"))
+        self.homes[name] = d
+        for sub in ("tmp", "cache", "prefect"):
+            (d / sub).mkdir()
+        for src in self.seed_cache if seed else ():
+            shutil.copytree(src, d / "cache" / src.name)
+        env = {**self.env, "HOME": str(d), "TMPDIR": str(d / "tmp"), "PEARL_CACHE": str(d / "cache"),
+               "PREFECT_HOME": str(d / "prefect"), "PREFECT_PROFILES_PATH": str(d / "prefect" / "profiles.toml"),
+               "PREFECT_LOCAL_STORAGE_PATH": str(d / "prefect" / "storage"),
+               "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), self.env.get("PYTHONPATH"))))}
+        return d, env
+
+    def spawn(self, name: str, *args: str, seed: bool = False) -> subprocess.Popen:
+        cwd, env = self.home(name, seed)
         log = open(self.logs / f"{name}.log", "ab")
         try:
-            return subprocess.Popen([sys.executable, "-m", "dask", *args], cwd=ROOT, env=self.env,
+            return subprocess.Popen([*confined(), sys.executable, "-m", "dask", *args], cwd=cwd, env=env,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         finally:
@@ -222,7 +263,7 @@ class DaskCluster:
             self.workers.append(self.spawn(
                 f"dask-worker-{i}", "worker", self.address, "--name", f"real-{i}", "--host", "127.0.0.1",
                 "--nworkers", "1", "--nthreads", "1", "--no-dashboard",
-                "--local-directory", str(self.tmp / f"dask-worker-{i}")))
+                "--local-directory", "dask-worker-space", seed=True))  # in its working directory
         try:
             with self.client() as c:
                 c.wait_for_workers(self.n_workers, timeout=max(10.0, deadline - time.monotonic()))
@@ -235,3 +276,5 @@ class DaskCluster:
         stop_tree(self.workers)
         if self.scheduler is not None:
             stop_tree([self.scheduler])
+        for d in self.homes.values():
+            shutil.rmtree(d, ignore_errors=True)

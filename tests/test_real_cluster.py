@@ -1,32 +1,44 @@
-"""build-corpus on a real cluster: a Prefect server on PostgreSQL and an existing Dask cluster.
+"""build-corpus on a real cluster with no shared disk: a Prefect server on PostgreSQL, an existing
+Dask cluster, and an S3-compatible server as the only place they share (issue 67, item 4).
 
 Starts PostgreSQL (initdb in a temporary directory, loopback only), `prefect server start` on
-it, and a `dask scheduler` with two `dask worker` processes; then runs `build_corpus` with
-`dask_address` pointing at that scheduler, in a process of its own with PREFECT_API_URL at the
-server, as docs/running-at-scale.md describes. Checks the run in the API and in PostgreSQL's
-tables, the datasets it wrote, and that its tasks ran on those workers (a flow that started a
-local cluster would leave them idle). Teardown stops everything by pid and fails on survivors.
+it, and a `dask scheduler` with two `dask worker` processes, each in a directory of its own
+(working directory, HOME, TMPDIR, PEARL_CACHE, PREFECT_HOME), confined so that file modes bind
+them (tests/cluster_stack.py); the flow's folders and the test's have mode 000. The storage
+root is a bucket of moto's S3 server (tests/s3_stack.py), and so is Prefect's result storage (a
+`remote-file-system` block, PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK); credentials and endpoint
+only in the environment. Then runs `build_corpus` with `dask_address` pointing at that scheduler,
+in a process of its own with PREFECT_API_URL at the server, as docs/running-at-scale.md describes.
+Checks the run in the API and in PostgreSQL's tables, that its tasks ran on those workers (a flow
+that started a local cluster would leave them idle) and persisted their results in the bucket,
+and that its datasets equal the same build on local disk (run in-process, `corpus_wiring` with the
+task bodies, while the servers start). Teardown stops everything by pid and fails on survivors.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
+from pearl_model.inference.backbones import cache_root
+from storage.contents import dataset_contents
+from storage.datasets import Dataset, latest_version
 from tests.cluster_stack import DaskCluster, Postgres, find_postgres_bin, sweep
 from tests.prefect_stack import ROOT, Stack, stop_tree
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 MAX_PAGES = 40
 PAGES_PER_PARTITION = 20
-RUN_TIMEOUT = 480  # seconds for the flow run (under a minute on 2 busy cores; the test about 1 min)
+RUN_TIMEOUT = 900  # seconds for the flow run (a few minutes on 2 cores; over 8 when other tests load them)
 RUN_NAME = "real-cluster"
+RESULTS_BLOCK = "pearl-results"  # the remote-file-system block of Prefect's result storage
+DATASETS = ("raw_pages", "pages", "sentences", "phrases", "word_vectors", "negatives", "training_set")
 # Stages mapped over parts and buckets: these go to the Dask cluster (the plans and commits run in the flow).
 MAPPED = {"extract_part_task", "mine_chunk_task", "phrase_bucket_task", "training_set_part_task"}
 
@@ -43,27 +55,62 @@ RUN_FLOW = textwrap.dedent("""
                    "message": state.message, "result": result}, f, default=str)
 """)
 
+# The same build on local disk: the flow's wiring with each task body called in this process (no
+# Prefect, no cluster), with the arguments build_corpus gives it; it prints the versions it wrote.
+BUILD_ON_DISK = textwrap.dedent("""
+    import json, sys
+    from benchmarks.stage_rates import wiring_args
+    from flows.build_corpus import corpus_wiring
+    from tests.test_incremental_corpus import InProcess
+
+    root, overrides, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+    built = corpus_wiring(InProcess(), **wiring_args("sample", root, 1, overrides))
+    with open(out, "w") as f:
+        json.dump(built["versions"], f)
+""")
+# Made in the bucket through the API (Prefect's own block type; s3fs reads the endpoint from the environment).
+SAVE_RESULTS_BLOCK = textwrap.dedent("""
+    import sys
+    from prefect.filesystems import RemoteFileSystem
+
+    RemoteFileSystem(basepath=sys.argv[1]).save(sys.argv[2], overwrite=True)
+""")
+
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, s3_server):
     bin_dir = find_postgres_bin()
     if bin_dir is None:
         pytest.skip("no PostgreSQL binaries (initdb, postgres, pg_ctl) in /usr/lib/postgresql/*/bin or on PATH")
     tmp = tmp_path_factory.mktemp("real-cluster")
+    bucket = s3_server.bucket()
     pg = Postgres(bin_dir, logs=tmp / "logs")  # made by Stack; every log lands there
-    # No work pool: the flow runs in a process of the test's, as a flow-run process would.
-    stack = Stack(tmp, pools=(), env={"PREFECT_API_DATABASE_CONNECTION_URL": pg.url})
-    # The workers run Prefect tasks: they report to the same server and persist results alike.
-    dask = DaskCluster(tmp, stack.logs, env=stack.env)
+    # No work pool: the flow runs in a process of the test's, as a flow-run process would. Its results
+    # (and its tasks', on the workers) go to the bucket: no process reads another's local disk.
+    stack = Stack(tmp, pools=(), env={"PREFECT_API_DATABASE_CONNECTION_URL": pg.url,
+                                      "PREFECT_RESULTS_DEFAULT_STORAGE_BLOCK": f"remote-file-system/{RESULTS_BLOCK}"})
+    # The workers run Prefect tasks: they report to the same server and persist results alike. Each
+    # gets the converted E5 backbone in its own PEARL_CACHE, as a worker's image would carry it.
+    dask = DaskCluster(tmp, stack.logs, env=stack.env,
+                       seed_cache=tuple(p for p in (cache_root() / "backbones", cache_root() / "onnx") if p.is_dir()))
+    # The build to compare with, on local disk, while the servers start (its own process, stopped by pid).
+    disk_root, disk_versions = tmp / "disk-store", tmp / "disk-versions.json"
+    with open(stack.logs / "disk-build.log", "ab") as log:
+        disk = subprocess.Popen([sys.executable, "-c", BUILD_ON_DISK, str(disk_root), json.dumps(OVERRIDES),
+                                 str(disk_versions)], cwd=ROOT, env={**stack.env, "PYTHONPATH": str(ROOT)},
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     survivors: list[str] = []
     try:
         pg.start()
         stack.start()
+        stack.run([sys.executable, "-c", SAVE_RESULTS_BLOCK, f"s3://{bucket}/prefect-results", RESULTS_BLOCK])
         dask.start()
-        yield {"pg": pg, "stack": stack, "dask": dask, "tmp": tmp}
+        yield {"pg": pg, "stack": stack, "dask": dask, "tmp": tmp, "bucket": bucket, "disk": disk,
+               "disk_root": disk_root, "disk_versions": disk_versions}
     finally:
         # Dask before the server its tasks report to, the server before its database.
-        for stop in (dask.stop, lambda: survivors.extend(stack.stop()), lambda: survivors.extend(pg.stop())):
+        for stop in (lambda: stop_tree([disk]), dask.stop, lambda: survivors.extend(stack.stop()),
+                     lambda: survivors.extend(pg.stop())):
             try:
                 stop()
             except Exception as e:  # go on stopping the rest
@@ -72,20 +119,33 @@ def cluster(tmp_path_factory):
         assert not survivors, f"processes left running after teardown: {survivors}"
 
 
+OVERRIDES = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
+
+
 @pytest.fixture(scope="module")
 def run(cluster):
     stack, dask = cluster["stack"], cluster["dask"]
     tmp: Path = cluster["tmp"]
     with dask.client() as c:
         executed_before = c.run(lambda dask_worker: dask_worker.state.executed_count)
-    storage_root = tmp / "store"
-    params = {"source": "sample", "storage_root": str(storage_root), "dask_address": dask.address,
+    storage_root = f"s3://{cluster['bucket']}/pearl"
+    params = {"source": "sample", "storage_root": storage_root, "dask_address": dask.address,
               "read": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}}
     out_file = tmp / "run.json"
+    # The flow's process has its own folders too, which the workers cannot read (mode 000: the
+    # flow, as root, still can; the confined workers cannot), nor the test's.
+    flow_home = tmp / "flow-home"
+    for sub in ("tmp", "cache"):
+        (flow_home / sub).mkdir(parents=True)
+    env = {**stack.env, "HOME": str(flow_home), "TMPDIR": str(flow_home / "tmp"),
+           "PEARL_CACHE": str(flow_home / "cache"), "PYTHONPATH": str(ROOT)}
+    if os.geteuid() == 0:
+        for d in (flow_home, tmp):
+            d.chmod(0)
     log = open(stack.logs / "flow.log", "ab")
     try:
         proc = subprocess.Popen([sys.executable, "-c", RUN_FLOW, json.dumps(params), RUN_NAME, str(out_file)],
-                                cwd=ROOT, env=stack.env, stdin=subprocess.DEVNULL, stdout=log,
+                                cwd=flow_home, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         log.close()
@@ -103,8 +163,22 @@ def run(cluster):
         executed = c.run(lambda dask_worker: dask_worker.state.executed_count)
         prefixes = c.run_on_scheduler(
             lambda dask_scheduler: {name: dict(p.state_counts) for name, p in dask_scheduler.task_prefixes.items()})
-    return {**out, "storage_root": storage_root,
+        # What a worker sees of the flow's folders and of the test's: nothing.
+        seen = c.run(_readable, [str(flow_home), str(tmp), str(cluster["disk_root"])])
+    return {**out, "storage_root": storage_root, "seen": seen,
             "executed": {w: n - executed_before.get(w, 0) for w, n in executed.items()}, "prefixes": prefixes}
+
+
+def _readable(paths: list[str]) -> dict:
+    """{path: whether this process can list it} (run on each worker)."""
+    out = {}
+    for p in paths:
+        try:
+            os.listdir(p)
+            out[p] = True
+        except OSError:
+            out[p] = False
+    return out
 
 
 def test_flow_run_completed_in_the_api_and_in_postgres(cluster, run):
@@ -143,20 +217,34 @@ def test_flow_run_completed_in_the_api_and_in_postgres(cluster, run):
     assert not list((stack.tmp / "prefect-home").glob("*.db")), "the server wrote a SQLite database"
 
 
-def test_datasets_written_to_storage(run):
-    root: Path = run["storage_root"]
+def test_datasets_written_to_the_bucket_equal_the_build_on_local_disk(cluster, run):
+    root = run["storage_root"]
     result = run["result"]
     assert result["pages_read"] == MAX_PAGES
     versions = result["versions"]
-    for name in ("raw_pages", "pages", "sentences", "phrases", "word_vectors", "negatives", "training_set"):
-        d = root / name / versions[name]
-        manifest = json.loads((d / "_manifest.json").read_text())
-        parts = sorted(d.glob("part-*.parquet"))
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
-        assert rows == manifest["rows"] > 0, f"{name}: {rows} rows in Parquet, {manifest['rows']} in the manifest"
-    assert result["training_set"]["rows"] == json.loads(
-        (root / "training_set" / versions["training_set"] / "_manifest.json").read_text())["rows"]
-    assert json.loads((root / "training_set" / "_latest.json").read_text())["version"] == versions["training_set"]
+    for name in DATASETS:
+        # every part's footer read from the bucket and checked against the manifest's count
+        assert sum(p.rows for p in Dataset(root, name, versions[name], None).parts(verify=True)) > 0, name
+    assert latest_version(root, "training_set") == versions["training_set"]
+
+    disk = cluster["disk"]
+    try:
+        disk.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the build on local disk ran over {RUN_TIMEOUT}s")
+    assert disk.returncode == 0, (cluster["stack"].logs / "disk-build.log").read_text(errors="replace")[-4000:]
+    on_disk = json.loads(cluster["disk_versions"].read_text())
+    assert on_disk == versions
+    assert dataset_contents(root, versions) == dataset_contents(cluster["disk_root"], on_disk)
+
+
+def test_workers_see_no_local_folder_of_the_flow_and_results_are_in_the_bucket(cluster, run):
+    import fsspec
+
+    if os.geteuid() == 0:  # not root: workers and flow are one user, their folders separate but not closed
+        assert run["seen"] and not any(v for seen in run["seen"].values() for v in seen.values()), run["seen"]
+    # the task runs on the workers persisted their results where the flow can read them: the bucket
+    assert fsspec.filesystem("s3").ls(f"{cluster['bucket']}/prefect-results")
 
 
 def test_tasks_ran_on_the_external_workers(run):

@@ -190,6 +190,33 @@ def test_projection_scales_by_the_driver_over_the_cores_a_step_can_use():
     assert on_cpu["stages"][1]["hours_rate"] == pytest.approx(aug["hours_rate"])
 
 
+def test_storage_comparison_keeps_each_storages_fastest_run_per_stage():
+    def run(storage, pages, phrases):
+        return {"storage": storage, "stages": [{"stage": "pages", "wall_s": pages},
+                                               {"stage": "phrases", "wall_s": phrases}]}
+
+    out = sr.storage_comparison([run("disk", 2.0, 4.0), run("s3", 6.0, 5.0), run("disk", 1.0, 5.0),
+                                 run("s3", 3.0, 8.0)])
+    assert out["stages"] == [{"stage": "pages", "disk_s": 1.0, "s3_s": 3.0, "s3_over_disk": 3.0},
+                             {"stage": "phrases", "disk_s": 4.0, "s3_s": 5.0, "s3_over_disk": 1.25}]
+    assert out["total"] == {"disk_s": 5.0, "s3_s": 8.0, "s3_over_disk": 1.6}
+
+
+def test_committed_datasets_and_their_bytes_on_an_object_store(s3_root):
+    """What a stage committed and wrote, as the benchmark finds it on S3 (listings, not a local walk)."""
+    import pyarrow as pa
+
+    from storage.datasets import Dataset
+
+    schema = pa.schema([("x", pa.int64())])
+    d = Dataset(s3_root, "pages", "v1", schema)
+    d.write_part(0, pa.table({"x": [1, 2, 3]}, schema=schema))
+    assert sr.committed(s3_root) == set()  # written, not committed
+    d.commit(code_version="t", params={}, inputs={})
+    assert sr.committed(s3_root) == {"pages/v1"}
+    assert sr._du(s3_root, "pages/v1") > 0
+
+
 def test_runs_of_more_distinct_pages_are_the_larger_size():
     # --max-pages 2000,6000 with one copy: sizes 2000 and 6000, the marginal between them; listed
     # larger first, so the order of the runs does not decide
