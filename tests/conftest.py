@@ -6,12 +6,14 @@ per block with <title>, <ns>, <id>, an optional <redirect title=...>, and a <rev
 """
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from xml.sax.saxutils import escape, quoteattr
 
 import fsspec
 import hypothesis
+import prefect.testing.utilities
 import pytest
 
 from storage.datasets import Dataset
@@ -26,6 +28,34 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
 from tests.s3_stack import s3_root, s3_server  # noqa: F401  (the S3-compatible server of the storage tests)
+
+# scripts/test.sh runs the suite on two pytest-xdist processes (--dist loadgroup): a module's tests
+# stay together on one process (its module fixtures, servers and builds made once), and the e2e
+# tests that share the session's Prefect stack and corpus (tests/e2e_fixtures.py) form one group.
+# The longest groups are handed out first so that the short ones fill in at the end (without it
+# the longest group could start last and run alone).
+SHARED_STACK = ("test_e2e.py", "test_e2e_retrain.py")
+LONGEST_FIRST = ("e2e-stack", "test_real_cluster.py", "test_s3_pipeline.py", "test_incremental_corpus.py",
+                 "test_train_flow.py", "test_stage_rates.py", "test_evaluate_flow.py", "test_quickstart.py",
+                 "test_link_flow.py", "test_prefect_ui.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    if not config.getvalue("loadgroup"):
+        return
+    for item in items:
+        if not any(item.iter_markers("xdist_group")):
+            name = item.path.name
+            item.add_marker(pytest.mark.xdist_group("e2e-stack" if name in SHARED_STACK else name))
+    rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(next(item.iter_markers("xdist_group")).args[0], len(rank)))
+
+
+# A Prefect test server starts in a few seconds on a quiet machine; beside the other process's tests
+# it can take longer than the harness's 30 s default.
+_harness = prefect.testing.utilities.prefect_test_harness
+prefect.testing.utilities.prefect_test_harness = functools.partial(_harness, server_startup_timeout=120)
 
 # The property-based suites (tests/test_doors_*.py) run a fixed example budget in CI, derandomised
 # so a CI failure replays; HYPOTHESIS_PROFILE=nightly runs ten times the examples with fresh seeds.

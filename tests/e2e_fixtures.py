@@ -18,7 +18,7 @@ GPU_POOL = "gpu"
 DEPLOYMENT = "build-corpus/wiki"
 MAX_PAGES = 60
 PAGES_PER_PARTITION = 20
-RUN_TIMEOUT = 300  # seconds for one flow run (about 45 s on 2 cores)
+RUN_TIMEOUT = 600  # seconds for one flow run (about 45 s on 2 cores alone; longer beside the other test process)
 # The scheduler and the deployment concurrency queue poll every 5 s instead of 60 / 30.
 FAST_SERVICES = {"PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
                  "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "5"}

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800),
               pytest.mark.skipif(default_benchmark_dir() is None, reason="the gate needs the PEARL benchmark files")]
 
 RETRAIN = "retrain/weekly"
-RETRAIN_TIMEOUT = 540
+RETRAIN_TIMEOUT = 900  # about 4 minutes alone on 2 cores; longer beside the other test process
 EDITED, REMOVED = 3, 2  # of the e2e corpus's pages, in the newer dump
 
 
