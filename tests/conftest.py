@@ -42,7 +42,7 @@ LONGEST_FIRST = ("e2e-stack", "test_real_cluster.py", "test_s3_pipeline.py", "te
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(config, items):
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):  # set on an xdist worker with --dist loadgroup
         return
     for item in items:
         if not any(item.iter_markers("xdist_group")):
