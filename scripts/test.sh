@@ -18,4 +18,4 @@ export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"
 # Two test processes, one per core of a CI machine (pytest-xdist; tests/conftest.py groups each
 # module's tests, and the e2e tests sharing one stack, on one process). `-n 0` as an argument runs
 # them in this process alone.
-exec python -m pytest -n "${PEARL_TEST_PROCESSES:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+exec python -m pytest -n "${PEARL_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"

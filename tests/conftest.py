@@ -29,27 +29,41 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 from tests.e2e_fixtures import first, stack  # noqa: F401  (session fixtures of the e2e tests)
 from tests.s3_stack import s3_root, s3_server  # noqa: F401  (the S3-compatible server of the storage tests)
 
-# scripts/test.sh runs the suite on two pytest-xdist processes (--dist loadgroup): a module's tests
-# stay together on one process (its module fixtures, servers and builds made once), and the e2e
-# tests that share the session's Prefect stack and corpus (tests/e2e_fixtures.py) form one group.
-# The longest groups are handed out first so that the short ones fill in at the end (without it
-# the longest group could start last and run alone).
+# scripts/test.sh runs the suite on two pytest-xdist processes (--dist loadfile): a module's tests
+# stay together on one process (its module fixtures, servers and builds made once), and so do the
+# e2e tests that share the session's Prefect stack and corpus (tests/e2e_fixtures.py). The longest
+# groups are handed out first so that the short ones fill in at the end (without it the longest
+# could start last and run alone).
 SHARED_STACK = ("test_e2e.py", "test_e2e_retrain.py")
 LONGEST_FIRST = ("e2e-stack", "test_real_cluster.py", "test_s3_pipeline.py", "test_incremental_corpus.py",
                  "test_train_flow.py", "test_stage_rates.py", "test_evaluate_flow.py", "test_quickstart.py",
                  "test_link_flow.py", "test_prefect_ui.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def group_of(nodeid: str) -> str:
+    """The group a test runs in: its module's file name, or ``e2e-stack`` for the modules of SHARED_STACK."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return "e2e-stack" if name in SHARED_STACK else name
+
+
+def pytest_xdist_make_scheduler(config, log):
+    # xdist's loadgroup cannot join two modules under pytest 9 (it renames items through the
+    # `_nodeid` attribute, which pytest 9's nodeid no longer reads): loadfile's scheduler, by group
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByGroup(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "loadgroup", False):  # set on an xdist worker with --dist loadgroup
-        return
-    for item in items:
-        if not any(item.iter_markers("xdist_group")):
-            name = item.path.name
-            item.add_marker(pytest.mark.xdist_group("e2e-stack" if name in SHARED_STACK else name))
-    rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(next(item.iter_markers("xdist_group")).args[0], len(rank)))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order the controller hands the groups out in
+        rank = {g: i for i, g in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
 # A Prefect test server starts in a few seconds on a quiet machine; beside the other process's tests
