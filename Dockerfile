@@ -25,8 +25,7 @@ ENV PYTHONUNBUFFERED=1 \
     PEARL_PROJECT_DIR=/app \
     PEARL_SCHEDULE=off \
     PREFECT_SERVER_ANALYTICS_ENABLED=false \
-    PREFECT_CLI_PROMPT=false \
-    PREFECT_LOGGING_EXTRA_LOGGERS=tasks
+    PREFECT_CLI_PROMPT=false
 
 # WordNet 3.0 database files: the synonym source of token-level positives.
 RUN apt-get update && apt-get install -y --no-install-recommends wordnet-base \

@@ -35,9 +35,6 @@ export PREFECT_CLI_PROMPT=false
 # runs/progress.py) only from a server that streams them: off by default
 export PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED=true
 export PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED=true
-# The pipeline's tasks say what they kept, reused or resumed through their module loggers (the
-# backbone's dev scores kept by an earlier run, a resumed checkpoint): sent to the run's log too
-export PREFECT_LOGGING_EXTRA_LOGGERS="${PREFECT_LOGGING_EXTRA_LOGGERS:-tasks}"
 # A local server takes no API key (it takes the auth string below); a key left in the
 # caller's environment would be sent to it.
 unset PREFECT_API_KEY

@@ -148,7 +148,6 @@ class Stack:
             # as scripts/env.sh: `--watch` prints the run's logs (runs/progress.py's lines)
             PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED="true",
             PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED="true",
-            PREFECT_LOGGING_EXTRA_LOGGERS="tasks",
             PREFECT_WORKER_QUERY_SECONDS="2",
             PREFECT_WORKER_HEARTBEAT_SECONDS="5",
             # So that the test can read what the flow returned (the versions it wrote).

@@ -56,12 +56,10 @@ def test_env_sh_defaults_the_schedule_to_off(given, expect):
 def test_env_sh_has_the_server_stream_logs_for_watch():
     """`prefect deployment run --watch` prints a run's logs (runs/progress.py's stage lines and summary)
     only from a server that streams them, off by default; the services start with env.sh's settings."""
-    names = ["PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED",
-             "PREFECT_LOGGING_EXTRA_LOGGERS"]  # and the tasks' own loggers reach the run's log
-    out = subprocess.run(["bash", "-c", "unset PREFECT_LOGGING_EXTRA_LOGGERS; . scripts/env.sh; "
-                          + "; ".join(f'echo "${n}"' for n in names)],
+    names = ["PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED", "PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED"]
+    out = subprocess.run(["bash", "-c", ". scripts/env.sh; " + "; ".join(f'echo "${n}"' for n in names)],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["true", "true", "tasks"]
+    assert out.split() == ["true", "true"]
 
 
 @pytest.fixture(scope="module")

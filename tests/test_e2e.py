@@ -250,7 +250,5 @@ def test_train_deployment_on_the_built_corpus(stack, first, dev_bench):
         assert man["stats"]["selected_step"] == 3, man["stats"]
         for signal in ("conll2003", "bc5cdr", "ppdb_filtered", "wordnet_synonym", "heldout_alias"):
             assert signal in dev, f"{signal} not among the dev scores: {dev}"
-        # what the tasks' module loggers say reaches the watch (PREFECT_LOGGING_EXTRA_LOGGERS)
-        assert "dev scores of the backbone computed and kept for the next run" in run["cli"], run["cli"][-3000:]
     for key in expected:
         assert key in keys, f"artifacts of the train run: {sorted(keys)}"
