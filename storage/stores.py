@@ -7,6 +7,8 @@ storage root's object store is therefore opened with the cache off: every listin
 asks the store (one request; the data is never cached). A local root has no such cache."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import fsspec
 from fsspec.core import split_protocol
 
@@ -16,11 +18,13 @@ def is_local_root(url: str) -> bool:
     return (split_protocol(url)[0] or "file") in ("file", "local")
 
 
-def local_path(url: str) -> str:
-    """The path on this machine's disk of a local root (``file:///x`` -> ``/x``); ValueError for a store's URL."""
-    if not is_local_root(url):
-        raise ValueError(f"{url} is not on this machine's disk")
-    return fsspec.core.url_to_fs(url)[1]
+def machine_dir(root: str, name: str, cache: Path) -> Path:
+    """Where a root keeps what only this machine reads back (checkpoints, scored rows): ``name``
+    beside the datasets of a local root (a path or a file:// URL), in ``cache`` (this machine's
+    cache directory) for an object store's."""
+    if is_local_root(root):
+        return Path(fsspec.core.url_to_fs(root)[1]) / name
+    return cache / name
 
 
 def store(url: str) -> tuple[fsspec.AbstractFileSystem, str]:

@@ -9,7 +9,6 @@ run in parallel on Dask.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pyarrow as pa
 
@@ -58,11 +57,9 @@ def kept_rows_dir(storage_root: str) -> str:
     """Where scored rows are kept: ``eval_rows/`` beside the datasets of a local storage root (a
     test's temporary root keeps its own), ``$PEARL_CACHE/eval_rows`` for a remote one."""
     from pearl_model.inference.backbones import cache_root
-    from storage.stores import is_local_root, local_path
+    from storage.stores import machine_dir
 
-    if is_local_root(storage_root):  # a path or a file:// URL
-        return str(Path(local_path(storage_root)) / "eval_rows")
-    return str(cache_root() / "eval_rows")
+    return str(machine_dir(storage_root, "eval_rows", cache_root()))
 
 
 def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datasets: list[str] | None,

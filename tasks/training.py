@@ -173,13 +173,10 @@ def plan_model(training_set: Dataset, char_encoder: FileSet, backbone: str, cfg)
 
 def checkpoint_dir(out: FileSet) -> Path:
     """Where the runs of model version ``out`` keep their checkpoints, one directory each."""
-    from storage.stores import is_local_root, local_path
-
-    if is_local_root(out.root):  # a path or a file:// URL: beside the datasets
-        return Path(local_path(out.root)) / "checkpoints" / out.version
     from pearl_model.inference.backbones import cache_root
+    from storage.stores import machine_dir
 
-    return cache_root() / "checkpoints" / out.version
+    return machine_dir(out.root, "checkpoints", cache_root()) / out.version
 
 
 def _lock(directory: Path) -> int | None:
