@@ -9,17 +9,18 @@ PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED, off by default; scripts/env.sh tu
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 from runs.steps import Steps
 
 
-def run_log() -> Callable[[str], None]:
-    """A function that logs a line to the running flow's log and, in a subflow, to its parent
-    flow run's log as well; outside a run, to Python's logging (a benchmark's plain call)."""
-    import logging
-
+def run_log() -> Callable[..., None]:
+    """A function ``log(line, level=logging.INFO)`` that logs a line to the running flow's log and, in
+    a subflow, to its parent flow run's log as well; outside a run, to Python's logging (a
+    benchmark's plain call)."""
     from prefect.context import FlowRunContext
     from prefect.logging import get_run_logger
     from prefect.logging.loggers import flow_run_logger
@@ -27,7 +28,7 @@ def run_log() -> Callable[[str], None]:
     context = FlowRunContext.get()
     if context is None:
         logger = logging.getLogger("pearl.progress")
-        return logger.info
+        return lambda line, level=logging.INFO: logger.log(level, line)
     own = get_run_logger()
     loggers = [own]
     if context.flow_run.parent_task_run_id is not None:
@@ -37,10 +38,43 @@ def run_log() -> Callable[[str], None]:
         if parent:
             loggers.append(flow_run_logger(flow_run_id=parent, flow_run_name=f"parent of {context.flow_run.name}"))
 
-    def log(line: str) -> None:
+    def log(line: str, level: int = logging.INFO) -> None:
         for logger in loggers:
-            logger.info(line)
+            logger.log(level, line)
     return log
+
+
+class _ToRun(logging.Handler):
+    def __init__(self, log: Callable[..., None]):
+        super().__init__(logging.INFO)
+        self.run_log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.run_log(record.getMessage(), record.levelno)
+        except Exception:  # a log line never fails the stage
+            self.handleError(record)
+
+
+@contextmanager
+def logs_in_run(*names: str) -> Iterator[None]:
+    """While the block runs, the INFO-and-up lines of the Python loggers ``names`` (a stage's plain
+    functions log there) go to the running flow's log as well (`run_log`), so the watch shows them.
+    Prefect's PREFECT_LOGGING_EXTRA_LOGGERS would need the setting in every worker's environment,
+    and it copies handlers, not levels: the root logger's WARNING still drops the INFO lines."""
+    handler = _ToRun(run_log())
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def log_summary(title: str, lines: Iterable[str], log: Callable[[str], None] | None = None) -> None:

@@ -220,6 +220,7 @@ def train_and_evaluate(words: list[str], mat: np.ndarray, params: dict):
     train_words = [w for w, h in zip(words, held) if not h]
     if len(train_words) < 2:
         raise ValueError(f"need at least 2 training words, got {len(train_words)}")
+    log.info("char encoder: training on %d words for %d epochs, a line per epoch", len(train_words), p["epochs"])
     t0 = time.perf_counter()
     model, vocab, history = ce.train_char_encoder(
         train_words, mat[~held], epochs=p["epochs"], batch_size=p["batch_size"], lr=p["lr"],
@@ -307,9 +308,11 @@ def char_encoder_task(storage_root: str, params: dict | None = None, vectors: Da
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from runs.artifacts import publish_location
+    from runs.progress import logs_in_run
 
     logger = get_run_logger()
-    result = run_char_encoder(storage_root, params, vectors)
+    with logs_in_run(__name__, "pearl_model.training.char_encoder"):  # its epochs reach the watch
+        result = run_char_encoder(storage_root, params, vectors)
     m = result["metrics"]
     logger.info("char encoder %s (%s): loss per epoch %s", result["version"],
                 "reused" if result["reused"] else "trained", [round(x, 4) for x in m["loss_history"]])

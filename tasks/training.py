@@ -255,6 +255,8 @@ class KeptBaselines:
             except (ValueError, OSError) as e:  # Damaged, UnsafeManifest, bad JSON, unreadable: never served
                 damaged = e
                 log.warning("the kept dev scores of the backbone are damaged, computed again: %s", e)
+        log.info("dev scores of the backbone: computing them on the dev data (kept for the next run with the same "
+                 "dev data, backbone and engine)")
         rows = compute()
         write_recorded(fs, base, BASELINE_ROWS, json.dumps({"key": key, "rows": rows}).encode())
         self.outcome = "recomputed" if damaged is not None else "computed"
@@ -490,6 +492,8 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
     from prefect.logging import get_run_logger
 
+    from runs.progress import logs_in_run
+
     logger = get_run_logger()
     progress = create_progress_artifact(0.0, key="training-progress", description=f"training model {out.version}")
 
@@ -506,7 +510,9 @@ def train_model_task(training_set: Dataset, char_encoder: FileSet, out: FileSet,
                     rec["lr"], rec["anchors_per_s"])
         update_progress_artifact(progress, 100.0 * rec["step"] / max(rec["total_steps"], 1))
 
-    manifest = train_model(training_set, char_encoder, out, backbone, cfg, on_log=on_log, **options)
+    # the plain function's own lines (dev scores kept or computed, a resumed run, the checkpoint kept)
+    with logs_in_run(__name__, "pearl_model.training.selection"):
+        manifest = train_model(training_set, char_encoder, out, backbone, cfg, on_log=on_log, **options)
     update_progress_artifact(progress, 100.0)
     for v in training_log(out)["validation"]:  # validation loss and held-out alias retrieval, side by side
         logger.info("validation at step %d: %s", v["step"],

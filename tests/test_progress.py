@@ -3,11 +3,12 @@ reach the log of the run `prefect deployment run --watch` follows, the parent's,
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pyarrow as pa
 from prefect import flow
 
-from runs.progress import LoggedSteps, log_summary, run_log
+from runs.progress import LoggedSteps, log_summary, logs_in_run, run_log
 from storage.datasets import Dataset
 
 SCHEMA = pa.schema([("x", pa.int64())])
@@ -35,6 +36,7 @@ def test_stages_are_logged_with_their_rows_and_times(root):
 
 
 def test_a_subflow_logs_its_stages_and_the_summary_to_the_parent_run_too(root):
+    """...and a stage's plain function's own module logger, inside `logs_in_run` only."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogHandler
@@ -47,6 +49,13 @@ def test_a_subflow_logs_its_stages_and_the_summary_to_the_parent_run_too(root):
         steps.call(lambda: committed(root, "pages", 5))
         steps.end()
         log_summary("child built", ["pages v1 5 rows"])
+        stage = logging.getLogger("tests.a_stage")  # as a stage's module logs: below the root's WARNING
+        stage.info("before the block: not in the run")
+        with logs_in_run("tests.a_stage"):
+            stage.info("the stage's own line: %d rows", 5)
+            stage.warning("the stage's own warning")
+        stage.info("after the block: not in the run")
+        assert stage.level == logging.NOTSET and not stage.handlers
 
     @flow(name="stages-parent")
     def parent():
@@ -68,6 +77,8 @@ def test_a_subflow_logs_its_stages_and_the_summary_to_the_parent_run_too(root):
         assert "stage pages: started" in said, said
         assert any(m.startswith("stage pages: done in ") and m.endswith("(pages 5 rows)") for m in said), said
         assert "child built:\n  pages v1 5 rows" in said, said
+        assert "the stage's own line: 5 rows" in said and "the stage's own warning" in said, said
+        assert not any("the block: not in the run" in m for m in said), said
 
 
 def test_the_summaries_say_what_each_run_ended_with(root):
