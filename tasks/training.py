@@ -52,9 +52,10 @@ BASELINES, BASELINE_ROWS = "dev_baselines", "rows.json"  # the backbone's dev ro
 log = logging.getLogger(__name__)
 
 def check_train_config(cfg) -> None:
-    """What a TrainConfig's own bounds cannot see: a warning for candidates nothing chooses among."""
+    """What a TrainConfig's own bounds cannot see: a warning for candidates the user listed that nothing
+    chooses among (the recipe's own list, left as it is, is no mistake: the export takes its first)."""
     for name, values in (("char_scale", cfg.char_scales), ("average_weight", cfg.average_weights)):
-        if len(values) > 1 and not cfg.select_every:
+        if len(values) > 1 and not cfg.select_every and name in cfg.model_fields_set:
             log.warning("%s lists %d candidates but select_every is 0: nothing chooses among them, the export "
                         "uses the first (%s)", name, len(values), values[0])
 

@@ -586,3 +586,29 @@ def test_cpu_bf16_is_where_training_runs_not_part_of_the_model_version():
     on, off = T.TrainConfig(cpu_bf16=True), T.TrainConfig(cpu_bf16=False)
     assert on.version_params() == off.version_params() and "cpu_bf16" not in on.version_params()
     assert T.TrainConfig(bucket_window=7).version_params() != T.TrainConfig().version_params()
+
+
+def test_only_listed_candidates_that_nothing_chooses_among_are_warned_of(monkeypatch):
+    import logging
+
+    from pearl_model.training.config import TrainConfig
+    from tasks.training import check_train_config, log
+
+    monkeypatch.setattr(log, "disabled", False)  # as test_train_flow: an earlier flow run's logging set-up
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # caplog's handler on the root is gone once Prefect sets logging up
+
+    def warnings(**fields) -> list[str]:
+        records.clear()
+        log.addHandler(handler)
+        try:
+            check_train_config(TrainConfig(**fields))
+        finally:
+            log.removeHandler(handler)
+        return [r.getMessage().split(" lists ")[0] for r in records]
+
+    assert warnings(select_every=0) == []  # the recipe's own list, as the quickstart leaves it: the first is exported
+    assert warnings(select_every=0, average_weight=(0.5, 0.25), char_scale=(0.5, 1.0)) == ["char_scale",
+                                                                                           "average_weight"]
+    assert warnings(average_weight=(0.5, 0.25)) == []  # the dev checks choose
