@@ -332,14 +332,21 @@ class ModelRegistry:
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """A model spec with `current` resolved: ``spec`` what to load, ``name`` how to name it,
+    """A model spec with `current` resolved: ``spec`` what this process loads, ``name`` how to name it,
     ``version`` the registry's version when it is the current model, ``note`` why the fallback
-    was taken (None when it was not)."""
+    was taken (None when it was not), ``location`` what another process is handed to load it
+    (:func:`model_location`; None: ``spec``)."""
 
     spec: str
     name: str
     version: str | None = None
     note: str | None = None
+    location: str | None = None
+
+    @property
+    def shared(self) -> str:
+        """The spec to hand a Dask worker, which loads it with :func:`loadable_spec`."""
+        return self.location or self.spec
 
 
 def stored_model_at(url: str) -> FileSet | None:
@@ -377,13 +384,14 @@ def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> Re
     in an object store -> its checked local copy (:func:`stored_model_at`). Any other spec is returned
     as it is. `pearl encode` / `pearl link` and the link flow resolve `--model` by this."""
     if spec != CURRENT_SPEC:
-        return ResolvedModel(loadable_spec(spec), spec)
+        return ResolvedModel(loadable_spec(spec), spec, location=spec)
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
     try:
         model = registry.current_model()
     except NoCurrentModel as e:
         return ResolvedModel(fallback, fallback, None, f"{e}; using the backbone {fallback}")
-    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version)
+    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version,
+                         location=model_location(model))
 
 
 def resolve_model_spec(spec: str, storage_root: str) -> str:

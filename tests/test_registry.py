@@ -192,6 +192,10 @@ def test_on_an_object_store_a_model_crosses_processes_as_its_url_and_each_loader
     url = f"{memory_root}/models/m1"
     assert model_location(model) == url
     assert resolve_models(["current"], "current", memory_root)[:2] == ([url], url)
+    from storage.registry import resolve_model
+
+    assert resolve_model("current", memory_root, "minilm").shared == url  # what the link flow's workers get
+    assert resolve_model(url, memory_root, "minilm").shared == url
     monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "worker-cache"))  # another machine's cache
     local = Path(loadable_spec(url))
     assert local.is_relative_to(tmp_path / "worker-cache") and (local / "pearl_model.json").is_file()
