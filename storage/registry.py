@@ -332,14 +332,21 @@ class ModelRegistry:
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """A model spec with `current` resolved: ``spec`` what to load, ``name`` how to name it,
+    """A model spec with `current` resolved: ``spec`` what this process loads, ``name`` how to name it,
     ``version`` the registry's version when it is the current model, ``note`` why the fallback
-    was taken (None when it was not)."""
+    was taken (None when it was not), ``location`` what another process is handed to load it
+    (:func:`model_location`; None: ``spec``)."""
 
     spec: str
     name: str
     version: str | None = None
     note: str | None = None
+    location: str | None = None
+
+    @property
+    def shared(self) -> str:
+        """The spec to hand a Dask worker, which loads it with :func:`loadable_spec`."""
+        return self.location or self.spec
 
 
 def stored_model_at(url: str) -> FileSet | None:
@@ -356,26 +363,42 @@ def stored_model_at(url: str) -> FileSet | None:
     return FileSet(resolve_root(root), "models", check_version("model version", version))
 
 
+def model_location(model: FileSet) -> str:
+    """Where any process finds a stored model: its directory on a local root (loaded in place), its URL
+    in an object store, which each process that loads it turns into its own checked copy
+    (:func:`loadable_spec`). Never one process's downloaded copy: a Dask worker or another work pool's
+    machine has no such path. What the evaluation and the gate name a stored model by."""
+    return str(model.local_copy()) if is_local_root(model.root) else model.url
+
+
+def loadable_spec(spec: str) -> str:
+    """What this process loads for a model spec: a stored model's URL in an object store -> this
+    machine's checked copy (:func:`stored_model_at`); a path or a name as it is."""
+    stored = stored_model_at(spec)
+    return spec if stored is None else str(stored.local_copy())
+
+
 def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> ResolvedModel:
     """``current`` -> the current model's local directory; before the first promotion ``fallback``
     (the default backbone, which this floor does not know), with a note saying so. A stored model's URL
     in an object store -> its checked local copy (:func:`stored_model_at`). Any other spec is returned
     as it is. `pearl encode` / `pearl link` and the link flow resolve `--model` by this."""
     if spec != CURRENT_SPEC:
-        stored = stored_model_at(spec)
-        return ResolvedModel(spec, spec) if stored is None else ResolvedModel(str(stored.local_copy()), spec)
+        return ResolvedModel(loadable_spec(spec), spec, location=spec)
     registry = registry if isinstance(registry, ModelRegistry) else ModelRegistry(registry)
     try:
         model = registry.current_model()
     except NoCurrentModel as e:
         return ResolvedModel(fallback, fallback, None, f"{e}; using the backbone {fallback}")
-    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version)
+    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version,
+                         location=model_location(model))
 
 
 def resolve_model_spec(spec: str, storage_root: str) -> str:
-    """``current`` -> the local directory of the current model (NoCurrentModel if none); a stored
-    model's URL -> its checked local copy; any other spec (a backbone name, a model directory) as it is."""
+    """``current`` -> the current model's location (:func:`model_location`; NoCurrentModel if none);
+    any other spec (a backbone name, a model directory, a stored model's URL) as it is: the spec handed
+    to the processes that load it, each with :func:`loadable_spec`."""
     if spec != CURRENT_SPEC:
-        return resolve_model(spec, storage_root, spec).spec
-    return str(ModelRegistry(storage_root).current_model().local_copy())
+        return spec
+    return model_location(ModelRegistry(storage_root).current_model())
 

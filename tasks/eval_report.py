@@ -101,10 +101,12 @@ def entity_map(benchmark_dir: str, map_model: str, cache_dir: str | None, thread
     from pearl_model.evaluation import entity_names
     from pearl_model.evaluation.common import cpu_threads
     from pearl_model.inference.loading import load_encoder
+    from storage.registry import loadable_spec
 
     names, labels = entity_names(benchmark_dir, "conll2003", limit=1500)
     with cpu_threads(threads):
-        return entity_map_png(load_encoder(map_model, cache_dir), names, labels, f"CoNLL-2003 entities, {map_model}")
+        return entity_map_png(load_encoder(loadable_spec(map_model), cache_dir), names, labels,
+                              f"CoNLL-2003 entities, {map_model}")
 
 
 from prefect import task  # noqa: E402

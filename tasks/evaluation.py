@@ -43,13 +43,15 @@ def evaluate_model(spec: str, benchmark_dir: str, datasets: list[str] | None, se
     from pearl_model.evaluation import run_benchmark
     from pearl_model.evaluation.common import cpu_threads
     from pearl_model.inference.loading import load_encoder
+    from storage.registry import loadable_spec
 
+    local = loadable_spec(spec)  # a stored model's URL: this worker's own copy
     with cpu_threads(threads):  # the engine's session is opened inside: it takes the count too
-        model = load_encoder(spec, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
+        model = load_encoder(local, cache_dir)  # a backbone, a PEARL export, a static model or a baseline
         if spec == "char3gram":
             datasets = [d for d in (datasets or ["autofj"]) if d == "autofj"]
         rows = run_benchmark(model, benchmark_dir, datasets=datasets, seeds=tuple(seeds), draws=draws,
-                             rows_dir=rows_dir, spec=spec)
+                             rows_dir=rows_dir, spec=local)
     return [{**r, "model": spec} for r in rows]
 
 
@@ -77,7 +79,7 @@ def plan_results(storage_root: str, models: list[str], benchmark_dir: str, datas
 
 
 def resolve_models(models: list[str], map_model: str | None, storage_root: str) -> tuple[list[str], str | None, list[str]]:
-    """Replace `current` with the current model's directory (models/<version> in the registry).
+    """Replace `current` with the current model's location (models/<version> in the registry: `model_location`).
     Before any promotion `current` is dropped from the models and the map falls back to E5.
     Returns (models, map_model, notes for the log)."""
     from pearl_model.inference.backbones import DEFAULT_BACKBONE

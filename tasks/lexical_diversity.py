@@ -101,6 +101,7 @@ from prefect.logging import get_run_logger  # noqa: E402
 @task(name="lexical-diversity", cache_policy=NONE)
 def lexical_diversity_task(models: list[str], storage_root: str, cache_dir: str | None) -> dict | None:
     from pearl_model.inference.loading import load_encoder
+    from storage.registry import loadable_spec
 
     logger = get_run_logger()
     try:
@@ -110,7 +111,7 @@ def lexical_diversity_task(models: list[str], storage_root: str, cache_dir: str 
         return None
     results = {}
     for spec in models:
-        encoder = load_encoder(spec, cache_dir)
+        encoder = load_encoder(loadable_spec(spec), cache_dir)
         if gives_vectors(encoder):
             results[spec] = measure(encoder, sample)
             logger.info("%s: %s", spec, results[spec]["scores"])

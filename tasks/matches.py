@@ -92,7 +92,7 @@ class LinkPlan:
     right: str | None  # None: dedupe, the left table against itself
     left_column: str
     right_column: str
-    model: str  # what to load (`current` resolved)
+    model: str  # what to load (`current` resolved to its location; a stored model's URL: each worker's copy)
     model_name: str
     top_k: int
     threshold: float | None
@@ -262,7 +262,8 @@ def plan_link(left: str, right: str | None, storage_root: str, *, left_column: s
             params |= {"recall_target": recall_target, "recall_sample": recall_sample}
     name, schema = ("deduped_matches", DEDUPED_MATCHES) if dedupe else ("matches", MATCHES)
     out = Dataset(resolve_root(storage_root), name, dataset_version(name, CODE_VERSION, params, inputs), schema)
-    return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.spec,
+    # the workers load the model from its location (each its own copy), not from this process's copy
+    return LinkPlan(left, right, left_column, left_column if dedupe else right_column, resolved.shared,
                     resolved.name, top_k, threshold, cosine_weight, labels, precision, partition_rows, index_rows, index_kind,
                     exact_limit, recall_sample, batch_size, out, params, inputs, (resolved.note,) if resolved.note else (),
                     max_row_bytes, ef_search, recall_target)
@@ -319,9 +320,10 @@ def load_model(spec: str):
     from pearl_model.inference.backbones import BackboneError
     from pearl_model.inference.export import PearlExportError
     from pearl_model.inference.loading import load_encoder
+    from storage.registry import loadable_spec
 
     try:
-        return load_encoder(spec)
+        return load_encoder(loadable_spec(spec))
     except (BackboneError, PearlExportError, ImportError, OSError) as e:  # what `pearl link` reports too
         raise LinkModelError(f"cannot load the model {spec!r}: {e}") from e
 

@@ -29,7 +29,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from storage.registry import ModelRegistry
+from storage.registry import ModelRegistry, model_location
 
 
 @dataclass
@@ -212,12 +212,13 @@ from prefect.cache_policies import NONE  # noqa: E402
 
 @task(name="current-model", cache_policy=NONE)
 def current_model_task(storage_root: str) -> dict | None:
-    """The current model's version and local directory, or None before the first promotion."""
+    """The current model's version and location (`model_location`: what the evaluation's workers load
+    it from), or None before the first promotion."""
     reg = ModelRegistry(storage_root)
     version = reg.current_version()
     if version is None:
         return None
-    return {"version": version, "dir": str(reg.model(version).local_copy())}
+    return {"version": version, "dir": model_location(reg.model(version))}
 
 
 @task(name="promotion-gate", cache_policy=NONE)

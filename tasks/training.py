@@ -530,9 +530,12 @@ def stored_model(storage_root: str, version: str) -> FileSet:
 
 @task(name="model-directory", cache_policy=NONE)
 def model_directory_task(out: FileSet | str, version: str | None = None) -> str:
-    """A local directory of the stored model (downloaded once for a remote root): what evaluate loads.
+    """The stored model's location (`storage.registry.model_location`: its directory on a local root, its
+    URL in an object store, which each evaluation worker copies for itself): what evaluate loads.
     ``out``: the model's FileSet, or a storage root with the model's ``version``."""
-    return str((stored_model(out, version) if isinstance(out, str) else out).local_copy())
+    from storage.registry import model_location
+
+    return model_location(stored_model(out, version) if isinstance(out, str) else out)
 
 
 def model_commands(out: FileSet) -> list[str]:

@@ -8,8 +8,9 @@ directory of its own (its working directory, HOME, TMPDIR, PEARL_CACHE, PREFECT_
 root without the capabilities that bypass file modes (`setpriv`: CAP_DAC_OVERRIDE and the rest;
 `nobody` cannot run this interpreter, which lives under /root), so that a folder of the flow's
 with mode 000 is unreadable to them and what they share with the flow is only what the
-environment names (the S3 server). Every process carries PEARL_E2E_TAG in its environment;
-`stop` stops them by pid and returns what survived.
+environment names (the S3 server); `machine_home` sets up any other such process (a Prefect
+worker) the same way. Every process carries PEARL_E2E_TAG in its environment; `stop` stops them by
+pid and returns what survived.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.prefect_stack import ROOT, describe, free_port, stop_tree, tagged_processes
@@ -195,6 +195,22 @@ def confined() -> list[str]:
     return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"]
 
 
+def machine_home(name: str, env: dict, seed: tuple[Path, ...] = ()) -> tuple[Path, dict]:
+    """A directory of the process `name`, outside the test's, and `env` updated to make it the
+    process's whole local disk: working directory, HOME, TMPDIR, PEARL_CACHE (holding a copy of
+    each folder of `seed`, as the machine's image would), PREFECT_HOME, PREFECT_LOCAL_STORAGE_PATH.
+    The caller removes it."""
+    d = Path(tempfile.mkdtemp(prefix=f"pearl-{name}-"))
+    for sub in ("tmp", "cache", "prefect"):
+        (d / sub).mkdir()
+    for src in seed:
+        shutil.copytree(src, d / "cache" / src.name)
+    return d, {**env, "HOME": str(d), "TMPDIR": str(d / "tmp"), "PEARL_CACHE": str(d / "cache"),
+               "PREFECT_HOME": str(d / "prefect"), "PREFECT_PROFILES_PATH": str(d / "prefect" / "profiles.toml"),
+               "PREFECT_LOCAL_STORAGE_PATH": str(d / "prefect" / "storage"),
+               "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), env.get("PYTHONPATH"))))}
+
+
 class DaskCluster:
     """`dask scheduler` and `dask worker` processes on loopback, with the given environment, each
     in a machine-like directory of its own (`home`), confined (`confined`); `seed_cache`:
@@ -213,23 +229,9 @@ class DaskCluster:
         self.workers: list[subprocess.Popen] = []
         self.homes: dict[str, Path] = {}
 
-    def home(self, name: str, seed: bool = False) -> tuple[Path, dict]:
-        """A directory of the process `name`, outside the test's, and the environment that makes it
-        the process's whole local disk (its PEARL_CACHE seeded for a worker, `seed`)."""
-        d = Path(tempfile.mkdtemp(prefix=f"pearl-{name}-"))
-        self.homes[name] = d
-        for sub in ("tmp", "cache", "prefect"):
-            (d / sub).mkdir()
-        for src in self.seed_cache if seed else ():
-            shutil.copytree(src, d / "cache" / src.name)
-        env = {**self.env, "HOME": str(d), "TMPDIR": str(d / "tmp"), "PEARL_CACHE": str(d / "cache"),
-               "PREFECT_HOME": str(d / "prefect"), "PREFECT_PROFILES_PATH": str(d / "prefect" / "profiles.toml"),
-               "PREFECT_LOCAL_STORAGE_PATH": str(d / "prefect" / "storage"),
-               "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), self.env.get("PYTHONPATH"))))}
-        return d, env
-
     def spawn(self, name: str, *args: str, seed: bool = False) -> subprocess.Popen:
-        cwd, env = self.home(name, seed)
+        cwd, env = machine_home(name, self.env, self.seed_cache if seed else ())
+        self.homes[name] = cwd
         log = open(self.logs / f"{name}.log", "ab")
         try:
             return subprocess.Popen([*confined(), sys.executable, "-m", "dask", *args], cwd=cwd, env=env,

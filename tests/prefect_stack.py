@@ -165,10 +165,13 @@ class Stack:
     def prefect_cmd(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "prefect", *args]
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+    def spawn(self, name: str, *args: str, machine: tuple[list[str], Path, dict] | None = None) -> subprocess.Popen:
+        """`prefect *args` in the background, logged to logs/<name>.log; `machine`: (a command prefix,
+        the working directory, the environment) of a process set up as another machine's."""
+        prefix, cwd, env = machine or ([], ROOT, self.env)
         log = open(self.logs / f"{name}.log", "ab")
         try:
-            proc = subprocess.Popen(self.prefect_cmd(*args), cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen([*prefix, *self.prefect_cmd(*args)], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             log.close()
@@ -247,12 +250,14 @@ class Stack:
         for pool in self.pools:
             self.start_worker(pool)
 
-    def start_worker(self, pool: str) -> None:
-        """Create the process work pool and start a worker on it; wait until it heartbeats."""
+    def start_worker(self, pool: str, machine: tuple[list[str], Path, dict] | None = None) -> subprocess.Popen:
+        """Create the process work pool and start a worker on it (`machine`: as `spawn`'s); wait until
+        it heartbeats."""
         name = f"e2e-{pool}"
         self.cli("work-pool", "create", pool, "--type", "process", "--overwrite")
         started = time.time()
-        worker = self.spawn(f"worker-{pool}", "worker", "start", "--pool", pool, "--type", "process", "--name", name)
+        worker = self.spawn(f"worker-{pool}", "worker", "start", "--pool", pool, "--type", "process", "--name", name,
+                            machine=machine)
 
         def worker_online() -> bool:
             async def q(client):
@@ -265,6 +270,7 @@ class Stack:
                        and w.last_heartbeat_time.timestamp() >= started - 5 for w in workers)
 
         self.wait_for(f"prefect worker on {pool}", worker_online, worker, timeout=90)
+        return worker
 
     def stop(self) -> list[str]:
         """Stop everything started; return descriptions of processes that survived."""

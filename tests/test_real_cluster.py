@@ -12,12 +12,17 @@ in a process of its own with PREFECT_API_URL at the server, as docs/running-at-s
 Checks the run in the API and in PostgreSQL's tables, that its tasks ran on those workers (a flow
 that started a local cluster would leave them idle) and persisted their results in the bucket,
 and that its datasets equal the same build on local disk (run in-process, `corpus_wiring` with the
-task bodies, while the servers start). Teardown stops everything by pid and fails on survivors.
+task bodies, while the servers start). Then deploys prefect.yaml, starts a worker on the `gpu` pool
+set up as the Dask workers are, and runs `retrain` on the same corpus (reused) in the flow's process,
+its training through `train/pearl-gpu` (a tiny random-weight backbone, two steps): the training run's
+result is read back from the bucket, where the test finds it, and from no local folder. Teardown
+stops everything by pid and fails on survivors.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -28,8 +33,12 @@ import pytest
 from pearl_model.inference.backbones import cache_root
 from storage.contents import dataset_contents
 from storage.datasets import Dataset, latest_version
-from tests.cluster_stack import DaskCluster, Postgres, find_postgres_bin, sweep
+from storage.registry import ModelRegistry
+from tasks.evaluation import default_benchmark_dir
+from tests.cluster_stack import DaskCluster, Postgres, confined, find_postgres_bin, machine_home, sweep
+from tests.e2e_fixtures import GPU_POOL
 from tests.prefect_stack import ROOT, Stack, stop_tree
+from tests.test_train_flow import tiny_backbone, tiny_training  # noqa: F401  (the tiny random BERT fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -37,18 +46,21 @@ MAX_PAGES = 40
 PAGES_PER_PARTITION = 20
 RUN_TIMEOUT = 900  # seconds for the flow run (a few minutes on 2 cores; over 8 when other tests load them)
 RUN_NAME = "real-cluster"
+RETRAIN_NAME = "real-cluster-retrain"
+TRAIN_DEPLOYMENT = "train/pearl-gpu"  # what retrain/weekly trains through
 RESULTS_BLOCK = "pearl-results"  # the remote-file-system block of Prefect's result storage
 DATASETS = ("raw_pages", "pages", "sentences", "phrases", "word_vectors", "negatives", "training_set")
 # Stages mapped over parts and buckets: these go to the Dask cluster (the plans and commits run in the flow).
 MAPPED = {"extract_part_task", "mine_chunk_task", "phrase_bucket_task", "training_set_part_task"}
 
-# The flow run as a deployment's flow-run process would do it: its own process, the stack's env.
+# A flow run as a deployment's flow-run process would do it: its own process, the stack's env.
 RUN_FLOW = textwrap.dedent("""
-    import json, sys
-    from flows.build_corpus import build_corpus
+    import importlib, json, sys
 
-    params, name, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-    state = build_corpus.with_options(flow_run_name=name)(**params, return_state=True)
+    module, _, attr = sys.argv[1].partition(":")
+    params, name, out = json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+    flow = getattr(importlib.import_module(module), attr)
+    state = flow.with_options(flow_run_name=name)(**params, return_state=True)
     result = state.result(raise_on_failure=False) if state.is_completed() else None
     with open(out, "w") as f:
         json.dump({"flow_run_id": str(state.state_details.flow_run_id), "state": state.type.value,
@@ -123,28 +135,30 @@ OVERRIDES = {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}
 
 
 @pytest.fixture(scope="module")
-def run(cluster):
-    stack, dask = cluster["stack"], cluster["dask"]
-    tmp: Path = cluster["tmp"]
-    with dask.client() as c:
-        executed_before = c.run(lambda dask_worker: dask_worker.state.executed_count)
-    storage_root = f"s3://{cluster['bucket']}/pearl"
-    params = {"source": "sample", "storage_root": storage_root, "dask_address": dask.address,
-              "read": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}}
-    out_file = tmp / "run.json"
-    # The flow's process has its own folders too, which the workers cannot read (mode 000: the
-    # flow, as root, still can; the confined workers cannot), nor the test's.
-    flow_home = tmp / "flow-home"
+def flow_home(cluster) -> Path:
+    """The flow runs' process has its own folders too, which the workers cannot read (mode 000: the
+    flow, as root, still can; the confined workers cannot), nor the test's."""
+    home = cluster["tmp"] / "flow-home"
     for sub in ("tmp", "cache"):
-        (flow_home / sub).mkdir(parents=True)
+        (home / sub).mkdir(parents=True)
+    if os.geteuid() == 0:
+        for d in (home, cluster["tmp"]):
+            d.chmod(0)
+    return home
+
+
+def run_flow(cluster, flow_home: Path, flow: str, params: dict, name: str) -> dict:
+    """Run `flow` ("module:function") in a process of its own in `flow_home`; what RUN_FLOW wrote,
+    the run completed."""
+    stack = cluster["stack"]
+    out_file = cluster["tmp"] / f"{name}.json"
+    # PREFECT_LOCAL_STORAGE_PATH stays the stack's (tmp/results): a run that persisted a result on
+    # local disk would put it there
     env = {**stack.env, "HOME": str(flow_home), "TMPDIR": str(flow_home / "tmp"),
            "PEARL_CACHE": str(flow_home / "cache"), "PYTHONPATH": str(ROOT)}
-    if os.geteuid() == 0:
-        for d in (flow_home, tmp):
-            d.chmod(0)
-    log = open(stack.logs / "flow.log", "ab")
+    log = open(stack.logs / f"flow-{name}.log", "ab")
     try:
-        proc = subprocess.Popen([sys.executable, "-c", RUN_FLOW, json.dumps(params), RUN_NAME, str(out_file)],
+        proc = subprocess.Popen([sys.executable, "-c", RUN_FLOW, flow, json.dumps(params), name, str(out_file)],
                                 cwd=flow_home, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     finally:
@@ -153,11 +167,24 @@ def run(cluster):
         proc.wait(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
         stop_tree([proc])
-        pytest.fail(f"the flow ran over {RUN_TIMEOUT}s\n{stack.log_tails()}")
+        pytest.fail(f"the flow {flow} ran over {RUN_TIMEOUT}s\n{stack.log_tails()}")
     assert proc.returncode == 0 and out_file.exists(), (
         f"the flow process exited {proc.returncode}\n{stack.log_tails()}")
     out = json.loads(out_file.read_text())
-    assert out["state"] == "COMPLETED", f"flow ended {out['state']}: {out['message']}\n{stack.log_tails()}"
+    assert out["state"] == "COMPLETED", f"{flow} ended {out['state']}: {out['message']}\n{stack.log_tails()}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(cluster, flow_home):
+    dask = cluster["dask"]
+    tmp: Path = cluster["tmp"]
+    with dask.client() as c:
+        executed_before = c.run(lambda dask_worker: dask_worker.state.executed_count)
+    storage_root = f"s3://{cluster['bucket']}/pearl"
+    params = {"source": "sample", "storage_root": storage_root, "dask_address": dask.address,
+              "read": {"max_pages": MAX_PAGES, "pages_per_partition": PAGES_PER_PARTITION}}
+    out = run_flow(cluster, flow_home, "flows.build_corpus:build_corpus", params, RUN_NAME)
 
     with dask.client() as c:
         executed = c.run(lambda dask_worker: dask_worker.state.executed_count)
@@ -253,3 +280,81 @@ def test_tasks_ran_on_the_external_workers(run):
         f"tasks executed per worker of the external cluster: {executed}"
     ran = {name for name, counts in prefixes.items() if counts.get("memory")}  # finished, result held
     assert MAPPED <= ran, f"task prefixes the scheduler saw: {sorted(prefixes)}"
+
+
+# --- retrain: training on the GPU pool's worker, its result read back through the bucket -------------
+@pytest.fixture(scope="module")
+def gpu_pool(cluster, tiny_backbone):  # noqa: F811  (the imported fixture)
+    """prefect.yaml deployed (scripts/deploy.sh) and a worker on the `gpu` pool, set up as a machine of
+    its own like the Dask workers (tests/cluster_stack.py): its own folders, confined, the tiny backbone
+    in its PEARL_CACHE as its image would carry it. Stopped by pid, its folders removed."""
+    stack = cluster["stack"]
+    stack.run(["bash", "scripts/deploy.sh"], timeout=300)
+    home, env = machine_home("gpu-worker", stack.env, seed=(Path(tiny_backbone),))
+    worker = None
+    try:
+        worker = stack.start_worker(GPU_POOL, machine=(confined(), home, env))
+        yield {"home": home, "env": env, "backbone": str(home / "cache" / Path(tiny_backbone).name)}
+    finally:
+        if worker is not None:
+            stop_tree([worker])
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def retrained(cluster, flow_home, run, gpu_pool):
+    """`retrain` in the flow's process on the same corpus (every stage reused) with its training step on
+    the GPU pool (train/pearl-gpu): a tiny random-weight backbone, two steps; evaluation on the Dask
+    workers, limited to one benchmark dataset."""
+    bench = default_benchmark_dir()
+    if bench is None:
+        pytest.skip("the gate needs the PEARL benchmark files ($PEARL_BENCHMARKS)")
+    params = {"source": "sample", "storage_root": run["storage_root"], "corpus": OVERRIDES,
+              "training": tiny_training(gpu_pool["backbone"]), "train_deployment": TRAIN_DEPLOYMENT,
+              "train_timeout_hours": RUN_TIMEOUT / 3600, "benchmark_datasets": ["turney"],
+              "benchmark_dir": str(bench), "eval_seeds": [0, 1], "dask_address": cluster["dask"].address}
+    out = run_flow(cluster, flow_home, "flows.retrain:retrain", params, RETRAIN_NAME)
+
+    async def read(client):
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+        runs = await client.read_flow_runs(deployment_filter=DeploymentFilter(name=DeploymentFilterName(
+            any_=[TRAIN_DEPLOYMENT.partition("/")[2]])))
+        block = await client.read_block_document_by_name(RESULTS_BLOCK, "remote-file-system")
+        return runs, block.id
+
+    trains, block_id = cluster["stack"].api(read)
+    return {**out, "trains": trains, "results_block_id": block_id}
+
+
+def files_under(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+
+
+def test_retrain_reads_the_gpu_runs_result_from_the_bucket(cluster, run, gpu_pool, retrained):
+    import fsspec
+    from prefect.results import ResultRecordMetadata
+
+    result = retrained["result"]
+    assert result["corpus"] == run["result"]["versions"]  # the corpus built above, reused
+    assert result["outcome"] == "promoted" and result["current_before"] is None
+    # the training ran as a run of the GPU pool's deployment, in the worker's process, not in the flow's
+    trains = retrained["trains"]
+    assert [(t.work_pool_name, t.state.type.value) for t in trains] == [(GPU_POOL, "COMPLETED")], trains
+    meta = trains[0].state.data
+    # its result persisted in the bucket, through the results block, under a key relative to its base:
+    # not a local file that json_result would have read from a path on this machine
+    assert isinstance(meta, ResultRecordMetadata) and meta.storage_block_id == retrained["results_block_id"]
+    assert not Path(meta.storage_key).is_absolute(), meta.storage_key
+    s3, stored = fsspec.filesystem("s3"), f"{cluster['bucket']}/prefect-results/{meta.storage_key}"
+    assert stored in s3.ls(f"{cluster['bucket']}/prefect-results", detail=False, refresh=True)
+    assert json.loads(s3.cat_file(stored))["model"]["version"] == result["model"]
+    # no process wrote a result to its local disk: neither the flow's process (the stack's
+    # PREFECT_LOCAL_STORAGE_PATH) nor the GPU worker's
+    stack = cluster["stack"]
+    assert files_under(stack.results) == [] and files_under(Path(gpu_pool["env"]["PREFECT_LOCAL_STORAGE_PATH"])) == []
+    # the model the GPU run trained is the registry's current one, in the bucket
+    reg = ModelRegistry(run["storage_root"])
+    assert reg.current_version() == result["model"]
+    entry = reg.entry(result["model"])
+    assert entry["training"]["steps"] == 2 and set(entry["benchmark"]["scores"]) == {"turney"}

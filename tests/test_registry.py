@@ -178,6 +178,30 @@ def test_evaluate_resolves_current_to_the_current_models_directory(root, tmp_pat
     assert map_model == str(Path(root) / "models" / "m1") and notes == []
 
 
+def test_on_an_object_store_a_model_crosses_processes_as_its_url_and_each_loader_copies_it(
+        memory_root, tmp_path, monkeypatch):
+    """The evaluation's workers and the other pools' machines have no path of the flow's cache: the
+    evaluation and the gate name a stored model by its URL; the process that loads it takes its own copy."""
+    from storage.registry import loadable_spec, model_location
+    from tasks.evaluation import resolve_models
+
+    model = stored_model(memory_root, "m1", tmp_path)
+    reg = ModelRegistry(memory_root)
+    reg.register("m1")
+    reg.promote("m1", "first")
+    url = f"{memory_root}/models/m1"
+    assert model_location(model) == url
+    assert resolve_models(["current"], "current", memory_root)[:2] == ([url], url)
+    from storage.registry import resolve_model
+
+    assert resolve_model("current", memory_root, "minilm").shared == url  # what the link flow's workers get
+    assert resolve_model(url, memory_root, "minilm").shared == url
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "worker-cache"))  # another machine's cache
+    local = Path(loadable_spec(url))
+    assert local.is_relative_to(tmp_path / "worker-cache") and (local / "pearl_model.json").is_file()
+    assert loadable_spec("minilm") == "minilm" and loadable_spec(str(tmp_path)) == str(tmp_path)
+
+
 # --- versions are not paths --------------------------------------------------------------------
 @pytest.mark.parametrize("op", ["entry", "register", "promote", "rollback", "model"])
 def test_a_version_given_to_the_registry_is_never_a_path(root, tmp_path, op):

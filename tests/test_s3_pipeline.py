@@ -23,7 +23,7 @@ from tests.s3_stack import subprocess_env  # noqa: E402
 from tests.test_incremental_corpus import (  # noqa: E402
     DATE_N, DUMP_N, POSITIVES, WORD_VECTORS, dump_name, write_dump,
 )
-from tests.test_train_flow import tiny_backbone  # noqa: E402,F401  (the module's tiny random BERT)
+from tests.test_train_flow import tiny_backbone, tiny_training  # noqa: E402,F401  (the module's tiny random BERT)
 
 BENCH = default_benchmark_dir()
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600),
@@ -65,15 +65,14 @@ def harness():
 
 
 @pytest.fixture(scope="module")
-def retrained(bucket, harness, dask_address, tiny_backbone, tmp_path_factory):
+def retrained(bucket, harness, dask_address, tiny_backbone, tmp_path_factory):  # noqa: F811  (the imported fixture)
     """The first retrain on the bucket's root: nothing is current, so its model is promoted."""
     from flows.retrain import retrain
 
     root = f"{bucket}/pearl"
     dump = write_dump(tmp_path_factory.mktemp("dump") / dump_name(DATE_N), DUMP_N)
     kw = dict(source=dump, storage_root=root, corpus={**CORPUS, "negative_backbone": tiny_backbone},
-              training={"backbone": tiny_backbone, "max_steps": 2, "batch_size": 4, "char_epochs": 1,
-                        "char_max_words": 0, "char_proj_dim": 4, "select_every": 0, "device": "cpu"},
+              training=tiny_training(tiny_backbone),
               benchmark_datasets=["turney"], benchmark_dir=str(BENCH), eval_seeds=[0, 1], dask_address=dask_address)
     assert ModelRegistry(root).current_version() is None
     return {"root": root, "kw": kw, "result": retrain(**kw)}

@@ -40,6 +40,12 @@ def tiny_backbone(tmp_path_factory):
     return str(d)
 
 
+def tiny_training(backbone: str) -> dict:
+    """retrain's `training` for a tiny backbone: two CPU steps, one character epoch, no dev selection."""
+    return {"backbone": backbone, "max_steps": 2, "batch_size": 4, "char_epochs": 1, "char_max_words": 0,
+            "char_proj_dim": 4, "select_every": 0, "device": "cpu"}
+
+
 def tiny_corpus(root: str) -> str:
     """word_vectors -> augmentations (manifest only) -> training_set, linked as build-corpus links them."""
     rng = np.random.default_rng(0)
