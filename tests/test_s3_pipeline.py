@@ -68,7 +68,7 @@ def harness():
 
 
 @pytest.fixture(scope="module")
-def retrained(bucket, harness, dask_address, tiny_backbone, tmp_path_factory):
+def retrained(bucket, harness, dask_address, tiny_backbone, tmp_path_factory):  # noqa: F811 (the fixture)
     """The first retrain on the bucket's root: nothing is current, so its model is promoted."""
     from flows.retrain import retrain
 
