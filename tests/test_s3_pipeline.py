@@ -4,9 +4,12 @@ that reach the server as this process does: through the environment), trains a t
 backbone two steps (the same backbone filters the positives and negatives: no E5 to load), evaluates it
 and promotes it through the registry under the bucket; the `link` flow matches two s3:// tables with the
 current model; the `pearl` commands a user points at the bucket list the model, encode with its export
-and link s3:// tables; a rerun with nothing changed recomputes nothing.
+and link s3:// tables; a rerun with nothing changed recomputes nothing; a build of the next month's dump
+(test_incremental_corpus's DUMP_N1: pages edited, moved, removed, added) reuses on the bucket what the same
+incremental build reuses on local disk, and writes the same datasets.
 
-One server, one bucket, one Prefect test harness and one build for the module."""
+One server, one bucket, one Prefect test harness and one build for the module; the disk twin of the
+incremental build runs in this process (the wiring with the task bodies: no Prefect, no cluster)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +24,7 @@ from storage.registry import ModelRegistry  # noqa: E402
 from tasks.evaluation import default_benchmark_dir  # noqa: E402
 from tests.s3_stack import subprocess_env  # noqa: E402
 from tests.test_incremental_corpus import (  # noqa: E402
-    DATE_N, DUMP_N, POSITIVES, WORD_VECTORS, dump_name, write_dump,
+    DATE_N, DATE_N1, DUMP_N, DUMP_N1, PAGE_COUNTS, POSITIVES, WORD_VECTORS, InProcess, dump_name, write_dump,
 )
 from tests.test_train_flow import tiny_backbone, tiny_training  # noqa: E402,F401  (the module's tiny random BERT)
 
@@ -96,15 +99,81 @@ def manifests(root: str) -> dict[str, bytes]:
     return {p: fs.cat_file(p) for p in fs.find(base) if p.endswith("/_manifest.json")}
 
 
-def test_a_rerun_with_nothing_changed_recomputes_nothing(retrained):
+@pytest.fixture(scope="module")
+def rerun(retrained):
+    """The retrain again on the same dump, and the root's manifests before and after it (a fixture, so that
+    it runs before the changed dump's build, which commits new versions, whichever tests are selected)."""
     from flows.retrain import retrain
 
-    root, first = retrained["root"], retrained["result"]
-    before = manifests(root)
+    before = manifests(retrained["root"])
     again = retrain(**retrained["kw"])
+    return {"before": before, "result": again, "after": manifests(retrained["root"])}
+
+
+def test_a_rerun_with_nothing_changed_recomputes_nothing(retrained, rerun):
+    first, again = retrained["result"], rerun["result"]
     assert again["corpus"] == first["corpus"] and again["model"] == first["model"]
     assert again["outcome"] == "unchanged" and again["evaluation"] is None
-    assert manifests(root) == before  # no dataset, model or store committed again
+    assert rerun["after"] == rerun["before"]  # no dataset, model or store committed again
+
+
+def corpus_args(source: str, root: str, retrained: dict) -> dict:
+    """What build_corpus hands corpus_wiring for retrain's corpus settings (benchmarks/stage_rates.py's binding)."""
+    from benchmarks.stage_rates import wiring_args
+
+    return wiring_args(source, root, 1, retrained["kw"]["corpus"])
+
+
+@pytest.fixture(scope="module")
+def changed_dump(tmp_path_factory) -> str:
+    """Next month's dump, as the incremental tests on disk change it."""
+    return write_dump(tmp_path_factory.mktemp("dump-n1") / dump_name(DATE_N1), DUMP_N1)
+
+
+@pytest.fixture(scope="module")
+def incremental_on_s3(retrained, rerun, changed_dump, dask_address):
+    """build-corpus of the changed dump on the bucket's root, after the module's build of dump N."""
+    from flows.build_corpus import build_corpus
+
+    return build_corpus(**corpus_args(changed_dump, retrained["root"], retrained), dask_address=dask_address)
+
+
+@pytest.fixture(scope="module")
+def incremental_on_disk(retrained, changed_dump, tmp_path_factory):
+    """The same two builds (dump N, then the changed dump) on local disk, the wiring's task bodies in this process."""
+    from flows.build_corpus import corpus_wiring
+
+    root = str(tmp_path_factory.mktemp("disk") / "store")
+    first = corpus_wiring(InProcess(), **corpus_args(retrained["kw"]["source"], root, retrained))
+    assert first["versions"] == retrained["result"]["corpus"]  # the twin of the bucket's first build
+    return root, corpus_wiring(InProcess(), **corpus_args(changed_dump, root, retrained))
+
+
+def reuse_counts(root: str, stores: dict[str, list[str]]) -> dict[str, dict]:
+    """Each reuse store's counts (what the corpus-reuse artifact reads), its measured CPU seconds left out."""
+    from storage.reuse import PART_TIMES
+    from tasks.reuse_report import store_stats
+
+    return {stage: {k: v for k, v in store_stats(root, name, version).items() if k not in PART_TIMES}
+            for stage, (name, version) in stores.items()}
+
+
+def test_an_incremental_build_on_a_changed_dump_reuses_as_it_does_on_disk(retrained, incremental_on_s3,
+                                                                            incremental_on_disk):
+    from storage.contents import dataset_contents
+
+    root, built = retrained["root"], incremental_on_s3
+    disk_root, on_disk = incremental_on_disk
+    assert set(built["reuse_stores"]) == {"pages", "phrase_occurrences", "phrase_types", "augmentations",
+                                          "phrase_embeddings"}
+    counts = reuse_counts(root, built["reuse_stores"])
+    for stage, c in counts.items():  # reused what it could, from the module's first build
+        assert c["reused"] > 0 and c["reused"] + c["computed"] == c["keyed"] and c["refused"] == 0, stage
+        assert c["previous"] is not None and c["previous_refused"] is None, stage
+    assert {k: counts["pages"][k] for k in PAGE_COUNTS} == PAGE_COUNTS  # the disk tests' page counts
+    assert counts == reuse_counts(disk_root, on_disk["reuse_stores"])
+    assert built["versions"] == on_disk["versions"] != retrained["result"]["corpus"]
+    assert dataset_contents(root, built["versions"]) == dataset_contents(disk_root, on_disk["versions"])
 
 
 @pytest.fixture(scope="module")
