@@ -4,7 +4,9 @@ Starts `prefect server start` on a free port with a temporary PREFECT_HOME, a pr
 work pool and worker, deploys prefect.yaml with `scripts/deploy.sh`, runs
 `build-corpus/wiki` on a slice of the real sample dump twice with
 `prefect deployment run --watch`, and checks the Parquet datasets, their manifests, the
-Prefect artifacts of the run, and that the second run reuses everything.
+Prefect artifacts of the run, and that the second run reuses everything; then `train/pearl` on
+the corpus, and its artifacts in the server's two UIs as the quickstart's "Where to look" has them
+(headless Chromium, tests/ui_browser.py).
 
 Every process started here carries PEARL_E2E_TAG in its environment (flow-run processes
 and Dask workers inherit it); teardown stops the server and worker with their process

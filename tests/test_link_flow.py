@@ -1,5 +1,7 @@
 """The `link` flow end to end on the sample corpus's titles: a real Prefect server (the test
-harness's), a real Dask cluster, a tiny random-weight model (tests/conftest.py `tiny_model_dir`)."""
+harness's), a real Dask cluster, a tiny random-weight model (tests/conftest.py `tiny_model_dir`).
+The `link/tables` deployment's run, on the e2e stack's server (its UI on), is also where the
+quickstart's "Where to look" is checked in a browser for a link run (tests/ui_browser.py)."""
 from __future__ import annotations
 
 import bz2
