@@ -268,6 +268,7 @@ def check_train_artifacts(stack, run, artifacts, model_dir: Path, root: Path, sh
     arts = {a.key: a for a in artifacts if a.key in keys and a.flow_run_id == run.id}
     assert set(arts) == set(keys), f"the train run's own artifacts: {sorted(arts)}"
     version = model_dir.name
+    summary = {r["metric"]: r["value"] for r in json.loads(arts["training-summary"].data)}
     with ui_browser.open_browser() as browser:
         for page, base, at in ui_browser.each_ui(browser, stack.ui_url, stack.auth_string, shots):
             ui_browser.open_run(page, base, run, ["train", "Artifacts"], at)
@@ -290,6 +291,8 @@ def check_train_artifacts(stack, run, artifacts, model_dir: Path, root: Path, sh
             text = opened("training-curves", ["Training curves", "training loss"])
             assert page.get_by_role("heading", name="training loss").count() == 1 and "## " not in text, text
             ui_browser.assert_image(page, "training loss")
+            # the run's numbers, as a table: one row each
             text = opened("training-summary", ["metric", "value", "steps"])
             assert page.get_by_role("columnheader", name="metric").count() == 1, text
-            assert page.get_by_role("cell", name="steps", exact=True).count() == 1, text
+            steps = ui_browser.table_row(page, "steps")
+            assert steps.count() == 1 and steps.inner_text().split() == ["steps", str(summary["steps"])], text

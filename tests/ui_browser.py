@@ -246,6 +246,12 @@ def link(page: Page, text: str):
     return page.get_by_role("link", name=text, exact=True).first
 
 
+def table_row(page: Page, cell: str):
+    """The rows of the tables shown that have a cell whose text is `cell` (v1's cells have no role)."""
+    exact = re.compile(rf"^\s*{re.escape(cell)}\s*$")
+    return page.locator("tr", has=page.locator("td").filter(has_text=exact))
+
+
 def assert_image(page: Page, alt: str) -> None:
     """An image of the page shown, by its alt text, is there and loaded (a markdown figure rendered)."""
     img = page.locator(f'img[alt="{alt}"]')
