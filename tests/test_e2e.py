@@ -4,7 +4,9 @@ Starts `prefect server start` on a free port with a temporary PREFECT_HOME, a pr
 work pool and worker, deploys prefect.yaml with `scripts/deploy.sh`, runs
 `build-corpus/wiki` on a slice of the real sample dump twice with
 `prefect deployment run --watch`, and checks the Parquet datasets, their manifests, the
-Prefect artifacts of the run, and that the second run reuses everything.
+Prefect artifacts of the run, and that the second run reuses everything; then `train/pearl` on
+the corpus, and its artifacts in the server's two UIs as the quickstart's "Where to look" has them
+(headless Chromium, tests/ui_browser.py).
 
 Every process started here carries PEARL_E2E_TAG in its environment (flow-run processes
 and Dask workers inherit it); teardown stops the server and worker with their process
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage.contents import dataset_contents
+from tests import ui_browser
 from tests.e2e_fixtures import MAX_PAGES, PAGES_PER_PARTITION, RUN_TIMEOUT, run_deployment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -221,9 +224,10 @@ def test_second_run_reuses_everything(stack, first):
 # the default recipe selects on dev data (select_every 50): the backbone's dev pass, the step-3
 # checkpoint's, then the average weights' in turn, all on real E5 in one thread
 @pytest.mark.timeout(1200)
-def test_train_deployment_on_the_built_corpus(stack, first, dev_bench):
+def test_train_deployment_on_the_built_corpus(stack, first, dev_bench, request):
     """`train/pearl` on the training set the first run published: real E5, a few steps on CPU,
-    chosen on dev data, exported, scored against the backbone on BIRD, with its artifacts on the server."""
+    chosen on dev data, exported, scored against the backbone on BIRD, with its artifacts on the server and
+    in its UIs as the quickstart's "Where to look" has them."""
     from tasks.evaluation import default_benchmark_dir
 
     root: Path = first["storage_root"]
@@ -241,7 +245,7 @@ def test_train_deployment_on_the_built_corpus(stack, first, dev_bench):
     assert man["stats"]["steps"] == 3 and man["stats"]["device"] == "cpu"
     assert (model_dir / "model.safetensors").is_file() and (model_dir / "modules.json").is_file()
     keys = {a.key for a in run["artifacts"]}
-    expected = ["char-encoder-metrics", "training-summary", "training-curves", "model"]
+    expected = ["char-encoder-metrics", "training-progress", "training-summary", "training-curves", "model"]
     if bench is not None:
         assert [line["dataset"] for line in result["comparison"]] == ["bird", "average"]
         expected += ["benchmark-scores", "model-vs-backbone"]
@@ -252,3 +256,43 @@ def test_train_deployment_on_the_built_corpus(stack, first, dev_bench):
             assert signal in dev, f"{signal} not among the dev scores: {dev}"
     for key in expected:
         assert key in keys, f"artifacts of the train run: {sorted(keys)}"
+    check_train_artifacts(stack, run["run"], run["artifacts"], model_dir, root, ui_browser.screenshot_dir(request))
+
+
+def check_train_artifacts(stack, run, artifacts, model_dir: Path, root: Path, shots: Path) -> None:
+    """docs/quickstart.md, "5. Where to look in the UI", on a `train/pearl` run, in each of the server's
+    UIs: Runs lists the run; its Artifacts tab holds training-progress, training-curves,
+    training-summary and model; each artifact's page shows what the quickstart says it holds."""
+    ui_browser.require_browser()
+    keys = ("training-progress", "training-curves", "training-summary", "model")
+    arts = {a.key: a for a in artifacts if a.key in keys and a.flow_run_id == run.id}
+    assert set(arts) == set(keys), f"the train run's own artifacts: {sorted(arts)}"
+    version = model_dir.name
+    summary = {r["metric"]: r["value"] for r in json.loads(arts["training-summary"].data)}
+    with ui_browser.open_browser() as browser:
+        for page, base, at in ui_browser.each_ui(browser, stack.ui_url, stack.auth_string, shots):
+            ui_browser.open_run(page, base, run, ["train", "Artifacts"], at)
+            ui_browser.click(page, ui_browser.tab(page, "Artifacts"), list(keys), at / "train-artifacts.png")
+            for key in keys:  # each listed there leads to its artifact
+                assert ui_browser.artifact_card(page, base, arts[key]).count() == 1, key
+
+            def opened(key: str, texts: list[str]) -> str:
+                return ui_browser.visit(page, ui_browser.artifact_url(base, arts[key].id), [key, *texts],
+                                        at / f"artifact-{key}.png")
+
+            # opened from the tab shown: the exported directory's path to copy, with the commands that use
+            # it; no file:// link
+            text = ui_browser.open_artifact(page, base, arts["model"], [
+                str(model_dir), f"pearl encode 'a phrase' --model {model_dir}",
+                f"pearl models promote {version} --storage-root {root}"], at / "artifact-model.png")
+            assert page.locator('a[href^="file:"]').count() == 0 and "```" not in text, text
+            opened("training-progress", [f"training model {version}", "Progress: 100%"])
+            # the loss, as a figure under its heading
+            text = opened("training-curves", ["Training curves", "training loss"])
+            assert page.get_by_role("heading", name="training loss").count() == 1 and "## " not in text, text
+            ui_browser.assert_image(page, "training loss")
+            # the run's numbers, as a table: one row each
+            text = opened("training-summary", ["metric", "value", "steps"])
+            assert page.get_by_role("columnheader", name="metric").count() == 1, text
+            steps = ui_browser.table_row(page, "steps")
+            assert steps.count() == 1 and steps.inner_text().split() == ["steps", str(summary["steps"])], text

@@ -1,8 +1,11 @@
 """The `link` flow end to end on the sample corpus's titles: a real Prefect server (the test
-harness's), a real Dask cluster, a tiny random-weight model (tests/conftest.py `tiny_model_dir`)."""
+harness's), a real Dask cluster, a tiny random-weight model (tests/conftest.py `tiny_model_dir`).
+The `link/tables` deployment's run, on the e2e stack's server (its UI on), is also where the
+quickstart's "Where to look" is checked in a browser for a link run (tests/ui_browser.py)."""
 from __future__ import annotations
 
 import bz2
+import json
 import re
 import shlex
 import string
@@ -19,6 +22,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests import ui_browser  # noqa: E402
 from tests.conftest import tiny_model_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,17 +196,88 @@ def test_link_flow_on_the_sample_titles(inputs, tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
-def test_link_tables_deployment_runs_from_the_cli(stack, inputs, tmp_path):
-    """`prefect deployment run link/tables --param left=... --param right=...` on the deployed
-    prefect.yaml (the e2e stack: a server, a process worker, scripts/deploy.sh)."""
+def test_link_tables_deployment_runs_from_the_cli(stack, inputs, tmp_path, request):
+    """`prefect deployment run link/tables --param left=... --param right=... --param labels=...` on the
+    deployed prefect.yaml (the e2e stack: a server with its UI, a process worker, scripts/deploy.sh), as
+    the quickstart runs it; then the run in the server's two UIs, as the quickstart's "Where to look" has it."""
     from storage.datasets import latest_version
     from tests.e2e_fixtures import run_deployment
 
     root = tmp_path / "store"
     done = run_deployment(stack, root, "e2e-link", deployment="link/tables",
                           params={"left": inputs["left"], "right": inputs["right"], "left_column": "name",
-                                  "model": inputs["model"], "threshold": 0.9, "dask_workers": 1})
+                                  "model": inputs["model"], "labels": inputs["labels"], "dask_workers": 1})
     result = done["result"]
     assert latest_version(str(root), "matches") == result["version"] and result["index"] == "exact"
-    assert result["counts"]["rows"] == len(inputs["left_names"]) and result["threshold"] == 0.9
-    assert {a.key for a in done["artifacts"]} >= KEYS
+    assert result["counts"]["rows"] == len(inputs["left_names"])
+    arts = {}
+    for a in done["artifacts"]:
+        arts.setdefault(a.key, a)
+    assert set(arts) >= KEYS
+    threshold = json.loads((root / "matches" / result["version"] / "_manifest.json").read_text())["stats"]["threshold"]
+    assert threshold["source"] == "labels" and threshold["target"] == 0.9 and result["threshold"] == threshold["value"]
+    check_where_to_look(stack, done["run"], arts, f"{root}/matches/{result['version']}", threshold,
+                        ui_browser.screenshot_dir(request))
+
+
+def check_where_to_look(stack, run, arts: dict, location: str, threshold: dict, shots: Path) -> None:
+    """docs/quickstart.md, "5. Where to look in the UI", on a `link` run made as the quickstart makes
+    it, in each of the server's UIs (v1, and v2 where the server's root sends a new browser): Runs
+    lists the run; its page leads to its subflow run `link-stages`, whose Artifacts tab holds the six
+    link-* artifacts; each opens and shows what the page says it holds."""
+    ui_browser.require_browser()
+
+    async def children(client):
+        from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+        return await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+
+    child = [c for c in stack.api(children) if arts["link-counts"].flow_run_id == c.id]
+    assert len(child) == 1, "the link-* artifacts are not a child run's of the link run"
+    child = child[0]
+    with ui_browser.open_browser() as browser:
+        for page, base, at in ui_browser.each_ui(browser, stack.ui_url, stack.auth_string, shots):
+            ui_browser.open_run(page, base, run, ["link", "Subflow Runs"], at)
+            ui_browser.click(page, ui_browser.tab(page, "Subflow Runs"), [child.name], at / "link-subflow-runs.png")
+            ui_browser.click(page, ui_browser.link(page, child.name), [child.name, "link-stages", "Artifacts"],
+                             at / "link-stages-run.png", url=ui_browser.flow_run_url(base, child.id))
+            ui_browser.click(page, ui_browser.tab(page, "Artifacts"), sorted(KEYS), at / "link-stages-artifacts.png")
+            for key in KEYS:  # each listed there leads to its artifact
+                assert ui_browser.artifact_card(page, base, arts[key]).count() == 1, key
+            check_link_artifacts(page, base, at, arts, location, threshold)
+
+
+def check_link_artifacts(page, base: str, shots: Path, arts: dict, location: str, threshold: dict) -> None:
+    """Each link-* artifact's page shows what the quickstart says: a table's cells, a markdown's
+    headings and text rendered, its figures loaded, a location as text. The first is opened from the
+    Artifacts tab shown, the others by their addresses."""
+    def opened(key: str, texts: list[str]) -> str:
+        return ui_browser.visit(page, ui_browser.artifact_url(base, arts[key].id), [key, *texts],
+                                shots / f"artifact-{key}.png")
+
+    # the threshold chosen from the labels for precision 0.9, its precision and recall with their 95%
+    # intervals and counts, and the precision/recall curve
+    t = threshold
+    text = ui_browser.open_artifact(page, base, arts["link-threshold"], [f"Threshold {t['value']:.4f}, chosen for precision 0.9",
+                                     "precision {:.3f} (95% {:.3f}-{:.3f}".format(t["precision"], *t["precision_interval"]),
+                                     "recall {:.3f} (95% {:.3f}-{:.3f}".format(t["recall"], *t["recall_interval"]),
+                                     f"on {t['labelled']} left names labelled with a partner"],
+                                    shots / "artifact-link-threshold.png")
+    assert page.get_by_role("heading", name=f"Threshold {t['value']:.4f}").count() == 1 and "# Threshold" not in text
+    ui_browser.assert_image(page, "precision/recall curve")
+    opened("link-scores", ["Scores of the best matches"])
+    ui_browser.assert_image(page, "score histogram")
+    # the matches around the threshold: a table of pairs with their scores
+    example = json.loads(arts["link-examples"].data)[0]
+    text = opened("link-examples", ["left_row", "right_row", "score", example["left"], example["right"]])
+    assert page.get_by_role("columnheader", name="score").count() == 1, text
+    # how every left row ended: a row each, with its count
+    text = opened("link-counts", ["left: rows", "left: matched", "left: null or empty names (skipped)"])
+    for row in json.loads(arts["link-counts"].data)[:2]:
+        shown = ui_browser.table_row(page, row["count"])
+        assert shown.count() == 1 and shown.inner_text().split()[-1] == str(row["value"]), text
+    opened("link-index", ["Index: exact", "Every right name is scored for each query"])
+    # the dataset's path to copy and a command that reads it, no file:// link
+    text = opened("link-matches", [location, "Use it:", "python -c"])
+    assert page.locator('a[href^="file:"]').count() == 0 and "```" not in text, text

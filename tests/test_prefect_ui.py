@@ -157,11 +157,8 @@ def test_flow_run_and_artifacts_render_in_the_ui(tmp_path, request):
             # (React) under /v2. Deep links stay in their UI; the root sends a browser with
             # no saved preference to v2 (PREFECT_SERVER_UI_V2_ENABLED, default true).
             # Each is signed in on its own login page, in a browser context of its own.
-            for ui in ("v1", "v2"):
-                page = ui_browser.new_page(browser)
-                base = ui_browser.ui_base(stack.ui_url, ui)
-                ui_browser.login(page, base, stack.auth_string, shots / ui / "login.png")
-                check_ui(page, base, shots / ui, runs, by_key)
+            for page, base, at in ui_browser.each_ui(browser, stack.ui_url, stack.auth_string, shots):
+                check_ui(page, base, at, runs, by_key)
         print(f"UI checked in {time.monotonic() - started:.1f}s; screenshots in {shots}")
     finally:
         survivors = stack.stop()

@@ -23,7 +23,7 @@ import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -108,6 +108,11 @@ def ui_base(server_url: str, ui: str = "v1") -> str:
     return server_url if ui == "v1" else f"{server_url}/v2"
 
 
+def runs_url(base: str) -> str:
+    """The Runs page (the sidebar's Runs): the latest flow runs."""
+    return f"{base.rstrip('/')}/runs"
+
+
 def flow_run_url(base: str, flow_run_id) -> str:
     return f"{base.rstrip('/')}/runs/flow-run/{flow_run_id}"
 
@@ -130,6 +135,25 @@ def artifact_url(base: str, artifact_id) -> str:
     return f"{base.rstrip('/')}/artifacts/artifact/{artifact_id}"
 
 
+def artifact_card(page: Page, base: str, artifact):
+    """The card of `artifact` in a list of artifacts shown (a run's Artifacts tab): a link to its
+    page in v1, to its key's page in v2."""
+    paths = [urlsplit(artifact_url(base, artifact.id)).path, urlsplit(artifact_key_url(base, artifact.key)).path]
+    return page.locator(", ".join(f'a[href="{p}"]' for p in paths))
+
+
+def open_artifact(page: Page, base: str, artifact, expect_texts: list[str], screenshot: Path) -> str:
+    """From a list of artifacts shown (a run's Artifacts tab), open `artifact` as a person does: its
+    card, then in v2, where the card leads to the key's page, the version's link there (the id's
+    first 8 characters). The artifact's page must show `expect_texts`."""
+    card = artifact_card(page, base, artifact).first
+    if urlsplit(artifact_url(base, artifact.id)).path == card.get_attribute("href"):
+        return click(page, card, expect_texts, screenshot, url=artifact_url(base, artifact.id))
+    key_page = screenshot.with_name(f"{screenshot.stem}-key{screenshot.suffix}")
+    click(page, card, [artifact.key, f"Created {artifact.key}"], key_page, url=artifact_key_url(base, artifact.key))
+    return click(page, link(page, str(artifact.id)[:8]), expect_texts, screenshot, url=artifact_url(base, artifact.id))
+
+
 def login_url(base: str) -> str:
     return f"{base.rstrip('/')}/login"
 
@@ -150,6 +174,25 @@ def login(page: Page, base: str, auth_string: str, screenshot: Path, timeout_s: 
         page.screenshot(path=str(screenshot), full_page=True)
         raise AssertionError(f"{login_url(base)}: still on the login page after {timeout_s:g}s ({exc}):\n"
                              f"{page_text(page)[:2000]}") from None
+
+
+def each_ui(browser: Browser, server_url: str, auth_string: str, shots: Path) -> Iterator[tuple[Page, str, Path]]:
+    """For each of the server's two UIs (v1 at its root; v2 under /v2, where the root sends a browser
+    with no saved preference): a page of its own context, signed in on that UI's login page, the UI's
+    root, and the UI's screenshot folder (`shots`/v1, `shots`/v2)."""
+    for ui in ("v1", "v2"):
+        page = new_page(browser)
+        base = ui_base(server_url, ui)
+        login(page, base, auth_string, shots / ui / "login.png")
+        yield page, base, shots / ui
+
+
+def open_run(page: Page, base: str, run, expect_texts: list[str], screenshot_dir: Path) -> str:
+    """The Runs page lists `run` (a flow run): its name there leads to the run's page, which shows
+    `expect_texts`."""
+    visit(page, runs_url(base), [run.name], screenshot_dir / "runs.png")
+    return click(page, link(page, run.name), [run.name, *expect_texts], screenshot_dir / f"run-{run.name}.png",
+                 url=flow_run_url(base, run.id))
 
 
 # --- looking at a page ---------------------------------------------------------------------
@@ -175,6 +218,50 @@ def visit(page: Page, url: str, expect_texts: list[str], screenshot: Path, timeo
     is still saved and an AssertionError says which texts are missing, with the page's
     text, console errors, uncaught exceptions and failed or 4xx/5xx requests.
     """
+    return _shown(page, url, lambda: page.goto(url, wait_until="domcontentloaded", timeout=timeout_s * 1000),
+                  expect_texts, screenshot, timeout_s, settle_s)
+
+
+def click(page: Page, target, expect_texts: list[str], screenshot: Path, url: str | None = None,
+          timeout_s: float = 60, settle_s: float = 5) -> str:
+    """Click `target` (a Locator: a link, a tab) on the page shown, as a person does, then check
+    the page as `visit` does; with `url`, the click must lead there (a link's destination)."""
+    def go():
+        target.click(timeout=timeout_s * 1000)
+        if url is not None:  # the UI may add a query (v2: ?tab=Logs)
+            page.wait_for_url(lambda at: at.split("?", 1)[0] == url, wait_until="commit", timeout=timeout_s * 1000)
+
+    return _shown(page, url or f"{page.url} (after clicking {target})", go, expect_texts, screenshot, timeout_s,
+                  settle_s)
+
+
+def tab(page: Page, name: str):
+    """A tab of the page shown, by its label: a button in v1 (Prefect's UI library), role tab in v2."""
+    label = re.compile(rf"^\s*{re.escape(name)}\s*$")
+    return page.locator("[role=tab], button.p-tabs__tab, .p-tab").filter(has_text=label).first
+
+
+def link(page: Page, text: str):
+    """The first link of the page shown whose text is `text`."""
+    return page.get_by_role("link", name=text, exact=True).first
+
+
+def table_row(page: Page, cell: str):
+    """The rows of the tables shown that have a cell whose text is `cell` (v1's cells have no role)."""
+    exact = re.compile(rf"^\s*{re.escape(cell)}\s*$")
+    return page.locator("tr", has=page.locator("td").filter(has_text=exact))
+
+
+def assert_image(page: Page, alt: str) -> None:
+    """An image of the page shown, by its alt text, is there and loaded (a markdown figure rendered)."""
+    img = page.locator(f'img[alt="{alt}"]')
+    assert img.count() == 1, f"{page.url}: {img.count()} images with alt {alt!r}"
+    assert img.evaluate("e => e.complete && e.naturalWidth > 0"), f"{page.url}: the image {alt!r} did not load"
+
+
+def _shown(page: Page, url: str, load, expect_texts: list[str], screenshot: Path, timeout_s: float,
+           settle_s: float) -> str:
+    """`load()` (a navigation or a click), then `visit`'s wait, screenshot and report, `url` naming the page."""
     screenshot = Path(screenshot)
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
@@ -204,7 +291,7 @@ def visit(page: Page, url: str, expect_texts: list[str], screenshot: Path, timeo
     try:
         deadline = time.monotonic() + timeout_s
         try:
-            page.goto(url, wait_until="domcontentloaded", timeout=timeout_s * 1000)
+            load()
         except Exception as exc:  # noqa: BLE001 - reported below with the page's state
             error = f"loading failed: {exc}"
         while error is None:
