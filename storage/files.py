@@ -304,6 +304,11 @@ class FileSet(Versioned):
                 os.replace(tmp, dest)
             finally:
                 tmp.unlink(missing_ok=True)
+        listed = {rel for rel, _ in entries}
+        for path in [p for p in target.rglob("*") if p.is_file()]:
+            rel = path.relative_to(target).as_posix()
+            if rel not in listed and rel != MANIFEST and not path.name.startswith(TMP):
+                path.unlink(missing_ok=True)  # an earlier copy's file, not this upload's: a loader would read it
         tmp_marker = marker.with_name(f"{TMP}{uuid.uuid4().hex}-{MANIFEST}")
         tmp_marker.write_text(json.dumps(manifest, indent=2, default=str))
         os.replace(tmp_marker, marker)  # written last: a cache without it is downloaded again

@@ -133,8 +133,13 @@ def test_local_copy_downloads_again_for_a_stale_cache(memory_root, tmp_path):
     cache.mkdir()
     (cache / "_manifest.json").write_text(json.dumps({"version": f.version, "created_at": "long ago"}))
     (cache / "model.bin").write_bytes(b"stale")
+    (cache / "sub").mkdir()
+    (cache / "sub" / "pearl_model.json").write_text("{}")  # another upload's file: the loader would read it
     local = f.local_copy(cache_dir=cache)
     assert (local / "model.bin").read_bytes() == (tmp_path / "model" / "model.bin").read_bytes()
+    assert not (local / "sub" / "pearl_model.json").exists()
+    assert sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()) == sorted(
+        [e["file"] for e in f.manifest()["files"]] + ["_manifest.json"])
     assert json.loads((local / "_manifest.json").read_text())["created_at"] == f.manifest()["created_at"]
 
 

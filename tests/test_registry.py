@@ -185,6 +185,7 @@ def test_on_an_object_store_a_model_crosses_processes_as_its_url_and_each_loader
     from storage.registry import loadable_spec, model_location
     from tasks.evaluation import resolve_models
 
+    monkeypatch.setenv("PEARL_CACHE", str(tmp_path / "flow-cache"))  # never the user's cache
     model = stored_model(memory_root, "m1", tmp_path)
     reg = ModelRegistry(memory_root)
     reg.register("m1")
