@@ -390,8 +390,8 @@ def resolve_model(spec: str, registry: ModelRegistry | str, fallback: str) -> Re
         model = registry.current_model()
     except NoCurrentModel as e:
         return ResolvedModel(fallback, fallback, None, f"{e}; using the backbone {fallback}")
-    return ResolvedModel(str(model.local_copy()), f"current: {model.version}", model.version,
-                         location=model_location(model))
+    location = model_location(model)  # a local root's directory is checked once, not copied and checked again
+    return ResolvedModel(loadable_spec(location), f"current: {model.version}", model.version, location=location)
 
 
 def resolve_model_spec(spec: str, storage_root: str) -> str:
