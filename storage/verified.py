@@ -21,7 +21,6 @@ threat model)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -29,6 +28,7 @@ import stat
 from collections import OrderedDict
 
 import fsspec
+import pyarrow as pa
 
 from .atomic import atomic_write_text, is_local
 
@@ -186,18 +186,25 @@ def verified_once(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: 
     except FileNotFoundError:
         raise _missing(entry, where) from None
     if key in _VERDICTS and (is_local(fs) or not whole):
-        return fs.open(path, "rb")
+        return _opened(fs, path)
     if is_local(fs):
         _check(entry, where, *sha256_of(fs, path))
-        opened = fs.open(path, "rb")
+        opened = _opened(fs, path)
     else:  # an object store: the bytes hashed are the bytes parsed, fetched once (not hashed, then read)
-        opened = io.BytesIO(verified_bytes(fs, base, entry, where))
+        opened = pa.BufferReader(verified_bytes(fs, base, entry, where))
     if key[-1][-1] == "":
         return opened  # a store that tells no stamp: checked every time
     _VERDICTS[key] = True
     while len(_VERDICTS) > _VERDICTS_KEPT:
         _VERDICTS.popitem(last=False)
     return opened
+
+
+def _opened(fs: fsspec.AbstractFileSystem, path: str):
+    """``path`` open for a parser: on a local root an Arrow file, not a Python one. Arrow's I/O threads
+    read a Python file through the interpreter, and one still alive at exit aborts the process
+    ("terminate called without an active exception", apache/arrow#34314) after its work is done."""
+    return pa.OSFile(path, "rb") if is_local(fs) else fs.open(path, "rb")
 
 
 def verified_copy(fs: fsspec.AbstractFileSystem, base: str, entry: dict, where: str, dest: str) -> None:
