@@ -96,7 +96,7 @@ def read_batches(url: str, columns: list[str], rows: int = 65_536,
         if kind == "parquet":
             import pyarrow.parquet as pq
 
-            with fs.open(path, "rb") as f:
+            with _opened(fs, path) as f:
                 pf = pq.ParquetFile(f)
                 _check_columns(url, columns, pf.schema_arrow.names)
                 for batch in pf.iter_batches(batch_size=rows, columns=columns):
@@ -105,7 +105,7 @@ def read_batches(url: str, columns: list[str], rows: int = 65_536,
         done, block = 0, min(FIRST_BLOCK, max_row_bytes)
         while True:  # a block too small for a row: read again with a bigger one, past the rows given
             try:
-                with fs.open(path, "rb") as f:
+                with _opened(fs, path) as f:
                     for batch in _csv_batches(url, f, columns, block, skip=done):
                         for start in range(0, batch.num_rows, rows):
                             yield batch.slice(start, rows)
@@ -119,6 +119,14 @@ def read_batches(url: str, columns: list[str], rows: int = 65_536,
                         f"{url}: a row is over max_row_bytes={max_row_bytes} (one cell may hold most of it); raise "
                         "the limit with --max-row-bytes (pearl link) or max_row_bytes (the link flow)") from None
                 block = min(block * 4, max_row_bytes)
+
+
+def _opened(fs: fsspec.AbstractFileSystem, path: str):
+    """A local table as an Arrow file: Arrow's reader threads read a Python file through the
+    interpreter, and one still alive at exit aborts the process after its work is done (apache/arrow#34314)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return pa.OSFile(path, "rb") if isinstance(fs, LocalFileSystem) else fs.open(path, "rb")
 
 
 def _csv_batches(url: str, f, columns: list[str], block: int, skip: int) -> Iterator[pa.Table]:
