@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import random
 import sys
 from collections import Counter, defaultdict
@@ -31,6 +30,7 @@ import pyarrow.compute as pc
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pearl_model.linking.thresholds import wilson  # noqa: E402
 from pearl_model.training.loop import Example, positive_kinds  # noqa: E402
 from storage.datasets import Dataset, latest_version  # noqa: E402
 from storage.schemas import AUGMENTATIONS, TRAINING_SET  # noqa: E402
@@ -109,21 +109,12 @@ def sample(root: str, version: str, out: str, n: int = 100, seed: int = 0,
           " labelled from --prefill)")
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k/n."""
-    if n == 0:
-        return (0.0, 1.0)
-    p, d = k / n, 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (round(c - h, 3), round(c + h, 3))
-
-
 def precision(rows: list[dict]) -> dict:
     out = {}
     for kind in sorted({r["kind"] for r in rows}):
         labels = [int(r["label"]) for r in rows if r["kind"] == kind and r["label"] != ""]
         k, n = sum(labels), len(labels)
-        out[kind] = {"labelled": n, "correct": k, "precision": round(k / n, 3) if n else None, "wilson95": wilson(k, n)}
+        out[kind] = {"labelled": n, "correct": k, "precision": round(k / n, 3) if n else None, "wilson95": tuple(round(b, 3) for b in wilson(k, n))}
     return out
 
 

@@ -23,21 +23,18 @@ from pearl_model.linking.sides import MAX_ROW_BYTES, LinkInputError, read_column
 NO_LABELS = "no labelled pairs: no threshold is chosen, scores are reported as they are"
 UPPER_BOUND = ("the labels hold no left name without a partner (an empty right cell): the precision counts only "
                "names that have one, and is an upper bound")
-Z95 = 1.959963984540054  # the normal quantile of a two-sided 95% interval
 
 
-def wilson(successes, trials, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
-    """The Wilson score interval of a proportion (``successes`` of ``trials``, arrays or numbers);
-    [0, 1] where there is no trial. It stays inside [0, 1] and keeps its coverage near 0 and 1,
-    where precision lives, unlike the normal approximation."""
-    x, n = np.asarray(successes, np.float64), np.asarray(trials, np.float64)
-    safe = np.maximum(n, 1.0)
-    p = x / safe
-    scale = 1.0 + z * z / safe
-    centre = (p + z * z / (2 * safe)) / scale
-    half = z * np.sqrt(p * (1 - p) / safe + z * z / (4 * safe * safe)) / scale
-    lo, hi = np.where(n > 0, np.clip(centre - half, 0, 1), 0.0), np.where(n > 0, np.clip(centre + half, 0, 1), 1.0)
-    return lo, hi
+def wilson(successes: int, trials: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (``successes`` of ``trials``); [0, 1] where there
+    is no trial. It stays inside [0, 1] and keeps its coverage near 0 and 1, where precision lives,
+    unlike the normal approximation."""
+    from scipy.stats import binomtest
+
+    if trials == 0:
+        return 0.0, 1.0
+    ci = binomtest(int(successes), int(trials)).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 @dataclass
@@ -175,8 +172,7 @@ def threshold_for_precision(scores: np.ndarray, correct: np.ndarray, target: flo
     i = reach[0]  # thresholds ascend: the first that reaches the target keeps the most matches
     keep = scores >= thresholds[i]
     kept, right = int(keep.sum()), int(correct[keep].sum())
-    p_lo, p_hi = wilson(right, kept)
-    r_lo, r_hi = wilson(right, labelled)
+    precision_interval, recall_interval = wilson(right, kept), wilson(right, labelled)
     return ThresholdChoice(target, float(thresholds[i]), float(precision[i]), float(recall[i]), labelled,
                            f"the smallest threshold with precision >= {target} on {len(scores)} labelled matches",
-                           curve, without_partner, kept, right, (float(p_lo), float(p_hi)), (float(r_lo), float(r_hi)))
+                           curve, without_partner, kept, right, precision_interval, recall_interval)
